@@ -1,0 +1,464 @@
+"""Model configs: the bundled catalog, loading, and vLLM's view of a model.
+
+``load_model_config`` turns a catalog name, a ``config.json`` path, a directory,
+a dict or a ``transformers.PretrainedConfig`` into a :class:`ModelSource`.  A
+``ModelSource`` owns one materialised ``config.json`` directory and hands out
+real ``vllm.config.ModelConfig`` objects built from it (cached per dtype and
+``max_model_len``): every derived number later comes from vLLM's own parsing
+(``ModelConfig.model_arch_config``, ``get_num_kv_heads``, ``use_mla`` ...), not
+from a re-implementation.
+
+The first ``ModelConfig`` of an architecture costs seconds (vLLM imports the
+model class); later ones cost about 10 ms, and ``plan()`` reuses them.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import tempfile
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from kvexplore.errors import KVExploreError
+
+DEFAULT_MODEL = "Qwen/Qwen3.5-0.8B"
+
+_CATALOG_PACKAGE = "kvexplore.catalog"
+
+
+def _catalog_files() -> dict[str, Path]:
+    """Map 'org/name' ids to the bundled config files."""
+    root = resources.files(_CATALOG_PACKAGE)
+    out: dict[str, Path] = {}
+    for entry in root.iterdir():
+        if entry.name.endswith(".json") and "--" in entry.name:
+            org, name = entry.name[: -len(".json")].split("--", 1)
+            out[f"{org}/{name}"] = Path(str(entry))
+    return dict(sorted(out.items()))
+
+
+def catalog_names() -> list[str]:
+    """Hugging Face ids of the bundled model configs."""
+    return list(_catalog_files())
+
+
+def _json_load(text: str, where: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise KVExploreError(
+            f"{where} is not valid JSON ({exc.msg} at line {exc.lineno}, "
+            f"column {exc.colno}); expected a Hugging Face config.json object"
+        ) from None
+    if not isinstance(data, dict):
+        raise KVExploreError(
+            f"{where} holds a JSON {type(data).__name__}; expected a JSON object "
+            "(a Hugging Face config.json)"
+        )
+    return data
+
+
+def _decode_special_floats(value: Any) -> Any:
+    """transformers >= 5 writes inf as ``{"__float__": "Infinity"}``."""
+    if isinstance(value, dict):
+        if set(value) == {"__float__"}:
+            return float(value["__float__"])
+        return {k: _decode_special_floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode_special_floats(v) for v in value]
+    return value
+
+
+def _check_transformers_format(data: Mapping[str, Any], where: str) -> None:
+    """Refuse configs vLLM cannot read, naming the missing keys."""
+    missing = [k for k in ("architectures", "model_type") if k not in data]
+    if len(missing) == 2:
+        hint = ""
+        if "ssm_cfg" in data or "d_model" in data:
+            hint = (
+                " This looks like the original mamba_ssm format; use the "
+                "transformers-format variant of the checkpoint (e.g. the '-hf' "
+                "repository) instead."
+            )
+        raise KVExploreError(
+            f"{where} is missing {missing}: vLLM 0.33 needs a transformers-format "
+            f"config.json with 'architectures' and 'model_type'.{hint}"
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class ModelSource:
+    """One model config, ready for planning.
+
+    ``name`` is what the user asked for (catalog id, path or ``"<dict>"``);
+    ``config`` is the parsed JSON (a private deep copy: the caller's object is
+    never touched); ``config_dir`` holds the ``config.json`` vLLM reads.
+    """
+
+    name: str
+    config: dict[str, Any] = field(repr=False)
+    config_dir: Path = field(repr=False)
+    _model_configs: dict = field(default_factory=dict, repr=False, compare=False)
+    _lock: threading.Lock = field(
+        default_factory=threading.Lock, repr=False, compare=False
+    )
+
+    @property
+    def architecture(self) -> str:
+        archs = self.config.get("architectures") or []
+        return archs[0] if archs else str(self.config.get("model_type"))
+
+    @property
+    def text_config(self) -> dict[str, Any]:
+        return self.config.get("text_config") or self.config
+
+    def __repr__(self) -> str:
+        return f"ModelSource({self.name!r}, architecture={self.architecture!r})"
+
+    def model_config(self, dtype: str = "auto", max_model_len: int | None = None):
+        """Return vLLM's own ``ModelConfig`` for this config (cached).
+
+        Built with ``skip_tokenizer_init=True``: no weights, no tokenizer.
+        Errors from vLLM / transformers become ``KVExploreError`` naming the
+        architecture and what was wrong.
+        """
+        key = (str(dtype), max_model_len)
+        with self._lock:
+            cached = self._model_configs.get(key)
+            if cached is not None:
+                return cached
+            mc = _build_model_config(self, dtype, max_model_len)
+            self._model_configs[key] = mc
+            return mc
+
+
+def _build_model_config(src: ModelSource, dtype: str, max_model_len: int | None):
+    from vllm.config import ModelConfig
+
+    path = str(src.config_dir)
+    try:
+        mc = ModelConfig(
+            model=path,
+            tokenizer=path,
+            skip_tokenizer_init=True,
+            dtype=dtype,
+            max_model_len=max_model_len,
+        )
+    except Exception as exc:  # vLLM/transformers raise many types; rephrase them
+        raise KVExploreError(_explain_model_config_error(src, exc, dtype)) from exc
+    return mc
+
+
+def _explain_model_config_error(src: ModelSource, exc: Exception, dtype: str) -> str:
+    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    arch = src.architecture
+    if isinstance(exc, AttributeError):
+        # transformers/vLLM reading a field the config lacks
+        attr = getattr(exc, "name", None) or msg
+        return (
+            f"config for {src.name!r} (architecture {arch}) is missing field "
+            f"{attr!r} that vLLM 0.33 reads: {msg}"
+        )
+    if "not supported" in msg.lower() and "architecture" in msg.lower():
+        return f"architecture {arch} of {src.name!r} is not supported by vLLM 0.33: {msg}"
+    if isinstance(exc, (TypeError, KeyError)):
+        return (
+            f"config for {src.name!r} (architecture {arch}) has a missing or "
+            f"mistyped field: {type(exc).__name__}: {msg}"
+        )
+    if "dtype" in msg.lower():
+        return f"dtype={dtype!r} rejected for {src.name!r}: {msg}"
+    return f"vLLM 0.33 cannot build a ModelConfig for {src.name!r} ({arch}): {msg}"
+
+
+_SOURCES: dict[str, ModelSource] = {}
+_SOURCES_LOCK = threading.Lock()
+_TMP_ROOT: Path | None = None
+
+
+def _tmp_root() -> Path:
+    global _TMP_ROOT
+    if _TMP_ROOT is None:
+        _TMP_ROOT = Path(tempfile.mkdtemp(prefix="kvexplore-configs-"))
+    return _TMP_ROOT
+
+
+def _materialise(name: str, config: dict[str, Any]) -> ModelSource:
+    digest = abs(hash(json.dumps(config, sort_keys=True, default=str)))
+    d = _tmp_root() / f"{len(list(_tmp_root().iterdir()))}-{digest:x}"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(json.dumps(config, indent=1, allow_nan=True))
+    return ModelSource(name=name, config=config, config_dir=d)
+
+
+def load_model_config(source: Any) -> ModelSource:
+    """Load a model config from any of the forms users have at hand.
+
+    ``source`` may be: a catalog id (``"Qwen/Qwen3.5-0.8B"``, see
+    :func:`catalog`); a path to a ``config.json`` or to a directory holding one;
+    a ``dict``; a ``transformers.PretrainedConfig``; or an existing
+    :class:`ModelSource` (returned as is).  A hub id that is not bundled is
+    fetched with ``huggingface_hub`` when online.
+
+    >>> load_model_config("Qwen/Qwen3.5-0.8B").architecture
+    'Qwen3_5ForConditionalGeneration'
+    """
+    if isinstance(source, ModelSource):
+        return source
+    if isinstance(source, Mapping):
+        config = _decode_special_floats(copy.deepcopy(dict(source)))
+        _check_transformers_format(config, "the config dict")
+        return _materialise("<dict>", config)
+    if hasattr(source, "to_dict") and hasattr(source, "model_type"):
+        config = _decode_special_floats(copy.deepcopy(source.to_dict()))
+        if not config.get("architectures"):
+            archs = getattr(source, "architectures", None)
+            if archs:
+                config["architectures"] = list(archs)
+        _check_transformers_format(config, f"the {type(source).__name__}")
+        return _materialise(f"<{type(source).__name__}>", config)
+    if isinstance(source, Path):
+        source = str(source)
+    if not isinstance(source, str):
+        raise KVExploreError(
+            f"model source {source!r} of type {type(source).__name__} is not "
+            "supported; expected a catalog id, a path to config.json or its "
+            "directory, a dict, or a transformers PretrainedConfig"
+        )
+    with _SOURCES_LOCK:
+        if source in _SOURCES:
+            return _SOURCES[source]
+    files = _catalog_files()
+    if source in files:
+        config = _decode_special_floats(
+            _json_load(files[source].read_text(), f"catalog file for {source}")
+        )
+        src = _materialise(source, config)
+    else:
+        path = Path(source).expanduser()
+        if path.is_dir():
+            path = path / "config.json"
+        if path.is_file():
+            config = _decode_special_floats(_json_load(path.read_text(), str(path)))
+            _check_transformers_format(config, str(path))
+            src = _materialise(source, config)
+        elif _looks_like_path(source):
+            raise KVExploreError(
+                f"config path {source!r} does not exist; expected a config.json "
+                "file or a directory holding one"
+            )
+        else:
+            src = _from_hub(source, files)
+    with _SOURCES_LOCK:
+        _SOURCES[source] = src
+    return src
+
+
+def _looks_like_path(source: str) -> bool:
+    return (
+        source.startswith((".", "/", "~"))
+        or source.endswith(".json")
+        or source.count("/") != 1
+    )
+
+
+def _from_hub(repo_id: str, files: Mapping[str, Path]) -> ModelSource:
+    close = difflib.get_close_matches(repo_id, list(files), n=3, cutoff=0.4)
+    hint = f" Close catalog matches: {close}." if close else ""
+    try:
+        from huggingface_hub import hf_hub_download
+
+        local = hf_hub_download(repo_id, "config.json")
+    except Exception as exc:
+        raise KVExploreError(
+            f"unknown model {repo_id!r}: it is not in the bundled catalog and "
+            f"could not be fetched from the Hugging Face hub "
+            f"({type(exc).__name__}).{hint} See kvexplore.catalog() for the "
+            "bundled models, or pass a path to a config.json."
+        ) from None
+    config = _decode_special_floats(_json_load(Path(local).read_text(), local))
+    _check_transformers_format(config, f"hub config of {repo_id}")
+    return _materialise(repo_id, config)
+
+
+# ---------------------------------------------------------------------------
+# Layer kinds
+# ---------------------------------------------------------------------------
+
+#: Kinds of KV-cache-bearing layers the planner knows.
+FULL = "full_attention"
+SLIDING = "sliding_window"
+MLA = "mla_attention"
+CROSS = "cross_attention"
+MAMBA = "mamba"
+
+
+@dataclass(frozen=True)
+class LayerInfo:
+    """One KV-cache-bearing layer: vLLM's layer name and what kind it is."""
+
+    index: int
+    name: str
+    kind: str
+    sliding_window: int | None = None
+
+
+# Where vLLM's model implementations register their cache layers
+# (the prefix under which ``static_forward_context`` holds them).
+_ATTN_SUFFIX = {
+    "WhisperForConditionalGeneration": "self_attn.attn",
+}
+_MAMBA_SUFFIX = {
+    "Qwen3NextForCausalLM": "linear_attn",
+    "Qwen3_5ForConditionalGeneration": "linear_attn",
+    "Qwen3_5ForCausalLM": "linear_attn",
+    "Lfm2ForCausalLM": "conv",
+    "JambaForCausalLM": "mamba",
+    "FalconH1ForCausalLM": "mamba",
+    "GraniteMoeHybridForCausalLM": "mamba",
+}
+_PREFIX = {
+    "Qwen3_5ForConditionalGeneration": "language_model.model.layers",
+    "WhisperForConditionalGeneration": "model.decoder.layers",
+    "FalconMambaForCausalLM": "backbone.layers",
+    "MambaForCausalLM": "backbone.layers",
+    "Mamba2ForCausalLM": "backbone.layers",
+}
+
+_ATTN_LAYER_TYPES = {"full_attention", "attention", "global_attention"}
+_SLIDING_LAYER_TYPES = {"sliding_attention", "sliding_window", "local_attention"}
+_MAMBA_LAYER_TYPES = {"linear_attention", "mamba", "conv", "mamba2", "short_conv"}
+
+
+def layer_infos(model_config) -> tuple[LayerInfo, ...]:
+    """The KV-cache-bearing layers of a model, in vLLM's layer order.
+
+    Layer kinds come from the HF config fields vLLM's model implementations
+    read (``layer_types``, ``layers_block_type``, ``hybrid_override_pattern``,
+    ``full_attention_interval``, ...); MLA from ``ModelConfig.use_mla``.
+    """
+    hf = model_config.hf_text_config
+    arch = model_config.architecture
+    n = model_config.get_total_num_hidden_layers()
+    prefix = _PREFIX.get(arch, "model.layers")
+    attn_sfx = _ATTN_SUFFIX.get(arch, "self_attn.attn")
+    mamba_sfx = _MAMBA_SUFFIX.get(arch, "mixer")
+    model_type = getattr(hf, "model_type", "")
+    sliding = model_config.get_sliding_window()
+    attn_kind = MLA if model_config.use_mla else FULL
+    out: list[LayerInfo] = []
+
+    def attn(i: int, window: int | None = None) -> None:
+        kind = SLIDING if window is not None else attn_kind
+        out.append(LayerInfo(i, f"{prefix}.{i}.{attn_sfx}", kind, window))
+
+    def mamba(i: int) -> None:
+        out.append(LayerInfo(i, f"{prefix}.{i}.{mamba_sfx}", MAMBA))
+
+    if model_config.is_attention_free:
+        for i in range(n):
+            mamba(i)
+        return tuple(out)
+    if model_type == "whisper" or arch == "WhisperForConditionalGeneration":
+        for i in range(getattr(hf, "decoder_layers", n)):
+            attn(i)
+            out.append(LayerInfo(i, f"{prefix}.{i}.encoder_attn.attn", CROSS))
+        return tuple(out)
+    if model_type == "falcon_h1":
+        for i in range(n):
+            attn(i)
+            mamba(i)
+        return tuple(out)
+    block_types = getattr(hf, "layers_block_type", None)
+    pattern = getattr(hf, "hybrid_override_pattern", None)
+    layer_types = getattr(hf, "layer_types", None)
+    interval = getattr(hf, "full_attention_interval", None)
+    types = block_types if block_types is not None else layer_types
+    if types is not None and not isinstance(types, str):
+        for i, t in enumerate(list(types)[:n]):
+            if t in _SLIDING_LAYER_TYPES:
+                attn(i, sliding)
+            elif t in _ATTN_LAYER_TYPES:
+                attn(i)
+            elif t in _MAMBA_LAYER_TYPES:
+                mamba(i)
+    elif pattern is not None and model_config.is_hybrid:
+        for i, ch in enumerate(pattern[:n]):
+            if ch == "*":
+                attn(i)
+            elif ch == "M":
+                mamba(i)
+    elif interval is not None and model_config.is_hybrid:
+        for i in range(n):
+            (attn if (i + 1) % interval == 0 else mamba)(i)
+    else:
+        for i in range(n):
+            attn(i, sliding)
+    if not out:
+        raise KVExploreError(
+            f"could not find any KV-cache layer in {arch} (model_type "
+            f"{model_type!r}); kvexplore reads layer_types, layers_block_type, "
+            "hybrid_override_pattern or full_attention_interval"
+        )
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------
+# Catalog table
+# ---------------------------------------------------------------------------
+
+
+def _state_kinds(src: ModelSource, infos) -> str:
+    if not any(i.kind == MAMBA for i in infos):
+        return ""
+    from kvexplore.planner import mamba_type_of
+
+    return mamba_type_of(src.model_config()).name
+
+
+def catalog() -> pd.DataFrame:
+    """The bundled models, one row each.
+
+    Columns: ``model`` (Hugging Face id), ``architecture``, ``layers`` (layer
+    kinds and counts, e.g. ``"full_attention x6, mamba x18"``), ``kv_heads``,
+    ``head_size``, ``state`` (vLLM's Mamba backend for the state layers, empty
+    for attention-only models).
+    """
+    rows = []
+    for name in catalog_names():
+        src = load_model_config(name)
+        mc = src.model_config()
+        infos = layer_infos(mc)
+        counts: dict[str, int] = {}
+        for info in infos:
+            counts[info.kind] = counts.get(info.kind, 0) + 1
+        rows.append(
+            {
+                "model": name,
+                "architecture": src.architecture,
+                "layers": ", ".join(f"{k} x{v}" for k, v in counts.items()),
+                "kv_heads": mc.get_total_num_kv_heads(),
+                "head_size": mc.get_head_size(),
+                "state": _state_kinds(src, infos),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "LayerInfo",
+    "ModelSource",
+    "catalog",
+    "catalog_names",
+    "layer_infos",
+    "load_model_config",
+]

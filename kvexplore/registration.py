@@ -1,0 +1,128 @@
+"""Registered KV caches: what a KV connector's ``register_kv_caches`` receives.
+
+Two eras (GUIDE section 2):
+
+``unified`` (vLLM >= 0.26, the pinned 0.33): vLLM's own
+``vllm/v1/worker/utils.py: allocate_kv_cache`` allocates one int8 backing
+buffer and ``vllm/v1/kv_cache_interface.py: create_kv_cache_views`` cuts one
+4-D ``[B, H, N, C]`` view per layer out of it (``C`` in the spec's dtype).
+Qwen3.5-0.8B, 64 blocks, ``LBNHC``, kernel block 32 (FLASHINFER): a GDN layer
+is ``[64, 1, 1, 1085440]`` int8, strides ``(1114112, 1085440, 1085440, 1)``;
+an attention layer ``[1088, 2, 32, 512]`` bf16, strides ``(32768, 512, 1024, 1)``.
+
+``legacy`` (vLLM < 0.26, what seed 000's two rules were written for): each
+``KVCacheTensor`` is shared by one layer of every group; an attention layer is
+``[num_kernel_pages, 2, kernel_block, heads, head_size]`` (K/V dim second,
+kernel pages contiguous inside a logical block); a Mamba layer is
+``[conv_state, ssm_state]``, views into one padded page per block laid out
+``conv | ssm | pad``, ``stride(0)`` = one page.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from kvexplore.errors import KVExploreError
+
+REGISTRATIONS = ("unified", "legacy")
+
+
+def _device(device) -> torch.device:
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise KVExploreError(f"device={device!r} is not a torch device: {exc}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise KVExploreError(f"device={device!r} asked for CUDA but no CUDA device is available")
+    return dev
+
+
+def allocate(plan, *, device="cpu", registration: str = "unified"):
+    """``{layer_name: tensor or [conv_state, ssm_state]}`` for ``plan``."""
+    if registration not in REGISTRATIONS:
+        raise KVExploreError(
+            f"registration={registration!r} is invalid; expected one of {list(REGISTRATIONS)}"
+        )
+    dev = _device(device)
+    if registration == "unified":
+        from vllm.v1.worker.utils import allocate_kv_cache
+
+        return allocate_kv_cache(
+            plan.kv_cache_config, dev, plan.kv_cache_layout, list(plan.kernel_block_sizes)
+        )
+    return _allocate_legacy(plan, dev)
+
+
+def _allocate_legacy(plan, dev: torch.device):
+    from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec
+
+    cfg = plan.kv_cache_config
+    num_blocks = cfg.num_blocks
+    groups = cfg.kv_cache_groups
+    if not groups:
+        return {}
+    # One backing buffer per layer position j, shared by layer j of every group
+    # (the pre-0.26 KVCacheTensor: size = page bytes x num_blocks).
+    width = max(len(g.layer_names) for g in groups)
+    page = max(g.kv_cache_spec.page_size_bytes for g in groups)
+    out: dict = {}
+    buffers = [torch.zeros(page * num_blocks, dtype=torch.int8, device=dev) for _ in range(width)]
+    for gid, group in enumerate(groups):
+        spec = group.kv_cache_spec
+        kernel = plan.kernel_block_sizes[gid]
+        for j, name in enumerate(group.layer_names):
+            raw = buffers[j]
+            if isinstance(spec, MambaSpec):
+                out[name] = _legacy_mamba_views(raw, spec, num_blocks, page)
+            elif isinstance(spec, AttentionSpec):
+                out[name] = _legacy_attention_view(raw, spec, num_blocks, kernel)
+            else:  # pragma: no cover - no other spec kinds are planned
+                raise KVExploreError(f"legacy registration has no layout for {type(spec).__name__}")
+    return out
+
+
+def _legacy_attention_view(raw: torch.Tensor, spec, num_blocks: int, kernel_block: int):
+    """``[num_blocks * ratio, 2, kernel_block, heads, head_size]`` contiguous."""
+    ratio = spec.block_size // kernel_block
+    heads, head = spec.num_kv_heads, spec.head_size
+    elem = spec.dtype.itemsize
+    real = 2 * spec.block_size * heads * head * elem
+    if spec.page_size_bytes != real:
+        # Padded or packed pages had no legacy kernel-paged form; keep one
+        # page per block in the conventional shape with the real bytes first.
+        view = raw[: num_blocks * spec.page_size_bytes].view(spec.dtype)
+        return view.as_strided(
+            (num_blocks, 2, spec.block_size, heads, head),
+            (spec.page_size_bytes // elem, spec.block_size * heads * head, heads * head, head, 1),
+        )
+    n = num_blocks * ratio * 2 * kernel_block * heads * head
+    return raw[: n * elem].view(spec.dtype).view(num_blocks * ratio, 2, kernel_block, heads, head)
+
+
+def _legacy_mamba_views(raw: torch.Tensor, spec, num_blocks: int, page: int):
+    """``[conv_state, ssm_state]``: views into ``conv | ssm | pad`` pages."""
+    views = []
+    offset = 0
+    for shape, dtype in zip(spec.shapes, spec.dtypes, strict=True):
+        elem = dtype.itemsize
+        if offset % elem or page % elem:
+            raise KVExploreError(
+                f"state of dtype {dtype} at byte offset {offset} in a {page}-byte page "
+                "is not element-aligned"
+            )
+        typed = raw.view(dtype)
+        inner = [1] * len(shape)
+        for d in range(len(shape) - 2, -1, -1):
+            inner[d] = inner[d + 1] * shape[d + 1]
+        views.append(
+            torch.as_strided(
+                typed,
+                (num_blocks, *shape),
+                (page // elem, *inner),
+                storage_offset=offset // elem,
+            )
+        )
+        offset += math.prod(shape) * elem
+    return views

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import logging
 import tempfile
 import threading
 from collections.abc import Mapping
@@ -31,7 +32,7 @@ from kvexplore.errors import KVExploreError
 
 DEFAULT_MODEL = "Qwen/Qwen3.5-0.8B"
 
-_CATALOG_PACKAGE = "kvexplore.catalog"
+_CATALOG_PACKAGE = "kvexplore.model_configs"
 
 
 def _catalog_files() -> dict[str, Path]:
@@ -79,8 +80,10 @@ def _decode_special_floats(value: Any) -> Any:
 
 def _check_transformers_format(data: Mapping[str, Any], where: str) -> None:
     """Refuse configs vLLM cannot read, naming the missing keys."""
-    missing = [k for k in ("architectures", "model_type") if k not in data]
-    if len(missing) == 2:
+    missing = [k for k in ("architectures", "model_type") if not data.get(k)]
+    if missing:
+        archs = data.get("architectures") or []
+        arch = f" (architecture {archs[0]})" if archs else ""
         hint = ""
         if "ssm_cfg" in data or "d_model" in data:
             hint = (
@@ -89,7 +92,7 @@ def _check_transformers_format(data: Mapping[str, Any], where: str) -> None:
                 "repository) instead."
             )
         raise KVExploreError(
-            f"{where} is missing {missing}: vLLM 0.33 needs a transformers-format "
+            f"{where}{arch} is missing {missing}: vLLM 0.33 needs a transformers-format "
             f"config.json with 'architectures' and 'model_type'.{hint}"
         )
 
@@ -144,6 +147,11 @@ def _build_model_config(src: ModelSource, dtype: str, max_model_len: int | None)
     from vllm.config import ModelConfig
 
     path = str(src.config_dir)
+    vllm_logger = logging.getLogger("vllm")
+    level = vllm_logger.level
+    # vLLM logs (and retries) config errors before raising; kvexplore raises
+    # them itself, with the field named, so the log lines are noise here.
+    vllm_logger.setLevel(logging.CRITICAL)
     try:
         mc = ModelConfig(
             model=path,
@@ -154,11 +162,15 @@ def _build_model_config(src: ModelSource, dtype: str, max_model_len: int | None)
         )
     except Exception as exc:  # vLLM/transformers raise many types; rephrase them
         raise KVExploreError(_explain_model_config_error(src, exc, dtype)) from exc
+    finally:
+        vllm_logger.setLevel(level)
     return mc
 
 
 def _explain_model_config_error(src: ModelSource, exc: Exception, dtype: str) -> str:
-    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    msg = " ".join(line.strip() for line in str(exc).strip().splitlines()) or type(exc).__name__
+    if len(msg) > 600:
+        msg = msg[:600] + " ..."
     arch = src.architecture
     if isinstance(exc, AttributeError):
         # transformers/vLLM reading a field the config lacks

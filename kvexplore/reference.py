@@ -1,0 +1,80 @@
+"""vLLM's own path to a block size, for conformance tests and benchmarks.
+
+This is deliberately *not* the planner: it builds a fresh
+``vllm.config.ModelConfig`` from a config directory every call, puts it with a
+fresh ``CacheConfig`` / ``ParallelConfig`` into a stand-in ``VllmConfig`` (GUIDE
+section 5), runs ``VllmConfig.try_verify_and_update_config`` and then
+``Platform.update_block_size_for_backend`` with ``_find_non_ssm_backends``
+patched (``unittest.mock``) to return the backend.  What it returns is what
+vLLM 0.33 computes; the planner must agree with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+from unittest import mock
+
+
+@dataclass(frozen=True)
+class ReferenceAlignment:
+    block_size: int
+    mamba_page_size_padded: int | None
+    mamba_block_size: int | None
+    mamba_cache_mode: str
+    mamba_ssm_cache_dtype: str
+
+
+def vllm_alignment(
+    config_dir: str,
+    *,
+    tensor_parallel_size: int = 1,
+    kv_cache_dtype: str = "auto",
+    enable_prefix_caching: bool = True,
+    mamba_cache_mode: str | None = None,
+    block_size: int | None = None,
+    backend_name: str = "FLASH_ATTN",
+) -> ReferenceAlignment:
+    """Block size and Mamba padding as vLLM 0.33 computes them (slow path)."""
+    from vllm.config import CacheConfig, ModelConfig, ParallelConfig, VllmConfig
+    from vllm.platforms.interface import Platform
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    mc = ModelConfig(model=config_dir, tokenizer=config_dir, skip_tokenizer_init=True)
+    pc = ParallelConfig(tensor_parallel_size=tensor_parallel_size)
+    mc.verify_with_parallel_config(pc)
+    kwargs = dict(cache_dtype=kv_cache_dtype, enable_prefix_caching=enable_prefix_caching)
+    if mamba_cache_mode is not None:
+        kwargs["mamba_cache_mode"] = mamba_cache_mode
+    if block_size is not None:
+        kwargs["block_size"] = block_size
+    cc = CacheConfig(**kwargs)
+    ns = SimpleNamespace
+    stand_in = ns(
+        model_config=mc,
+        cache_config=cc,
+        parallel_config=pc,
+        speculative_config=None,
+        num_speculative_tokens=0,
+        scheduler_config=ns(enable_chunked_prefill=True, disable_hybrid_kv_cache_manager=False),
+        load_config=ns(load_format="auto"),
+        compilation_config=ns(
+            static_forward_context={},
+            cudagraph_capture_sizes=None,
+            max_cudagraph_capture_size=None,
+        ),
+        structured_outputs_config=ns(reasoning_parser=""),
+    )
+    VllmConfig.try_verify_and_update_config(stand_in)
+    backend = AttentionBackendEnum[backend_name].get_class()
+    with mock.patch.object(
+        Platform, "_find_non_ssm_backends", classmethod(lambda cls, v: [backend])
+    ):
+        Platform.update_block_size_for_backend(stand_in)
+    return ReferenceAlignment(
+        block_size=cc.block_size,
+        mamba_page_size_padded=cc.mamba_page_size_padded,
+        mamba_block_size=cc.mamba_block_size,
+        mamba_cache_mode=cc.mamba_cache_mode,
+        mamba_ssm_cache_dtype=cc.mamba_ssm_cache_dtype,
+    )

@@ -1,0 +1,162 @@
+"""The planner against the worked example (GUIDE section 4) and vLLM's objects."""
+
+import dataclasses
+
+import pytest
+import torch
+
+import kvexplore
+from kvexplore import KVExploreError, plan
+
+QWEN = "Qwen/Qwen3.5-0.8B"
+
+
+def test_worked_example_tp1():
+    p = plan(QWEN, num_blocks=64)
+    assert p.block_size == 544
+    assert p.attention_page_bytes_per_token == 2048
+    assert p.mamba_page_size == 1_085_440
+    assert p.mamba_page_size_padded == 1_114_112
+    assert round(100 * (p.mamba_page_size_padded - p.mamba_page_size) / p.mamba_page_size, 2) == 2.64
+    kinds = p.group_table.kind.value_counts().to_dict()
+    assert kinds == {"mamba": 3, "full_attention": 1}
+    assert (p.group_table.layers == 6).all()
+    assert p.derivation["block_size"] == "544 = 16 x cdiv(1085440, 16 x 2048)"
+    # the Qwen3.5 hook lifts HF mamba_ssm_dtype into the cache config
+    assert p.cache_config.mamba_ssm_cache_dtype == "float32"
+
+
+def test_worked_example_tensors():
+    p = plan(QWEN, num_blocks=64)
+    tensors = p.kv_cache_config.kv_cache_tensors
+    assert len(tensors) == 4
+    assert {t.size for t in tensors} == {427_819_008}
+    assert {t.offset for t in tensors} == {0}
+    assert {t.layer_stride for t in tensors} == {71_303_168}
+    assert {t.block_stride for t in tensors} == {1_114_112}
+
+
+def test_kernel_block_depends_on_backend():
+    # FLASHINFER advertises [16, 32, 64]: 32 is the largest dividing 544
+    fi = plan(QWEN, attention_backend="FLASHINFER")
+    attn = [g for g, k in zip(fi.kernel_block_sizes, fi.group_table.kind) if k == "full_attention"]
+    assert attn == [32] and 544 // 32 == 17
+    # FLASH_ATTN advertises MultipleOf(16): the 544-token block runs unsplit
+    fa = plan(QWEN)
+    assert set(fa.kernel_block_sizes) == {544}
+
+
+def test_tp4_gives_272():
+    p = plan(QWEN, tensor_parallel_size=4)
+    assert p.block_size == 272
+    spec = next(s for s in p.layer_specs.values() if hasattr(s, "num_kv_heads"))
+    assert spec.num_kv_heads == 1
+
+
+def test_without_hook_the_answer_would_be_288():
+    # The trap in GUIDE section 4: a bf16 SSM state gives 288.
+    p = plan(QWEN, mamba_ssm_cache_dtype="bfloat16")
+    assert p.block_size == 288
+
+
+def test_unified_registration_shapes():
+    p = plan(QWEN, num_blocks=64, attention_backend="FLASHINFER")
+    kv = p.allocate()
+    gdn = kv["language_model.model.layers.0.linear_attn"]
+    assert tuple(gdn.shape) == (64, 1, 1, 1_085_440) and gdn.dtype == torch.int8
+    assert gdn.stride() == (1_114_112, 1_085_440, 1_085_440, 1)
+    attn = kv["language_model.model.layers.3.self_attn.attn"]
+    assert tuple(attn.shape) == (1088, 2, 32, 512) and attn.dtype == torch.bfloat16
+    assert attn.stride() == (32768, 512, 1024, 1)
+    # all layers view one backing allocation
+    ptrs = {t.untyped_storage().data_ptr() for t in kv.values()}
+    assert len(ptrs) == 1
+
+
+def test_legacy_registration_shapes():
+    p = plan(QWEN, num_blocks=8, attention_backend="FLASHINFER")
+    kv = p.allocate(registration="legacy")
+    conv, ssm = kv["language_model.model.layers.0.linear_attn"]
+    assert conv.storage_offset() == 0
+    assert conv.stride(0) * conv.element_size() == 1_114_112
+    assert ssm.stride(0) * ssm.element_size() == 1_114_112
+    conv_bytes = conv[0].numel() * conv.element_size()
+    assert conv_bytes == 36_864
+    assert ssm.storage_offset() * ssm.element_size() == conv_bytes
+    assert ssm.dtype == torch.float32
+    attn = kv["language_model.model.layers.3.self_attn.attn"]
+    assert tuple(attn.shape) == (8 * 17, 2, 32, 2, 256) and attn.is_contiguous()
+
+
+def test_plan_is_frozen_and_replace_makes_a_new_plan():
+    p = plan(QWEN)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.kernel_block_sizes = (1,)
+    q = p.replace(tensor_parallel_size=2)
+    assert q.parallel_config.tensor_parallel_size == 2
+    assert p.parallel_config.tensor_parallel_size == 1
+    assert plan(QWEN) is p  # cached by inputs
+
+
+def test_memory_budget_gives_num_blocks():
+    p = plan(QWEN, kv_cache_memory_bytes=8 << 30, max_model_len=4096)
+    assert p.num_blocks == (8 << 30) // p.bytes_per_block
+    assert p.tokens_per_gib == ((1 << 30) // p.bytes_per_block) * 544
+
+
+def test_specs_are_vllm_objects():
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, MambaSpec
+
+    p = plan(QWEN)
+    assert isinstance(p.kv_cache_config, KVCacheConfig)
+    kinds = {type(s) for s in p.layer_specs.values()}
+    assert kinds == {FullAttentionSpec, MambaSpec}
+
+
+def test_fp8_halves_attention_page():
+    auto = plan(QWEN)
+    fp8 = plan(QWEN, kv_cache_dtype="fp8")
+    assert fp8.attention_page_bytes_per_token * 2 == auto.attention_page_bytes_per_token
+
+
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        (dict(tensor_parallel_size=3), "divisible by tensor parallel size (3)"),
+        (dict(tensor_parallel_size=0), "tensor_parallel_size=0"),
+        (dict(block_size=-16), "block_size=-16"),
+        (dict(num_blocks=0), "num_blocks=0"),
+        (dict(kv_cache_memory_bytes=-1), "kv_cache_memory_bytes=-1"),
+        (dict(dtype="float64x"), "dtype='float64x'"),
+        (dict(kv_cache_dtype="int3"), "kv_cache_dtype='int3'"),
+        (dict(attention_backend="NOPE"), "attention_backend 'NOPE'"),
+        (dict(mamba_cache_mode="sometimes"), "mamba_cache_mode='sometimes'"),
+        (dict(kv_cache_layout="XYZ"), "kv_cache_layout='XYZ'"),
+        (dict(num_blocks=4, kv_cache_memory_bytes=1 << 30), "not both"),
+    ],
+)
+def test_bad_input_is_a_clear_value_error(kwargs, needle):
+    with pytest.raises(ValueError) as info:
+        plan(QWEN, **kwargs)
+    assert needle in str(info.value)
+    assert isinstance(info.value, KVExploreError)
+
+
+def test_block_size_the_backend_rejects():
+    with pytest.raises(KVExploreError, match="No common block size for 24"):
+        plan("meta-llama/Llama-3.1-8B-Instruct", block_size=24)
+
+
+def test_memory_budget_too_small_names_the_numbers():
+    with pytest.raises(KVExploreError, match="max seq len|memory"):
+        plan(QWEN, kv_cache_memory_bytes=1 << 20)
+
+
+def test_catalog_plans_every_model():
+    names = kvexplore.catalog_names()
+    assert len(names) >= 12
+    for name in names:
+        p = plan(name)
+        assert p.block_size > 0 and p.kv_cache_config.kv_cache_groups
+        for gid, kb in enumerate(p.kernel_block_sizes):
+            assert p.groups[gid].kv_cache_spec.block_size % kb == 0

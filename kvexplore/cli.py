@@ -1,0 +1,202 @@
+"""``kvexplore`` command line: the Python API, one subcommand per function.
+
+    kvexplore catalog
+    kvexplore plan MODEL [--tp N --dcp N --block-size N --kv-cache-dtype D --backend B --json]
+    kvexplore offload MODEL [--tp N --dcp N --extra JSON --json]
+    kvexplore sweep MODEL --tp 1,2,4,8 [--dcp 1,2 --block-size none,64 --csv out.csv]
+
+Flags mirror vLLM's engine arguments (``--tensor-parallel-size`` / ``--tp``,
+``--decode-context-parallel-size`` / ``--dcp``, ``--block-size``,
+``--kv-cache-dtype``, ``--attention-backend`` / ``--backend``, ...).  Errors
+print one line to stderr and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+import pandas as pd
+
+
+def _quiet() -> None:
+    logging.getLogger("vllm").setLevel(logging.ERROR)
+
+
+def _add_plan_args(p: argparse.ArgumentParser, *, lists: bool = False) -> None:
+    kind = str if lists else int
+    p.add_argument("model", help="catalog id (see `kvexplore catalog`), config.json or its directory")
+    p.add_argument("--tp", "--tensor-parallel-size", dest="tensor_parallel_size", type=kind, default=None)
+    p.add_argument("--dcp", "--decode-context-parallel-size", dest="decode_context_parallel_size", type=kind, default=None)
+    p.add_argument("--block-size", dest="block_size", type=str, default=None)
+    p.add_argument("--dtype", default=None)
+    p.add_argument("--kv-cache-dtype", dest="kv_cache_dtype", default=None)
+    p.add_argument("--backend", "--attention-backend", dest="attention_backend", default=None)
+    p.add_argument("--mamba-cache-mode", dest="mamba_cache_mode", default=None)
+    p.add_argument("--mamba-ssm-cache-dtype", dest="mamba_ssm_cache_dtype", default=None)
+    p.add_argument("--max-model-len", dest="max_model_len", type=int, default=None)
+    p.add_argument("--num-blocks", dest="num_blocks", type=int, default=None)
+    p.add_argument("--kv-cache-memory-bytes", dest="kv_cache_memory_bytes", type=int, default=None)
+    p.add_argument("--no-enable-prefix-caching", dest="enable_prefix_caching", action="store_false", default=None)
+
+
+_PLAN_KEYS = (
+    "tensor_parallel_size", "decode_context_parallel_size", "block_size", "dtype",
+    "kv_cache_dtype", "attention_backend", "mamba_cache_mode", "mamba_ssm_cache_dtype",
+    "max_model_len", "num_blocks", "kv_cache_memory_bytes", "enable_prefix_caching",
+)
+
+
+def _block_size(value: str | None):
+    if value is None or value.lower() == "none":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        from kvexplore.errors import KVExploreError
+
+        raise KVExploreError(f"--block-size {value!r} is invalid; expected an integer or 'none'") from None
+
+
+def _plan_kwargs(ns: argparse.Namespace) -> dict:
+    out = {k: getattr(ns, k) for k in _PLAN_KEYS if getattr(ns, k, None) is not None}
+    if "block_size" in out:
+        out["block_size"] = _block_size(out["block_size"])
+    return out
+
+
+def _print_table(df: pd.DataFrame) -> None:
+    with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.width", 200):
+        print(df.to_string(index=False))
+
+
+def cmd_catalog(ns) -> int:
+    from kvexplore.models import catalog
+
+    df = catalog()
+    if ns.json:
+        print(df.to_json(orient="records", indent=2))
+    else:
+        _print_table(df)
+    return 0
+
+
+def cmd_plan(ns) -> int:
+    from kvexplore.planner import plan
+
+    p = plan(ns.model, **_plan_kwargs(ns))
+    if ns.json:
+        print(json.dumps(p.to_dict(), indent=2, default=str))
+        return 0
+    _print_table(p.summary)
+    print()
+    _print_table(p.group_table)
+    print()
+    print(p.explain())
+    return 0
+
+
+def cmd_offload(ns) -> int:
+    from kvexplore.errors import KVExploreError
+    from kvexplore.offload import offload_config
+    from kvexplore.planner import plan
+
+    extra = None
+    if ns.extra is not None:
+        try:
+            extra = json.loads(ns.extra)
+        except json.JSONDecodeError as exc:
+            raise KVExploreError(f"--extra {ns.extra!r} is not JSON: {exc.msg}") from None
+        if not isinstance(extra, dict):
+            raise KVExploreError(f"--extra {ns.extra!r} must be a JSON object")
+    result = offload_config(plan(ns.model, **_plan_kwargs(ns)), extra_config=extra)
+    if ns.json:
+        print(json.dumps(result.to_dict(), indent=2, default=str))
+    else:
+        _print_table(result.table())
+        print()
+        print(result.explain())
+    return 0
+
+
+def _split(value: str | None, conv):
+    if value is None:
+        return None
+    out = []
+    for part in value.split(","):
+        part = part.strip()
+        try:
+            out.append(conv(part))
+        except ValueError:
+            from kvexplore.errors import KVExploreError
+
+            raise KVExploreError(f"list item {part!r} in {value!r} is invalid") from None
+    return out
+
+
+def cmd_sweep(ns) -> int:
+    from kvexplore.sweep import sweep
+
+    axes = {}
+    for key in _PLAN_KEYS:
+        raw = getattr(ns, key, None)
+        if raw is None:
+            continue
+        if key in ("tensor_parallel_size", "decode_context_parallel_size", "max_model_len", "num_blocks",
+                   "kv_cache_memory_bytes"):
+            axes[key] = _split(str(raw), int)
+        elif key == "block_size":
+            axes[key] = _split(raw, _block_size)
+        elif key == "enable_prefix_caching":
+            axes[key] = [raw]
+        else:
+            axes[key] = _split(raw, str)
+    df = sweep(ns.model, **axes)
+    if ns.csv:
+        df.to_csv(ns.csv, index=False)
+        print(f"wrote {len(df)} rows to {ns.csv}")
+    elif ns.json:
+        print(df.to_json(orient="records", indent=2, default_handler=str))
+    else:
+        _print_table(df)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kvexplore", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("catalog", help="list the bundled model configs")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_catalog)
+    p = sub.add_parser("plan", help="the KV cache vLLM 0.33 builds for MODEL")
+    _add_plan_args(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_plan)
+    o = sub.add_parser("offload", help="the OffloadingConfig vLLM hands an offloading backend")
+    _add_plan_args(o)
+    o.add_argument("--extra", help='kv_connector_extra_config as JSON, e.g. \'{"block_size": 1088}\'')
+    o.add_argument("--json", action="store_true")
+    o.set_defaults(func=cmd_offload)
+    s = sub.add_parser("sweep", help="plans and offloading configs over comma-separated axes")
+    _add_plan_args(s, lists=True)
+    s.add_argument("--csv", help="write the table to this CSV file")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_sweep)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    _quiet()
+    try:
+        return ns.func(ns)
+    except ValueError as exc:
+        print(f"kvexplore: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

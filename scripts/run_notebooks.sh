@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Re-execute every notebook in place, in this (the pinned) environment, so the
+# stored outputs nbval compares against are regenerated in one command.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+for nb in notebooks/*.ipynb; do
+  echo "executing $nb"
+  python3 -m jupyter nbconvert --to notebook --execute --inplace \
+    --ExecutePreprocessor.timeout=600 "$nb"
+done

@@ -31,3 +31,37 @@ __all__ = [
     "load_model_config",
     "plan",
 ]
+
+# --- issue 3: validation, edit rules, round-trip proof (kvexplore.validation,
+# --- kvexplore.edits, kvexplore.roundtrip) ---------------------------------
+from kvexplore.edits import (  # noqa: E402
+    DEFAULT_EDITS,
+    EditResult,
+    KVCacheGroupEdit,
+    MambaPageViewEdit,
+    MambaUnifiedViewEdit,
+    SubpagedAttentionViewEdit,
+    SubpagedMLAAttentionViewEdit,
+    apply_kv_cache_group_edits,
+)
+from kvexplore.roundtrip import RoundTripReport, verify_roundtrip  # noqa: E402
+from kvexplore.validation import (  # noqa: E402
+    check_kv_cache_groups,
+    validate_kv_cache_groups,
+)
+
+__all__ += [
+    "DEFAULT_EDITS",
+    "EditResult",
+    "KVCacheGroupEdit",
+    "MambaPageViewEdit",
+    "MambaUnifiedViewEdit",
+    "RoundTripReport",
+    "SubpagedAttentionViewEdit",
+    "SubpagedMLAAttentionViewEdit",
+    "apply_kv_cache_group_edits",
+    "check_kv_cache_groups",
+    "validate_kv_cache_groups",
+    "verify_roundtrip",
+]
+# --- end issue 3 ------------------------------------------------------------

@@ -571,6 +571,8 @@ def _build_plan_checked(src: ModelSource, request: tuple, r: dict) -> Plan:
 
     # 4. groups and tensors
     kv_cache_config = _kv_cache_config(vc, specs, r)
+    # vllm/v1/engine/core.py: the engine core hands its resolved layout to workers
+    kv_cache_config.kv_cache_layout = cache_config.kv_cache_layout
 
     # 5. kernel blocks
     kernel_block_sizes = _kernel_block_sizes(kv_cache_config, backend)

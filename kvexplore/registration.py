@@ -88,6 +88,11 @@ def _legacy_attention_view(raw: torch.Tensor, spec, num_blocks: int, kernel_bloc
     ratio = spec.block_size // kernel_block
     heads, head = spec.num_kv_heads, spec.head_size
     elem = spec.dtype.itemsize
+    if getattr(spec, "head_size_v", head) == 0:
+        # MLA keeps one latent per token, no separate V: pre-0.26 vLLM
+        # registered it as [num_kernel_pages, kernel_block, head_size].
+        n = num_blocks * ratio * kernel_block * head
+        return raw[: n * elem].view(spec.dtype).view(num_blocks * ratio, kernel_block, head)
     real = 2 * spec.block_size * heads * head * elem
     if spec.page_size_bytes != real:
         # Padded or packed pages had no legacy kernel-paged form; keep one

@@ -1,0 +1,188 @@
+"""Which KV-cache groups a KV connector can serve, as an error or as data.
+
+LMCache decides this once, at registration time, in
+``validate_kv_cache_groups`` (``lmcache/integration/vllm/kv_cache_group_edits.py``)
+before it re-views any tensor.  kvexplore mirrors the earlier version of that
+function (seed 000) exactly:
+
+* a ``CrossAttentionSpec`` group (encoder-decoder, e.g. Whisper) is rejected:
+  its blocks hold encoder output, not a prefix of the prompt;
+* a ``MambaSpec`` group whose ``mamba_cache_mode`` is not ``"align"`` is
+  rejected: with ``"none"`` vLLM keeps one running state per request, so no
+  block is a reusable snapshot of a prefix (LMCache 0.5.6 also lets ``"all"``
+  through; seed 000 does not, and kvexplore follows the seed);
+* specs that declare slot compression (``tokens_per_state > 1`` in vLLM 0.33,
+  ``compress_ratio > 1`` before it, ``tq_slot_size > 0``) are *accepted*:
+  LMCache serves them on a separate compression path and the edits skip them.
+
+:func:`validate_kv_cache_groups` raises one ``ValueError`` listing every
+offending group; :func:`check_kv_cache_groups` returns the same findings as a
+table, one row per group, and never raises for a well-formed config.
+
+>>> import torch
+>>> from vllm.v1.kv_cache_interface import (
+...     FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, MambaSpec)
+>>> gdn = MambaSpec(block_size=544, shapes=((3, 6144), (16, 128, 128)),
+...                 dtypes=(torch.bfloat16, torch.float32),
+...                 page_size_padded=1114112, mamba_cache_mode="none")
+>>> attn = FullAttentionSpec(block_size=544, num_kv_heads=2, head_size=256,
+...                          dtype=torch.bfloat16)
+>>> cfg = KVCacheConfig(num_blocks=64, kv_cache_tensors=[], kv_cache_groups=[
+...     KVCacheGroupSpec(["gdn.0"], gdn), KVCacheGroupSpec(["attn.3"], attn)])
+>>> check_kv_cache_groups(cfg)[["group", "kind", "verdict"]].to_string(index=False)
+' group           kind  verdict\\n     0          mamba rejected\\n     1 full_attention accepted'
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pandas as pd
+from vllm.v1.kv_cache_interface import (
+    KVCacheConfig,
+    KVCacheSpec,
+    KVCacheSpecKind,
+    get_kv_cache_spec_kind,
+    iter_layer_specs,
+)
+
+from kvexplore.errors import KVExploreError
+
+__all__ = [
+    "ACCEPTED",
+    "REJECTED",
+    "check_kv_cache_groups",
+    "declares_slot_compression",
+    "validate_kv_cache_groups",
+]
+
+ACCEPTED = "accepted"
+REJECTED = "rejected"
+
+#: The only Mamba cache mode seed 000 accepts.
+_ALIGN = "align"
+
+_COLUMNS = ["group", "kind", "verdict", "reason"]
+
+
+def declares_slot_compression(spec: KVCacheSpec) -> bool:
+    """Whether ``spec`` packs several tokens into one stored slot.
+
+    DeepSeek-V4's sparse MLA stores one state per ``tokens_per_state`` tokens
+    (``compress_ratio`` on vLLM < 0.26); TurboQuant specs declare
+    ``tq_slot_size``.  Such a page is not ``block_size`` rows of K/V, so no
+    edit may re-view it (LMCache's ``_declares_slot_compression``).  A
+    fractional ``tokens_per_state`` below 1 (Whisper block pooling) stores
+    *more* states than tokens and is not compression.  ``MambaSpec`` uses
+    ``tokens_per_state = -1`` ("one state per block"), also not compression.
+    """
+    tokens_per_state = getattr(spec, "tokens_per_state", 1)
+    if isinstance(tokens_per_state, (int, Fraction)) and tokens_per_state > 1:
+        return True
+    return (
+        getattr(spec, "compress_ratio", 1) > 1 or getattr(spec, "tq_slot_size", 0) > 0
+    )
+
+
+def _require_config(kv_cache_config: object) -> KVCacheConfig:
+    groups = getattr(kv_cache_config, "kv_cache_groups", None)
+    if not isinstance(groups, (list, tuple)):
+        raise KVExploreError(
+            f"kv_cache_config is a {type(kv_cache_config).__name__}; expected a "
+            "vllm.v1.kv_cache_interface.KVCacheConfig (or None)"
+        )
+    return kv_cache_config  # type: ignore[return-value]
+
+
+def _judge_leaf(spec: KVCacheSpec) -> tuple[str, str]:
+    """(verdict, reason) for one leaf spec, by seed 000's rules."""
+    kind = get_kv_cache_spec_kind(spec)
+    if kind == KVCacheSpecKind.CROSS_ATTENTION:
+        return REJECTED, (
+            "CrossAttentionSpec: its blocks cache encoder output, not a prompt "
+            "prefix (expected no cross-attention groups)"
+        )
+    if kind == KVCacheSpecKind.MAMBA:
+        mode = getattr(spec, "mamba_cache_mode", "none")
+        if mode != _ALIGN:
+            return REJECTED, (
+                f"MambaSpec with mamba_cache_mode={mode!r}; expected 'align' "
+                "(only 'align' keeps a reusable state snapshot per block)"
+            )
+        return ACCEPTED, "MambaSpec with mamba_cache_mode='align'"
+    if declares_slot_compression(spec):
+        ratio = getattr(spec, "tokens_per_state", None)
+        if not (isinstance(ratio, (int, Fraction)) and ratio > 1):
+            ratio = getattr(spec, "compress_ratio", None)
+        return ACCEPTED, (
+            f"{type(spec).__name__} declares slot compression "
+            f"(tokens_per_state/compress_ratio {ratio}); served by the "
+            "compression path, skipped by the edits"
+        )
+    return ACCEPTED, f"{type(spec).__name__}"
+
+
+def check_kv_cache_groups(kv_cache_config: KVCacheConfig | None) -> pd.DataFrame:
+    """One row per KV-cache group: ``group, kind, verdict, reason``.
+
+    The table form of :func:`validate_kv_cache_groups` for notebooks and
+    widgets: same verdicts, never raises for a real ``KVCacheConfig``.
+    ``kind`` is vLLM's ``get_kv_cache_spec_kind`` value (``"mamba"``,
+    ``"full_attention"`` ...); a ``UniformTypeKVCacheSpecs`` group is judged
+    leaf by leaf and rejected if any leaf is.  ``None`` (no config yet) gives
+    an empty table, since there is nothing to judge.
+
+    Raises:
+        ValueError: ``kv_cache_config`` is neither ``None`` nor a config.
+    """
+    if kv_cache_config is None:
+        return pd.DataFrame(columns=_COLUMNS)
+    config = _require_config(kv_cache_config)
+    rows = []
+    for index, group in enumerate(config.kv_cache_groups):
+        spec = group.kv_cache_spec
+        leaves = list(iter_layer_specs(spec))
+        judged = [_judge_leaf(leaf) for leaf in leaves] or [
+            (ACCEPTED, "group has no layer specs")
+        ]
+        rejected = [reason for verdict, reason in judged if verdict == REJECTED]
+        reasons = rejected or [reason for _, reason in judged]
+        rows.append(
+            {
+                "group": index,
+                "kind": get_kv_cache_spec_kind(spec).value,
+                "verdict": REJECTED if rejected else ACCEPTED,
+                # Distinct reasons in first-seen order: a 6-layer uniform
+                # group should read once, not six times.
+                "reason": "; ".join(dict.fromkeys(reasons)),
+            }
+        )
+    return pd.DataFrame(rows, columns=_COLUMNS)
+
+
+def validate_kv_cache_groups(kv_cache_config: KVCacheConfig | None) -> None:
+    """Raise one ``ValueError`` naming every group a connector cannot serve.
+
+    Mirrors seed 000's ``validate_kv_cache_groups``: ``None`` passes (callers
+    without a config validate again at registration), cross-attention groups
+    and non-``align`` Mamba groups are rejected, slot-compressed specs pass.
+    Every problem is collected first so a user fixes them in one round.
+
+    Raises:
+        ValueError: e.g. ``"2 KV-cache groups cannot be served: group 0
+            (mamba): MambaSpec with mamba_cache_mode='none'; expected 'align'
+            ..."``.
+    """
+    table = check_kv_cache_groups(kv_cache_config)
+    bad = table[table["verdict"] == REJECTED]
+    if len(bad):
+        listed = "; ".join(
+            f"group {row.group} ({row.kind}): {row.reason}"
+            for row in bad.itertuples(index=False)
+        )
+        raise KVExploreError(
+            f"{len(bad)} KV-cache group(s) cannot be served by an LMCache-style "
+            f"connector: {listed}. See seed 000 / LMCache "
+            "lmcache/integration/vllm/kv_cache_group_edits.py "
+            "(validate_kv_cache_groups)."
+        )

@@ -1,0 +1,196 @@
+"""verify_roundtrip: byte-exact store/load through edited views, and its proofs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from edit_layouts import (
+    QWEN_PAGE,
+    config,
+    legacy_mamba,
+    legacy_registration,
+    qwen_attn,
+    qwen_gdn,
+    qwen_groups,
+    unified_registration,
+)
+
+from kvexplore.edits import apply_kv_cache_group_edits
+from kvexplore.roundtrip import RoundTripReport, verify_roundtrip
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+def storages(caches):
+    seen = {}
+    for value in caches.values():
+        for t in [value] if isinstance(value, torch.Tensor) else value:
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage()
+    return list(seen.values())
+
+
+def snapshot(caches):
+    return [
+        torch.empty(0, dtype=torch.uint8, device=s.device).set_(s).clone()
+        for s in storages(caches)
+    ]
+
+
+def randomize(caches, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    for s in storages(caches):
+        raw = torch.empty(0, dtype=torch.uint8, device=s.device).set_(s)
+        raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=gen))
+
+
+def test_qwen_unified_every_byte_comes_back():
+    cfg, caches = unified_registration(qwen_groups(2), 6, kernel=32)
+    edited = apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD")
+    randomize(caches)
+    before = snapshot(caches)
+    report = verify_roundtrip(cfg, caches, edited)
+    assert isinstance(report, RoundTripReport) and report.ok
+    table = report.table
+    assert len(table) == 8 and table["edited"].all()
+    assert set(table["regions"]) == {"conv,ssm", "K,V"}
+    gdn = table.set_index("layer").loc["model.layers.0.0"]
+    assert gdn["bytes"] == 6 * 1085440 and gdn["uncovered_bytes"] == 0
+    assert report.by_group()["ok"].tolist() == [True] * 4
+    after = snapshot(caches)
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
+def test_qwen_legacy_every_byte_comes_back_and_restore_false_leaves_pattern():
+    cfg, caches = legacy_registration(qwen_groups(1), 3, kernel=32)
+    edited = apply_kv_cache_group_edits(cfg, caches)
+    report = verify_roundtrip(cfg, caches, edited, restore=False)
+    assert report.ok, report
+    assert report.table["regions"].tolist() == ["conv,ssm"] * 3 + ["K,V"]
+    attn = caches["model.layers.3.0"]
+    assert bool((attn.view(torch.uint8) != 0).all())  # pattern never contains 0
+    k0, v0 = attn[0, 0].view(torch.uint8), attn[0, 1].view(torch.uint8)
+    assert not torch.equal(k0, v0)  # K and V regions are distinguishable
+
+
+def test_block_subset_touches_only_those_blocks():
+    cfg, caches = legacy_registration(qwen_groups(1), 5, kernel=32)
+    edited = apply_kv_cache_group_edits(cfg, caches)
+    report = verify_roundtrip(cfg, caches, edited, blocks=[4, 1, 2], restore=False)
+    assert report.ok and report.table["blocks"].tolist() == [3] * 4
+    conv = caches["model.layers.0.0"][0]
+    assert bool((conv[0] == 0).all()) and bool((conv[3] == 0).all())
+    assert bool((conv[1].view(torch.uint8) != 0).all())
+
+
+def test_a_copy_is_caught():
+    cfg, caches = legacy_registration(qwen_groups(1), 2, kernel=32)
+    edited = dict(apply_kv_cache_group_edits(cfg, caches))
+    edited["model.layers.3.0"] = edited["model.layers.3.0"].clone()
+    report = verify_roundtrip(cfg, caches, edited)
+    assert not report.ok
+    row = report.table.set_index("layer").loc["model.layers.3.0"]
+    assert not row["covers_ok"] and not row["confined_ok"]
+    assert row["uncovered_bytes"] == 2 * QWEN_PAGE
+    assert "other storage" in row["detail"]
+    assert report.failures()["layer"].tolist() == ["model.layers.3.0"]
+
+
+def test_a_view_of_the_neighbour_block_is_caught():
+    cfg, caches = legacy_registration([(["g"], qwen_gdn())], 3)
+    edited = dict(apply_kv_cache_group_edits(cfg, caches))
+    page_view = edited["g"]
+    shifted = page_view.as_strided(
+        (2, *page_view.shape[1:]), page_view.stride(), page_view.stride(0)
+    )
+    cfg2 = config([(["g"], qwen_gdn())], 2)
+    caches2 = {"g": [t[:2] for t in caches["g"]]}
+    report = verify_roundtrip(cfg2, caches2, {"g": shifted})
+    row = report.table.iloc[0]
+    assert not report.ok and not row["confined_ok"] and not row["covers_ok"]
+    assert "leaves its page in blocks [0, 1]" in row["detail"]
+
+
+def test_a_view_that_spills_into_a_sibling_page_is_caught():
+    cfg, caches = unified_registration([(["g0", "g1"], qwen_gdn())], 2)
+    edited = dict(apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD"))
+    view = edited["g0"]
+    # 2,100 bytes per token: 544 x 2100 = 1,142,400 > the 1,114,112-byte page
+    edited["g0"] = view.as_strided((2, 544, 1, 2100), (view.stride(0), 2100, 2100, 1))
+    report = verify_roundtrip(cfg, caches, edited)
+    rows = report.table.set_index("layer")
+    assert not rows.loc["g0", "confined_ok"] and rows.loc["g0", "covers_ok"]
+    assert rows.loc["g1", "ok"]
+
+
+def test_overlapping_sibling_pages_are_reported_with_mismatches():
+    spec = qwen_gdn()
+    states = legacy_mamba(spec, 2)
+    cfg = config([(["a", "b"], spec)], 2)
+    caches = {"a": states, "b": list(states)}  # two layers on the same bytes
+    edited = apply_kv_cache_group_edits(cfg, caches)
+    report = verify_roundtrip(cfg, caches, edited)
+    rows = report.table.set_index("layer")
+    assert not rows.loc["a", "disjoint_ok"] and not rows.loc["b", "disjoint_ok"]
+    assert "overlaps 'b'" in rows.loc["a", "detail"]
+    # b's fill overwrote a's pattern: a byte-level mismatch, located
+    assert not rows.loc["a", "roundtrip_ok"]
+    assert rows.loc["a", "mismatched_bytes"] > 0
+    block, region, offset = rows.loc["a", "first_mismatch"]
+    assert (block, region, offset) == (0, "conv", 0)
+    assert not report.ok
+
+
+def test_report_renders():
+    cfg, caches = legacy_registration([(["g"], qwen_gdn())], 1)
+    report = verify_roundtrip(cfg, caches, apply_kv_cache_group_edits(cfg, caches))
+    text = repr(report)
+    assert text.startswith("RoundTripReport(OK: 1 layers, 1085440 bytes on cpu)")
+    assert "every byte came back" in text
+    assert "<table" in report._repr_html_()
+
+
+def test_bad_inputs_are_value_errors():
+    cfg, caches = legacy_registration([(["g"], qwen_gdn())], 2)
+    edited = apply_kv_cache_group_edits(cfg, caches)
+    with pytest.raises(
+        ValueError,
+        match=r"blocks=\[0, 2\] holds \[2\]; expected distinct block ids in \[0, 2\)",
+    ):
+        verify_roundtrip(cfg, caches, edited, blocks=[0, 2])
+    with pytest.raises(ValueError, match="duplicates"):
+        verify_roundtrip(cfg, caches, edited, blocks=[1, 1])
+    with pytest.raises(ValueError, match="expected exactly the layers of kv_caches"):
+        verify_roundtrip(cfg, caches, {})
+    with pytest.raises(ValueError, match="expected the vLLM KVCacheConfig"):
+        verify_roundtrip(None, caches, edited)
+    meta = {"g": torch.empty(edited["g"].shape, device="meta")}
+    with pytest.raises(ValueError, match="is on meta, the registered cache on cpu"):
+        verify_roundtrip(cfg, caches, meta)
+    wrong = config([(["g"], qwen_gdn())], 3)
+    with pytest.raises(
+        ValueError, match=r"expected a multiple of the config's num_blocks=3"
+    ):
+        verify_roundtrip(wrong, caches, edited)
+
+
+def test_untouched_non_mamba_registration_round_trips():
+    cfg, caches = legacy_registration([(["a", "b"], qwen_attn())], 2)
+    edited = apply_kv_cache_group_edits(cfg, caches)
+    report = verify_roundtrip(cfg, caches, edited)
+    assert report.ok and not report.table["edited"].any()
+
+
+@pytest.mark.gpu
+@gpu
+def test_qwen_round_trip_on_gpu():
+    for builder in (unified_registration, legacy_registration):
+        cfg, caches = builder(qwen_groups(2), 8, kernel=32, device="cuda")
+        edited = apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD")
+        assert all(
+            v.device.type == "cuda"
+            for v in edited.values()
+            for v in ([v] if isinstance(v, torch.Tensor) else v)
+        )
+        report = verify_roundtrip(cfg, caches, edited)
+        assert report.ok, report
+        assert report.device.startswith("cuda")

@@ -1,0 +1,146 @@
+"""Benchmarks for issue 5: renderer cost and Explorer update latency.
+
+1. The largest page in the catalog (Nemotron-H-56B's 16.9 MB Mamba page) and
+   the page with the most segments (its attention layer on FLASHINFER, legacy:
+   129 kernel pages x K/V) render (``page_map`` + Agg draw) in <= 50 ms:
+   segments are drawn, never bytes, and rows are capped.
+2. Explorer update latency after a control change, for every catalog model,
+   headless (the widget with its HTML panels, no browser): median <= 100 ms.
+   Each model is loaded once before timing (the first load costs seconds);
+   the control sequence below then visits new plans (uncached) and
+   view-only changes, as a user would.
+
+Run: ``python benchmarks/bench_viz.py [--repeats 7] [--models a,b]``.
+Prints one line per measurement and a verdict; exit status 1 on a miss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+PAGE_BUDGET_S = 0.050
+UPDATE_BUDGET_S = 0.100
+
+#: One user session: (control, value) in order.  Plan-changing controls come
+#: back to their defaults, so later visits hit the plan cache as in real use.
+SEQUENCE = [
+    ("tensor_parallel_size", 2),
+    ("layer", "attn"),
+    ("attention_backend", "FLASHINFER"),
+    ("block", 1),
+    ("registration", "legacy"),
+    ("kv_cache_dtype", "fp8"),
+    ("registration", "unified"),
+    ("tensor_parallel_size", 1),
+    ("block", 0),
+    ("kv_cache_dtype", "auto"),
+    ("attention_backend", "FLASH_ATTN"),
+    ("layer", 0),
+    ("dtype", "float16"),
+    ("dtype", "auto"),
+]
+
+
+def _median_time(fn, repeats: int) -> tuple[float, float]:
+    """(median, min) seconds; the min shows the cost without CPU contention."""
+    fn()  # warm
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), min(times)
+
+
+def bench_pages(repeats: int) -> bool:
+    import kvexplore
+    from kvexplore import viz
+
+    best = None
+    for name in kvexplore.catalog_names():
+        p = kvexplore.plan(name)
+        for pos, info in enumerate(p.layers):
+            size = p.layer_specs[info.name].page_size_bytes
+            if best is None or size > best[0]:
+                best = (size, name, pos)
+    size, name, pos = best
+    p = kvexplore.plan(name, attention_backend="FLASHINFER")
+    attn = next((i for i, info in enumerate(p.layers) if info.kind != "mamba"), pos)
+    ok = True
+    cases = [
+        (f"largest page: {name} layer {pos} ({size:,} B), unified + edited", p, pos, "unified"),
+        (f"most segments: {name} layer {attn} FLASHINFER legacy + edited "
+         f"({viz.page_layout(p, attn).kernel_pages} kernel pages)", p, attn, "legacy"),
+    ]
+    for label, plan, layer, reg in cases:
+        def render(plan=plan, layer=layer, reg=reg):
+            fig = viz.page_map(plan, layer, registration=reg, edited=True)
+            fig.canvas.draw()
+
+        t, fastest = _median_time(render, repeats)
+        verdict = "ok" if t <= PAGE_BUDGET_S else "MISS"
+        ok &= t <= PAGE_BUDGET_S
+        print(f"page_map {label}: median {1000 * t:.1f} ms, min {1000 * fastest:.1f} ms "
+              f"(budget {1000 * PAGE_BUDGET_S:.0f}) {verdict}")
+    return ok
+
+
+def bench_explorer(models: list[str]) -> bool:
+    from kvexplore.widgets import Explorer
+
+    ok = True
+    all_times = []
+    for name in models:
+        t0 = time.perf_counter()
+        ex = Explorer(name)
+        load = time.perf_counter() - t0
+        attn = next((i for i, info in enumerate(ex.state.plan.layers) if info.kind != "mamba"), 0)
+        times = []
+        errors = 0
+        for control, value in SEQUENCE:
+            if value == "attn":
+                value = attn
+            t = time.perf_counter()
+            ex.controls[control].value = value
+            times.append(time.perf_counter() - t)
+            errors += ex.state.error is not None
+        med = statistics.median(times)
+        all_times += times
+        verdict = "ok" if med <= UPDATE_BUDGET_S else "MISS"
+        ok &= med <= UPDATE_BUDGET_S
+        print(f"explorer {name}: median {1000 * med:.1f} ms, max {1000 * max(times):.1f} ms over "
+              f"{len(times)} changes ({errors} showed an error), first load {load:.1f} s {verdict}")
+    print(f"explorer all models: median {1000 * statistics.median(all_times):.1f} ms")
+    return ok
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--models", default="", help="comma-separated catalog ids (default: all)")
+    args = ap.parse_args(argv)
+    import os
+
+    import kvexplore
+
+    models = [m for m in args.models.split(",") if m] or kvexplore.catalog_names()
+    try:
+        load = os.getloadavg()[0]
+        print(f"load average (1 min) at start: {load:.2f} on {os.cpu_count()} CPUs")
+    except OSError:
+        pass
+    ok = bench_pages(args.repeats)
+    ok &= bench_explorer(models)
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

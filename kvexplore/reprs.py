@@ -1,0 +1,160 @@
+"""Small HTML renderers for notebooks and the Explorer.
+
+Everything that reaches HTML goes through :func:`html.escape` (model names,
+layer names and error messages are user data: a config path may hold ``<``).
+Tables are rendered by hand rather than with ``DataFrame.to_html`` because the
+Explorer re-renders them on every control change and pandas' HTML writer
+costs tens of milliseconds; the output is deterministic (no ids, no styles
+that depend on the run).
+
+>>> table_html([{"a": 1, "b": "<x>"}])
+'<table class="kvx-table"><thead><tr><th>a</th><th>b</th></tr></thead><tbody><tr><td>1</td><td>&lt;x&gt;</td></tr></tbody></table>'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from html import escape
+from typing import Any
+
+#: Rows shown by :func:`table_html` before the rest is summarised.
+MAX_ROWS = 200
+
+_LEVEL_STYLE = {
+    "error": "border-left:4px solid #c0392b;background:#fdecea;",
+    "warning": "border-left:4px solid #e67e22;background:#fef5e7;",
+    "info": "border-left:4px solid #2980b9;background:#eaf2f8;",
+}
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if value != value:  # NaN
+            return "-"
+        return f"{value:.6g}"
+    return str(value)
+
+
+def table_html(rows: Any, columns: Sequence[str] | None = None, *, max_rows: int = MAX_ROWS) -> str:
+    """An escaped HTML table from a DataFrame or a sequence of dict rows."""
+    if hasattr(rows, "to_dict") and hasattr(rows, "columns"):
+        columns = list(rows.columns) if columns is None else list(columns)
+        records: list[Mapping[str, Any]] = rows.to_dict("records")
+    else:
+        records = list(rows)
+        if columns is None:
+            columns = list(records[0]) if records else []
+    head = "".join(f"<th>{escape(str(c))}</th>" for c in columns)
+    body = []
+    for rec in records[:max_rows]:
+        body.append("<tr>" + "".join(f"<td>{escape(_cell(rec.get(c)))}</td>" for c in columns) + "</tr>")
+    more = ""
+    if len(records) > max_rows:
+        more = f'<tr><td colspan="{len(columns)}">... {len(records) - max_rows} more rows</td></tr>'
+    return (
+        f'<table class="kvx-table"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}{more}</tbody></table>"
+    )
+
+
+def pairs_html(pairs: Iterable[tuple[str, Any]]) -> str:
+    """A two-column quantity/value table."""
+    return table_html([{"quantity": k, "value": v} for k, v in pairs])
+
+
+def message_html(text: str, level: str = "error") -> str:
+    """A boxed message (errors in the Explorer); ``text`` is escaped, newlines kept."""
+    style = _LEVEL_STYLE.get(level, _LEVEL_STYLE["info"])
+    return (
+        f'<div class="kvx-message kvx-{escape(level)}" style="{style}padding:4px 8px;'
+        f'white-space:pre-wrap;font-family:monospace;font-size:12px">{escape(text)}</div>'
+    )
+
+
+def pre_html(text: str) -> str:
+    """Monospace block for text forms (escaped)."""
+    return f'<pre class="kvx-pre" style="font-size:11px;line-height:1.25">{escape(text)}</pre>'
+
+
+def plan_html(plan) -> str:
+    """``Plan._repr_html_``: header, key numbers, groups, derivation."""
+    parts = [f"<div class=\"kvx-plan\"><p><b>{escape(repr(plan))}</b></p>"]
+    parts.append("<details open><summary>summary</summary>")
+    parts.append(table_html(plan.summary))
+    parts.append("</details><details open><summary>KV cache groups</summary>")
+    parts.append(table_html(plan.group_table))
+    parts.append("</details><details open><summary>derivation</summary><ul>")
+    for key, why in plan.derivation.items():
+        parts.append(f"<li><code>{escape(str(key))}</code>: {escape(str(why))}</li>")
+    parts.append("</ul></details></div>")
+    return "".join(parts)
+
+
+def _bar_html(segments, total: int, *, max_items: int = 64) -> str:
+    """Segments as one flex bar of CSS widths (no bytes, no images)."""
+    from kvexplore.viz import _base_color, _capped
+
+    if not total:
+        return ""
+    lo = min((s.start for s in segments), default=0)
+    hi = max(total, max((s.end for s in segments), default=0))
+    span = max(hi - lo, 1)
+    cells = []
+    cursor = lo
+    for s in _capped(segments)[:max_items]:
+        if s.start > cursor:
+            cells.append(f'<div style="flex:0 0 {100 * (s.start - cursor) / span:.4f}%"></div>')
+        width = 100 * s.size / span
+        color = "#ffffff" if s.kind == "gap" else _base_color(s.label)
+        label = escape(s.label) if width >= 3 else ""
+        title = escape(f"{s.label}: [{s.start:,}, {s.end:,}) {s.size:,} B {s.dtype} {s.detail}".strip())
+        cells.append(
+            f'<div title="{title}" style="flex:0 0 {width:.4f}%;background:{color};'
+            f'border-right:1px solid #333;overflow:hidden;font-size:9px;text-align:center;'
+            f'white-space:nowrap">{label}</div>'
+        )
+        cursor = s.end
+    return (
+        '<div class="kvx-bar" style="display:flex;height:18px;border:1px solid #333;'
+        f'margin:2px 0">{"".join(cells)}</div>'
+    )
+
+
+def page_layout_html(layout) -> str:
+    """``PageLayout._repr_html_``: bars (page, kernel page 0, edited) and the text form."""
+    rows = [("registered", _bar_html(layout.segments, layout.page_bytes))]
+    if layout.cells:
+        rows.append(("kernel page 0", _bar_html(layout.cells, max(s.end for s in layout.cells))))
+    if layout.edited is not None and layout.edited.segments:
+        rows.append(("edited", _bar_html(layout.edited.segments, layout.page_bytes)))
+    bars = "".join(
+        f'<div style="display:flex;align-items:center"><div style="width:90px;font-size:10px">'
+        f"{escape(name)}</div><div style=\"flex:1\">{bar}</div></div>"
+        for name, bar in rows
+    )
+    return f'<div class="kvx-page-map">{bars}{pre_html(layout.text())}</div>'
+
+
+def buffer_layout_html(layout) -> str:
+    """``BufferLayout._repr_html_``: one bar per buffer and the text form."""
+    bars = []
+    for row in layout.rows[:12]:
+        total = max((s.end for s in row.segments), default=row.size)
+        bars.append(
+            f'<div style="display:flex;align-items:center"><div style="width:160px;font-size:10px">'
+            f"{escape(row.name)}</div><div style=\"flex:1\">{_bar_html(row.segments, total)}</div></div>"
+        )
+    return f'<div class="kvx-buffer-map">{"".join(bars)}{pre_html(layout.text())}</div>'
+
+
+__all__ = [
+    "buffer_layout_html",
+    "message_html",
+    "page_layout_html",
+    "pairs_html",
+    "plan_html",
+    "pre_html",
+    "table_html",
+]

@@ -1,0 +1,1147 @@
+"""See the bytes: page maps, buffer maps and sweep heatmaps.
+
+Every renderer comes in three forms built from one pure-Python layout object:
+
+* ``page_layout(plan, layer)`` -> :class:`PageLayout` (segments with byte
+  offsets; ``.text()`` for terminals, tests and nbval; ``_repr_html_``);
+* ``page_map(plan, layer)`` -> a matplotlib ``Figure``;
+* ``page_map_text(plan, layer)`` -> ``str`` (``== page_layout(...).text()``).
+
+Same for :func:`buffer_layout` / :func:`buffer_map` / :func:`buffer_map_text`
+and :func:`sweep_heatmap` / :func:`sweep_heatmap_text`.
+
+Figures are drawn from *segments* (one rectangle per state, per K/V half of a
+kernel page, per padding run), never from bytes, and rows are capped at
+:data:`MAX_DRAWN_SEGMENTS` rectangles, so drawing cost does not grow with the
+page: Nemotron-H-56B's 16.9 MB page draws as fast as a 16 KB one.  Figures
+are plain ``matplotlib.figure.Figure`` objects with an Agg canvas, not pyplot
+figures, so nothing accumulates in pyplot's registry; notebooks display them
+through IPython's figure formatter.
+
+Worked example (GUIDE section 4), Qwen3.5-0.8B on FLASHINFER: the attention
+layer's 1,114,112-byte page of a 544-token block is 17 kernel pages of 32
+tokens.  In vLLM 0.33's unified ``LBNHC`` registration each kernel page is
+``[32 tokens, 2 heads, C]`` with ``C`` = K 512 B | V 512 B side by side; in
+the legacy registration each kernel page is ``[2, 32, 2, 256]``: all K, then
+all V.
+
+>>> from kvexplore import plan
+>>> p = plan("Qwen/Qwen3.5-0.8B", attention_backend="FLASHINFER")
+>>> lay = page_layout(p, 3)
+>>> lay.kernel_pages, [s.label for s in lay.segments][:2]
+(17, ['K|V p0', 'K|V p1'])
+>>> [s.label for s in page_layout(p, 3, registration="legacy").segments][:3]
+['K p0', 'V p0', 'K p1']
+>>> [(s.label, s.start, s.size) for s in page_layout(p, 0).segments]
+[('conv', 0, 36864), ('ssm', 36864, 1048576), ('pad', 1085440, 28672)]
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvexplore.errors import KVExploreError
+
+REGISTRATIONS = ("unified", "legacy")
+
+#: At most this many rectangles per figure row; the middle of longer rows is
+#: drawn as one "..." rectangle (drawing cost independent of page size).
+MAX_DRAWN_SEGMENTS = 64
+#: Cells of kernel page 0 listed in the interleave zoom.
+MAX_CELLS = 8
+#: Coordinates along the first per-block dim of an edited view listed one by one.
+MAX_EDIT_COORDS = 16
+
+COLORS = {
+    "conv": "#4C72B0",
+    "ssm": "#55A868",
+    "state": "#8172B2",
+    "pad": "#DDDDDD",
+    "K": "#DD8452",
+    "V": "#C44E52",
+    "K|V": "#E8A06A",
+    "latent": "#937860",
+    "c_kv": "#937860",
+    "k_pe": "#DA8BC3",
+    "kv": "#E8A06A",
+    "gap": "#FFFFFF",
+    "edited": "#64B5CD",
+    "uncovered": "#F5F5F5",
+    "...": "#BBBBBB",
+}
+
+
+# ---------------------------------------------------------------------------
+# Small pure helpers
+# ---------------------------------------------------------------------------
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _itemsize(dtype) -> int:
+    import torch
+
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def _fmt_bytes(n: int) -> str:
+    """``1114112`` -> ``'1,114,112 B'``: exact, grouped, deterministic."""
+    return f"{n:,} B"
+
+
+def _base_color(label: str) -> str:
+    head = label.split(" ")[0]
+    if head.startswith("conv"):
+        return COLORS["conv"]
+    if head.startswith("["):
+        return COLORS["edited"]
+    return COLORS.get(head, COLORS["state"])
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One contiguous byte run of a page: ``[start, start + size)``.
+
+    ``start`` is relative to the page start of the chosen block; ``label`` is
+    a vLLM / LMCache word (``conv``, ``ssm``, ``pad``, ``K p3``, ``V p3``,
+    ``K|V p3``, ``latent p0``, ``[0] (edited)``); ``detail`` says what the
+    bytes hold (shape, dtype, interleave).
+    """
+
+    label: str
+    start: int
+    size: int
+    dtype: str = ""
+    detail: str = ""
+    kernel_page: int | None = None
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size
+
+    @property
+    def kind(self) -> str:
+        """The label without the kernel-page suffix (``'K|V p3'`` -> ``'K|V'``)."""
+        return self.label.split(" ")[0]
+
+
+def _compress_ints(values: Sequence[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``'0-2, 5'``."""
+    out: list[str] = []
+    vals = sorted(set(values))
+    i = 0
+    while i < len(vals):
+        j = i
+        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
+            j += 1
+        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
+        i = j + 1
+    return ", ".join(out)
+
+
+def overlap_summary(span: tuple[int, int], segments: Sequence[Segment]) -> str:
+    """Which registered segments the byte span ``[a, b)`` falls on.
+
+    ``'K|V p0-8 (p8: 32768 of 65536 B)'`` style: kinds in byte order, kernel
+    pages compressed into ranges, partial overlaps named with their bytes.
+    """
+    a, b = span
+    by_kind: OrderedDict[str, list[int]] = OrderedDict()
+    partial: list[str] = []
+    plain: OrderedDict[str, int] = OrderedDict()
+    for s in segments:
+        lo, hi = max(a, s.start), min(b, s.end)
+        if hi <= lo:
+            continue
+        if s.kernel_page is None:
+            plain[s.label] = plain.get(s.label, 0) + (hi - lo)
+            if hi - lo < s.size:
+                partial.append(f"{s.label}: {hi - lo} of {s.size} B")
+            continue
+        by_kind.setdefault(s.kind, []).append(s.kernel_page)
+        if hi - lo < s.size:
+            partial.append(f"{s.label}: {hi - lo} of {s.size} B")
+    parts = [label for label in plain]
+    parts += [f"{kind} p{_compress_ints(pages)}" for kind, pages in by_kind.items()]
+    text = ", ".join(parts) if parts else "nothing"
+    if partial:
+        text += " (" + "; ".join(partial) + ")"
+    return text
+
+
+# ---------------------------------------------------------------------------
+# Registered views (meta device: exact strides, no memory) and edits, cached
+# ---------------------------------------------------------------------------
+
+_CACHE: OrderedDict = OrderedDict()
+_CACHE_SIZE = 64
+_CACHE_LOCK = threading.Lock()
+
+
+def _cached(plan, what: str, build):
+    """Memoise ``build()`` per (plan object, what); plans are immutable."""
+    key = (id(plan), what)
+    with _CACHE_LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None and hit[0] is plan:
+            _CACHE.move_to_end(key)
+            return hit[1]
+    value = build()
+    with _CACHE_LOCK:
+        _CACHE[key] = (plan, value)
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return value
+
+
+def _check_registration(registration: str) -> None:
+    if registration not in REGISTRATIONS:
+        raise KVExploreError(
+            f"registration={registration!r} is invalid; expected one of {list(REGISTRATIONS)}"
+        )
+
+
+def registered_views(plan, registration: str = "unified") -> dict:
+    """The registration of ``plan`` on the ``meta`` device (cached).
+
+    Exactly the views ``plan.allocate(device, registration)`` makes (vLLM's own
+    ``allocate_kv_cache`` / ``create_kv_cache_views`` for ``unified``), with
+    real shapes, strides and storage offsets but no memory: a page map of a
+    16.9 MB page costs nothing to inspect.
+    """
+    _check_registration(registration)
+
+    def build():
+        try:
+            return plan.allocate("meta", registration=registration)
+        except KVExploreError:
+            raise
+        except (ValueError, AssertionError, RuntimeError) as exc:
+            raise KVExploreError(
+                f"vLLM 0.33 cannot register the KV cache of {plan.model.name} "
+                f"({registration}, layout {plan.kv_cache_layout.name}): {exc}"
+            ) from None
+
+    return _cached(plan, f"views:{registration}", build)
+
+
+def edited_views(plan, registration: str = "unified"):
+    """``apply_kv_cache_group_edits`` over :func:`registered_views` (cached).
+
+    Raises ``KVExploreError`` when the edits module is missing or the edits
+    reject the configuration (e.g. a Mamba group with ``mamba_cache_mode``
+    ``'none'``).
+    """
+    views = registered_views(plan, registration)
+
+    def build():
+        try:
+            from kvexplore.edits import apply_kv_cache_group_edits
+        except ImportError as exc:  # pragma: no cover - module present in tree
+            raise KVExploreError(f"edits are unavailable: kvexplore.edits ({exc})") from None
+        return apply_kv_cache_group_edits(
+            plan.kv_cache_config, views, kv_layout=plan.kv_cache_layout.name
+        )
+
+    return _cached(plan, f"edits:{registration}", build)
+
+
+# ---------------------------------------------------------------------------
+# Page layout
+# ---------------------------------------------------------------------------
+
+
+def resolve_layer(plan, layer) -> tuple[int, Any]:
+    """``(position, LayerInfo)`` for ``layer``: a position in ``plan.layers``
+    (the KV-cache-bearing layers in vLLM's order, 0-based) or a layer name."""
+    layers = plan.layers
+    if isinstance(layer, str):
+        for pos, info in enumerate(layers):
+            if info.name == layer:
+                return pos, info
+        raise KVExploreError(
+            f"layer {layer!r} is not a KV-cache layer of {plan.model.name}; expected a "
+            f"name such as {layers[0].name!r} or a position 0..{len(layers) - 1}"
+        )
+    if isinstance(layer, bool) or not isinstance(layer, int):
+        raise KVExploreError(
+            f"layer={layer!r} is invalid; expected a position 0..{len(layers) - 1} "
+            "or a layer name"
+        )
+    if not 0 <= layer < len(layers):
+        raise KVExploreError(
+            f"layer={layer} is out of range for {plan.model.name}; expected "
+            f"0..{len(layers) - 1} ({len(layers)} KV-cache layers)"
+        )
+    return layer, layers[layer]
+
+
+def _group_of(plan, name: str) -> int:
+    for gid, group in enumerate(plan.kv_cache_config.kv_cache_groups):
+        if name in group.layer_names:
+            return gid
+    raise KVExploreError(f"layer {name!r} is in no KV cache group of {plan.model.name}")
+
+
+def _state_names(count: int) -> list[str]:
+    """``conv`` / ``ssm`` as vLLM's Mamba layers order them (``get_state_shape``)."""
+    if count == 1:
+        return ["conv"]
+    if count == 2:
+        return ["conv", "ssm"]
+    return [f"conv{i}" for i in range(count - 1)] + ["ssm"]
+
+
+@dataclass(frozen=True)
+class EditedSide:
+    """The same page seen through an edited view: which synthetic
+    coordinates fall on which bytes (``[2, 544, 1, 512]`` bf16 for the
+    subpaged attention view of Qwen3.5-0.8B)."""
+
+    rule: str | None
+    shape: tuple[int, ...] | None
+    stride: tuple[int, ...] | None
+    dtype: str
+    segments: tuple[Segment, ...]
+    falls_on: tuple[str, ...]
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class PageLayout:
+    """One layer's page of one block, as byte segments (see module doc).
+
+    ``segments`` cover ``[0, page_bytes)`` in byte order (gaps, if a layout
+    splits a block's page, are ``gap`` segments).  ``cells`` is the zoom into
+    kernel page 0: for the unified registration the per-(token, head) ``C``
+    rows holding K then V side by side, in memory order.  ``edited`` is the
+    after-edit view of the same bytes, or None.
+    """
+
+    plan_label: str
+    layer: str
+    position: int
+    kind: str
+    group: int
+    spec: str
+    registration: str
+    layout: str
+    block: int
+    block_size: int
+    kernel_block_size: int
+    page_bytes: int
+    real_bytes: int
+    buffer: str
+    page_offset: int
+    views: tuple[str, ...]
+    segments: tuple[Segment, ...]
+    cells: tuple[Segment, ...] = ()
+    cells_note: str = ""
+    edited: EditedSide | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def kernel_pages(self) -> int:
+        return self.block_size // self.kernel_block_size if self.kernel_block_size else 1
+
+    @property
+    def padding_bytes(self) -> int:
+        return self.page_bytes - self.real_bytes
+
+    def labels(self) -> list[str]:
+        return [s.label for s in self.segments]
+
+    def text(self) -> str:
+        """Deterministic text form (offsets, never addresses or timings)."""
+        lines = [
+            f"page map: {self.layer} (layer position {self.position}, {self.kind}, "
+            f"group {self.group}, {self.spec})",
+            f"plan: {self.plan_label}",
+            f"registration: {self.registration} (layout {self.layout})",
+        ]
+        lines += [f"  view: {v}" for v in self.views]
+        if self.kernel_pages > 1:
+            kp = self.real_bytes // self.kernel_pages
+            shape = (
+                f"{self.kernel_pages} kernel pages x {_fmt_bytes(kp)} (kernel block "
+                f"{self.kernel_block_size} of a {self.block_size}-token block)"
+            )
+        else:
+            shape = f"1 page for a {self.block_size}-token block"
+        pad = (
+            f", padding {_fmt_bytes(self.padding_bytes)} "
+            f"({100 * self.padding_bytes / self.page_bytes:.2f}%)"
+            if self.padding_bytes
+            else ""
+        )
+        lines.append(f"page: {_fmt_bytes(self.page_bytes)} = {shape}{pad}")
+        lines.append(
+            f"block {self.block}: page starts at byte {self.page_offset:,} of {self.buffer}"
+        )
+        lines.append(_segment_table(self.segments, self.page_bytes))
+        if self.cells:
+            lines.append(f"kernel page 0 interior (memory order): {self.cells_note}")
+            lines.append(_segment_table(self.cells, None))
+        for note in self.notes:
+            lines.append(f"note: {note}")
+        if self.edited is not None:
+            e = self.edited
+            lines.append("")
+            if e.shape is None:
+                lines.append(f"edited view: {e.note}")
+            else:
+                lines.append(
+                    f"edited view ({e.rule or 'no rule: registered object unchanged'}): "
+                    f"per block {list(e.shape)} {e.dtype}, strides {e.stride} elements"
+                    + (f"; {e.note}" if e.note else "")
+                )
+                lines.append("  coordinate              start        end       size  falls on (registered)")
+                for seg, falls in zip(e.segments, e.falls_on, strict=True):
+                    lines.append(
+                        f"  {seg.label:<20} {seg.start:>10,} {seg.end:>10,} {seg.size:>10,}  {falls}"
+                    )
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def _repr_html_(self) -> str:
+        from kvexplore.reprs import page_layout_html
+
+        return page_layout_html(self)
+
+    def figure(self):
+        """The page map as a matplotlib Figure (rows: page, zoom, edited)."""
+        return _page_figure(self)
+
+
+def _segment_table(segments: Sequence[Segment], total: int | None, *, limit: int | None = None) -> str:
+    head = "  label              start        end       size"
+    head += "   share" if total else ""
+    head += "  dtype      detail"
+    rows = [head]
+    segs = list(segments)
+    skipped = 0
+    if limit is not None and len(segs) > limit:
+        skipped = len(segs) - limit
+        segs = segs[: limit - 1] + segs[-1:]
+    for i, s in enumerate(segs):
+        if skipped and i == len(segs) - 1:
+            rows.append(f"  ... {skipped} more segments with the same stride")
+        share = f" {100 * s.size / total:6.2f}%" if total else ""
+        rows.append(
+            f"  {s.label:<14} {s.start:>10,} {s.end:>10,} {s.size:>10,}{share}  "
+            f"{s.dtype:<10} {s.detail}".rstrip()
+        )
+    return "\n".join(rows)
+
+
+def _tensor_text(t) -> str:
+    return (
+        f"{list(t.shape)} {_dtype_name(t.dtype)}, strides {tuple(t.stride())}, "
+        f"storage offset {t.storage_offset() * t.element_size():,} B"
+    )
+
+
+def page_layout(
+    plan,
+    layer: int | str = 0,
+    *,
+    registration: str = "unified",
+    block: int = 0,
+    edited: Any = None,
+) -> PageLayout:
+    """The page of ``layer`` for block ``block``, as byte segments.
+
+    ``layer``: position in ``plan.layers`` (0-based, KV-cache layers in vLLM's
+    order) or a layer name.  ``registration``: ``"unified"`` (what vLLM 0.33
+    registers: ``[B, H, N, C]`` views, K|V side by side in ``C``) or
+    ``"legacy"`` (vLLM < 0.26: ``[pages, 2, kernel_block, H, D]``, K/V dim
+    second; Mamba ``[conv, ssm]`` views).  ``edited``: None (no after view),
+    True (LMCache's default edits on this registration), an
+    ``EditResult``/mapping of layer -> edited value, or the edited tensor of
+    this layer.
+
+    Qwen3.5-0.8B, GDN layer 0: ``conv`` 36,864 B bf16 ``(3, 6144)``, ``ssm``
+    1,048,576 B fp32 ``(16, 128, 128)``, ``pad`` 28,672 B (2.57 % of the
+    1,114,112-byte page).
+    """
+    _check_registration(registration)
+    position, info = resolve_layer(plan, layer)
+    num_blocks = plan.num_blocks
+    if isinstance(block, bool) or not isinstance(block, int) or not 0 <= block < num_blocks:
+        raise KVExploreError(
+            f"block={block!r} is out of range; expected 0..{num_blocks - 1} "
+            f"({num_blocks} blocks in this plan)"
+        )
+    name = info.name
+    spec = plan.layer_specs[name]
+    gid = _group_of(plan, name)
+    kernel = plan.kernel_block_sizes[gid]
+    views = registered_views(plan, registration)
+    value = views[name]
+    from vllm.v1.kv_cache_interface import MambaSpec, MLAAttentionSpec
+
+    page = int(spec.page_size_bytes)
+    real = int(getattr(spec, "real_page_size_bytes", None) or page)
+    notes: list[str] = []
+    cells: tuple[Segment, ...] = ()
+    cells_note = ""
+    tensors = list(value) if isinstance(value, (list, tuple)) else [value]
+    view_texts = tuple(_tensor_text(t) for t in tensors)
+    first = tensors[0]
+    if isinstance(spec, MambaSpec):
+        segs, page_offset = _mamba_segments(spec, tensors, block, page, registration)
+        block_size = spec.block_size
+        kernel = spec.block_size
+    else:
+        block_size = spec.block_size
+        if isinstance(spec, MLAAttentionSpec):
+            segs, cells, cells_note = _mla_segments(plan, spec, first, block, kernel, registration)
+        elif registration == "legacy" and first.ndim == 5:
+            segs, cells, cells_note = _legacy_attention_segments(spec, first, kernel)
+        else:
+            segs, cells, cells_note = _unified_attention_segments(spec, first, kernel)
+        ratio = max(1, block_size // kernel)
+        page_offset = (first.storage_offset() + block * ratio * first.stride(0)) * first.element_size()
+        covered = max((s.end for s in segs), default=0)
+        if covered < page:
+            segs.append(Segment("pad", covered, page - covered, "", "page padding (page_size_padded)"))
+        if info.sliding_window:
+            notes.append(
+                f"sliding window {info.sliding_window} tokens: the group keeps only the "
+                "blocks of the window; the page itself is laid out like full attention"
+            )
+    if registration == "unified":
+        buffer = "the backing buffer (shared by every KVCacheTensor)"
+    else:
+        j = plan.kv_cache_config.kv_cache_groups[gid].layer_names.index(name)
+        buffer = f"legacy buffer {j} (shared by layer {j} of every group)"
+    edited_side = None
+    if edited is not None and edited is not False:
+        edited_side = _edited_side(plan, name, registration, edited, block, page_offset, page, segs)
+    backend = plan.attention_backend
+    label = (
+        f"{plan.model.name}, tp={plan.parallel_config.tensor_parallel_size}, "
+        f"dcp={plan.parallel_config.decode_context_parallel_size}, {backend}, "
+        f"block_size={plan.block_size}, kv_cache_dtype={plan.cache_config.cache_dtype}"
+    )
+    return PageLayout(
+        plan_label=label,
+        layer=name,
+        position=position,
+        kind=info.kind,
+        group=gid,
+        spec=type(spec).__name__,
+        registration=registration,
+        layout=plan.kv_cache_layout.name,
+        block=block,
+        block_size=block_size,
+        kernel_block_size=kernel,
+        page_bytes=page,
+        real_bytes=real,
+        buffer=buffer,
+        page_offset=int(page_offset),
+        views=view_texts,
+        segments=tuple(segs),
+        cells=tuple(cells),
+        cells_note=cells_note,
+        edited=edited_side,
+        notes=tuple(notes),
+    )
+
+
+def _mamba_segments(spec, tensors, block: int, page: int, registration: str):
+    """``conv | ssm | pad``: the states packed in ``MambaSpec.shapes`` order
+    (``MambaBase.bind_kv_cache`` unpacks the unified row the same way)."""
+    names = _state_names(len(spec.shapes))
+    segs: list[Segment] = []
+    cursor = 0
+    for label, shape, dtype in zip(names, spec.shapes, spec.dtypes, strict=True):
+        size = math.prod(shape) * _itemsize(dtype)
+        segs.append(Segment(label, cursor, size, _dtype_name(dtype), f"{tuple(shape)}"))
+        cursor += size
+    if cursor < page:
+        segs.append(Segment("pad", cursor, page - cursor, "", "page padding: no state"))
+    t = tensors[0]
+    page_offset = (t.storage_offset() + block * t.stride(0)) * t.element_size()
+    return segs, page_offset
+
+
+def _unified_attention_segments(spec, view, kernel: int):
+    """``[P, H, N, C]`` (P = blocks x kernel pages): K|V side by side in ``C``."""
+    elem = view.element_size()
+    _, heads, tokens, c = view.shape
+    s0, s_h, s_n, _ = (s * elem for s in view.stride())
+    c_bytes = c * elem
+    head_k = int(getattr(spec, "head_size", 0) or 0)
+    head_v = int(getattr(spec, "head_size_v", 0) or head_k)
+    split = head_k and (head_k + head_v) * elem == c_bytes
+    ratio = max(1, spec.block_size // kernel)
+    dtype = _dtype_name(view.dtype)
+    kp_extent = (heads - 1) * s_h + (tokens - 1) * s_n + c_bytes
+    order = "token outside head" if s_n >= s_h else "head outside token"
+    what = (
+        f"[{tokens} tokens, {heads} heads] x (K {head_k * elem} B | V {head_v * elem} B)"
+        if split
+        else f"[{tokens} tokens, {heads} heads] x {c_bytes} B"
+    )
+    label = "K|V" if split else "kv"
+    segs: list[Segment] = []
+    if kp_extent == heads * tokens * c_bytes:
+        for p in range(ratio):
+            segs.append(Segment(f"{label} p{p}", p * s0, kp_extent, dtype, what, p))
+    else:  # a head's rows are not next to each other: one run per (page, head)
+        runs = []
+        for p in range(ratio):
+            for h in range(heads):
+                runs.append((p * s0 + h * s_h, p, h))
+        runs.sort()
+        cursor = 0
+        run_bytes = (tokens - 1) * s_n + c_bytes
+        for start, p, h in runs:
+            if start > cursor:
+                segs.append(Segment("gap", cursor, start - cursor, "", "other blocks' bytes"))
+            segs.append(Segment(f"{label} p{p}", start, run_bytes, dtype, f"head {h}: {what}", p))
+            cursor = start + run_bytes
+    cells: list[Segment] = []
+    coords = sorted((h * s_h + n * s_n, n, h) for n in range(min(tokens, MAX_CELLS)) for h in range(min(heads, MAX_CELLS)))
+    for off, n, h in coords[: MAX_CELLS // (2 if split else 1)]:
+        if split:
+            cells.append(Segment(f"K t{n} h{h}", off, head_k * elem, dtype, f"head_size {head_k}"))
+            cells.append(Segment(f"V t{n} h{h}", off + head_k * elem, head_v * elem, dtype, f"head_size_v {head_v}"))
+        else:
+            cells.append(Segment(f"{label} t{n} h{h}", off, c_bytes, dtype, ""))
+    note = (
+        f"C = {c_bytes} B per (token, head), {order}: token stride {s_n:,} B, head "
+        f"stride {s_h:,} B; {tokens * heads} cells per kernel page"
+    )
+    return segs, cells, note
+
+
+def _legacy_attention_segments(spec, view, kernel: int):
+    """``[pages, 2, kernel_block, H, D]``: K/V dim second, per kernel page."""
+    elem = view.element_size()
+    _, two, tokens, heads, head = view.shape
+    s0, s_kv = view.stride(0) * elem, view.stride(1) * elem
+    half = tokens * heads * head * elem
+    ratio = max(1, spec.block_size // kernel)
+    dtype = _dtype_name(view.dtype)
+    segs: list[Segment] = []
+    for p in range(ratio):
+        for i, kv in enumerate("KV"[:two]):
+            segs.append(
+                Segment(f"{kv} p{p}", p * s0 + i * s_kv, half, dtype,
+                        f"[{tokens} tokens, {heads} heads, {head}]", p)
+            )
+    cells = [
+        Segment("K t0-" + str(tokens - 1), 0, half, dtype, f"all {tokens} tokens' K of kernel page 0"),
+        Segment("V t0-" + str(tokens - 1), s_kv, half, dtype, f"all {tokens} tokens' V of kernel page 0"),
+    ]
+    note = f"K/V dim second: K [{tokens}, {heads}, {head}] then V; K/V stride {s_kv:,} B"
+    return segs, cells, note
+
+
+def _mla_segments(plan, spec, view, block: int, kernel: int, registration: str):
+    """One latent row per token: ``c_kv`` (kv_lora_rank) | ``k_pe`` (rope dims)."""
+    elem = view.element_size()
+    head = int(spec.head_size)
+    ratio = max(1, spec.block_size // kernel)
+    kernel_tokens = spec.block_size // ratio
+    row = spec.page_size_bytes // spec.block_size
+    kp = row * kernel_tokens
+    dtype = _dtype_name(view.dtype)
+    hf = plan.model_config.hf_text_config
+    rank = getattr(hf, "kv_lora_rank", None)
+    rope = getattr(hf, "qk_rope_head_dim", None)
+    split = rank and rope and (rank + rope) == head and row == head * elem
+    what = f"{kernel_tokens} tokens x {row} B" + (
+        f" (c_kv {rank * elem} B | k_pe {rope * elem} B)" if split else " (packed latent)"
+    )
+    segs = [Segment(f"latent p{p}", p * kp, kp, dtype, what, p) for p in range(ratio)]
+    cells: list[Segment] = []
+    for n in range(min(kernel_tokens, MAX_CELLS // 2)):
+        if split:
+            cells.append(Segment(f"c_kv t{n}", n * row, rank * elem, dtype, f"kv_lora_rank {rank}"))
+            cells.append(Segment(f"k_pe t{n}", n * row + rank * elem, rope * elem, dtype, f"qk_rope_head_dim {rope}"))
+        else:
+            cells.append(Segment(f"latent t{n}", n * row, row, dtype, ""))
+    note = f"one latent row of {row} B per token (MLA: no separate K and V)"
+    return segs, cells, note
+
+
+def _edited_side(plan, name, registration, edited, block, page_offset, page, registered) -> EditedSide:
+    import torch
+
+    rule = None
+    if edited is True:
+        try:
+            result = edited_views(plan, registration)
+        except KVExploreError as exc:
+            return EditedSide(None, None, None, "", (), (), note=f"edits rejected this plan: {exc}")
+        value = result[name]
+        rule = _rule_of(result, name)
+    elif isinstance(edited, Mapping):
+        if name not in edited:
+            raise KVExploreError(f"edited holds no layer {name!r}; expected the edited mapping of this plan")
+        value = edited[name]
+        rule = _rule_of(edited, name)
+    else:
+        value = edited
+    if not isinstance(value, torch.Tensor):
+        return EditedSide(rule, None, None, "", (), (), note="no rule matched: still the registered list of state tensors")
+    elem = value.element_size()
+    per_block = tuple(value.shape[1:])
+    strides = tuple(value.stride()[1:])
+    dtype = _dtype_name(value.dtype)
+    if value.shape[0] != plan.num_blocks:
+        return EditedSide(rule, per_block, strides, dtype, (), (),
+                          note=f"leading dim {value.shape[0]} is not the {plan.num_blocks} "
+                          "blocks: no rule re-viewed it")
+    # block b of the edited view, relative to this layer's page of block b
+    start0 = (value.storage_offset() + block * value.stride(0)) * elem - page_offset
+    rest_shape, rest_stride = per_block[1:], strides[1:]
+    segs: list[Segment] = []
+    if per_block and per_block[0] <= MAX_EDIT_COORDS:
+        rest_extent = (sum((n - 1) * s for n, s in zip(rest_shape, rest_stride, strict=True)) + 1) * elem
+        tail = "".join(", :" for _ in rest_shape)
+        for i in range(per_block[0]):
+            segs.append(Segment(f"[{i}{tail}]", start0 + i * strides[0] * elem, rest_extent, dtype,
+                                f"{list(rest_shape)} {dtype}"))
+    else:
+        extent = (sum((n - 1) * s for n, s in zip(per_block, strides, strict=True)) + 1) * elem
+        dims = ", ".join(f"0:{n}" for n in per_block)
+        segs.append(Segment(f"[{dims}]", start0, extent, dtype, f"{list(per_block)} {dtype}"))
+    falls = tuple(overlap_summary((s.start, s.end), registered) for s in segs)
+    covered = sum(s.size for s in segs)
+    note = f"covers {covered:,} of the page's {page:,} B"
+    return EditedSide(rule, per_block, strides, dtype, tuple(segs), falls, note)
+
+
+def _rule_of(result, name: str):
+    report = getattr(result, "report", None)
+    if report is None:
+        return None
+    rows = report[report["layer"] == name]
+    if not len(rows):
+        return None
+    rule = rows.iloc[0]["rule"]
+    return rule if isinstance(rule, str) else None
+
+
+def page_map_text(plan, layer: int | str = 0, **kwargs) -> str:
+    """Text form of :func:`page_map` (same arguments)."""
+    return page_layout(plan, layer, **kwargs).text()
+
+
+def page_map(plan, layer: int | str = 0, **kwargs):
+    """The page map of one layer's page as a matplotlib ``Figure``.
+
+    Rows (top to bottom): the registered page (``conv | ssm | pad``, or K and V
+    per kernel page), the zoom into kernel page 0 (how K and V interleave), and
+    with ``edited=`` the edited view's synthetic coordinates on the same byte
+    axis.  Arguments as :func:`page_layout`.
+    """
+    return page_layout(plan, layer, **kwargs).figure()
+
+
+# ---------------------------------------------------------------------------
+# Drawing (segments, never bytes)
+# ---------------------------------------------------------------------------
+
+
+def _new_figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=100)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _capped(segments: Sequence[Segment]) -> list[Segment]:
+    """At most :data:`MAX_DRAWN_SEGMENTS`: the middle merged into one '...'."""
+    segs = list(segments)
+    if len(segs) <= MAX_DRAWN_SEGMENTS:
+        return segs
+    head = segs[: MAX_DRAWN_SEGMENTS // 2]
+    tail = segs[-(MAX_DRAWN_SEGMENTS // 2 - 1):]
+    middle = Segment("...", head[-1].end, tail[0].start - head[-1].end, "",
+                     f"{len(segs) - len(head) - len(tail)} segments")
+    return head + [middle] + tail
+
+
+def _draw_row(ax, y: float, segments: Sequence[Segment], lo: int, hi: int, width: float,
+              *, max_labels: int = 8) -> None:
+    """Row ``y``: one rectangle per segment (capped), bytes ``[lo, hi)`` scaled
+    onto ``[0, width)``; text on the widest ``max_labels`` segments.
+
+    Text is what costs in Agg (about 1 ms a label), so labels are capped too:
+    a row costs the same for a 16 KB and a 16 MB page.
+    """
+    from matplotlib.collections import PatchCollection
+    from matplotlib.patches import Rectangle
+
+    span = max(hi - lo, 1)
+    scale = width / span
+    drawn = [s for s in _capped(segments) if s.kind != "gap"]
+    # One PatchCollection per row: a single Agg draw call however many
+    # rectangles (individual patches cost ~0.3 ms each).  ``segment_labels``
+    # keeps the label of every rectangle, in order, for tests and tooling.
+    rects = [Rectangle(((s.start - lo) * scale, y - 0.35), s.size * scale, 0.7) for s in drawn]
+    coll = PatchCollection(
+        rects,
+        facecolors=[_base_color(s.label) for s in drawn],
+        edgecolors="black",
+        linewidths=0.4,
+    )
+    coll.segment_labels = [s.label for s in drawn]
+    ax.add_collection(coll, autolim=False)
+    pads = [r for r, s in zip(rects, drawn, strict=True) if s.kind in ("pad", "...")]
+    if pads:
+        hatch = PatchCollection([Rectangle(r.get_xy(), r.get_width(), r.get_height()) for r in pads],
+                                facecolors="none", edgecolors="#777777", linewidths=0, hatch="//")
+        ax.add_collection(hatch, autolim=False)
+    wide = sorted((s for s in drawn if s.size / span >= 0.02), key=lambda s: (-s.size, s.start))
+    for s in sorted(wide[:max_labels], key=lambda s: s.start):
+        ax.text((s.start - lo + s.size / 2) * scale, y, s.label, ha="center", va="center",
+                fontsize=7, rotation=90 if s.size / span < 0.08 else 0, clip_on=True)
+
+
+def _tick_positions(segments: Sequence[Segment], lo: int, hi: int, max_ticks: int = 6) -> list[int]:
+    bounds = sorted({lo, hi, *(s.start for s in segments if s.kind not in ("...", "gap"))})
+    if len(bounds) > max_ticks:
+        step = math.ceil(len(bounds) / (max_ticks - 1))
+        bounds = sorted(set(bounds[::step]) | {lo, hi})
+    return bounds
+
+
+def _rows_axes(fig, names: Sequence[str], title: str):
+    """One Axes for all rows (an Axes costs more than all its rectangles)."""
+    ax = fig.add_axes((0.13, 0.38 / fig.get_figheight(), 0.85, 1 - 0.75 / fig.get_figheight()))
+    n = len(names)
+    ax.set_ylim(-0.6, n - 0.4)
+    ax.set_yticks(range(n))
+    ax.set_yticklabels(list(reversed(names)), fontsize=7)
+    ax.set_title(title, fontsize=8)
+    for spine in ("top", "right"):
+        ax.spines[spine].set_visible(False)
+    return ax
+
+
+def _page_figure(lay: PageLayout):
+    """Rows: registered page, kernel page 0 zoom (scaled to full width), edited
+    view (same byte axis as the registered row, so a synthetic coordinate sits
+    over the bytes it addresses)."""
+    rows = [("registered", lay.segments, 0, lay.page_bytes)]
+    if lay.cells:
+        rows.append((f"kernel page 0 (first {max(s.end for s in lay.cells):,} B)", lay.cells, 0,
+                     max(s.end for s in lay.cells)))
+    if lay.edited is not None and lay.edited.segments:
+        rows.append(("edited", lay.edited.segments, 0, lay.page_bytes))
+    fig = _new_figure(10, 0.9 + 0.55 * len(rows))
+    title = (f"{lay.layer} ({lay.kind}, group {lay.group}): {lay.registration}, "
+             f"block {lay.block}, {lay.page_bytes:,} B page")
+    ax = _rows_axes(fig, [r[0] for r in rows], title)
+    width = float(lay.page_bytes)
+    for i, (_, segs, lo, hi) in enumerate(rows):
+        _draw_row(ax, len(rows) - 1 - i, segs, lo, max(hi, max((s.end for s in segs), default=0)), width)
+    ticks = _tick_positions(lay.segments, 0, lay.page_bytes)
+    ax.set_xlim(0, width)
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([f"{t:,}" for t in ticks], fontsize=6)
+    ax.set_xlabel("byte offset in the page", fontsize=7)
+    fig.kvexplore_layout = lay
+    return fig
+
+
+# ---------------------------------------------------------------------------
+# Buffer layout
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BufferRow:
+    """One backing buffer (unified: one ``KVCacheTensor``'s placement; legacy:
+    one per layer position) and the segments it is cut into."""
+
+    name: str
+    size: int
+    offset: int
+    detail: str
+    segments: tuple[Segment, ...]
+
+
+@dataclass(frozen=True)
+class BufferLayout:
+    """How the backing buffers are shared: rows of layer/block segments."""
+
+    plan_label: str
+    registration: str
+    layout: str
+    num_blocks: int
+    rows: tuple[BufferRow, ...]
+    block_zoom: tuple[Segment, ...]
+    zoom_label: str
+    notes: tuple[str, ...]
+
+    def labels(self) -> list[str]:
+        return [r.name for r in self.rows]
+
+    def text(self) -> str:
+        lines = [
+            f"buffer map: {self.plan_label}",
+            f"registration: {self.registration} (layout {self.layout}), {self.num_blocks} blocks",
+        ]
+        for r in self.rows:
+            lines.append(f"{r.name}: {_fmt_bytes(r.size)} at offset {r.offset:,}; {r.detail}")
+            lines.append(_segment_table(r.segments, None, limit=6))
+        if self.block_zoom:
+            lines.append(f"zoom: {self.zoom_label}")
+            lines.append(_segment_table(self.block_zoom, None, limit=6))
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def _repr_html_(self) -> str:
+        from kvexplore.reprs import buffer_layout_html
+
+        return buffer_layout_html(self)
+
+    def figure(self):
+        return _buffer_figure(self)
+
+
+def _short(name: str) -> str:
+    parts = name.split(".")
+    nums = [p for p in parts if p.isdigit()]
+    return f"L{nums[-1]}" if nums else parts[-1]
+
+
+def buffer_layout(plan, *, registration: str = "unified") -> BufferLayout:
+    """How each backing buffer is shared by one layer of every group.
+
+    Unified (vLLM 0.33): every ``KVCacheTensor`` describes placement in the
+    *same* backing allocation (Qwen3.5-0.8B, 16 blocks: 4 tensors of
+    106,954,752 B at offset 0, ``layer_stride`` 17,825,792 B, ``block_stride``
+    1,114,112 B), so the groups overlay each other and a block id belongs to
+    one group at a time.  Legacy: one buffer per layer position ``j`` of
+    ``page x num_blocks`` bytes, shared by layer ``j`` of every group.
+    """
+    _check_registration(registration)
+    cfg = plan.kv_cache_config
+    groups = cfg.kv_cache_groups
+    nb = cfg.num_blocks
+    rows: list[BufferRow] = []
+    notes: list[str] = []
+    zoom: list[Segment] = []
+    zoom_label = ""
+    from vllm.v1.kv_cache_interface import MambaSpec
+
+    def group_of_layer(name):
+        for gid, g in enumerate(groups):
+            if name in g.layer_names:
+                return gid
+        return None
+
+    if registration == "unified":
+        for ti, t in enumerate(cfg.kv_cache_tensors):
+            gid = group_of_layer(t.layers[0]) if t.layers else None
+            spec = plan.layer_specs.get(t.layers[0]) if t.layers else None
+            page = int(spec.page_size_bytes) if spec is not None else t.block_stride
+            real = int(getattr(spec, "real_page_size_bytes", None) or page) if spec is not None else page
+            layer_compact = t.layer_stride >= t.block_stride * nb
+            segs: list[Segment] = []
+            if layer_compact:
+                for li, lname in enumerate(t.layers):
+                    segs.append(Segment(f"{_short(lname)}", t.offset + li * t.layer_stride,
+                                        nb * t.block_stride, "", f"{lname}: {nb} blocks x {t.block_stride:,} B"))
+            else:
+                for b in range(nb):
+                    segs.append(Segment(f"b{b}", t.offset + b * t.block_stride, t.block_stride, "",
+                                        f"block {b}: {len(t.layers)} layers' pages"))
+            kind = type(spec).__name__ if spec is not None else "?"
+            pad = f", padding {page - real:,} B at the end of each page" if page > real else ""
+            rows.append(BufferRow(
+                f"tensor {ti} (group {gid}, {kind})", t.size, t.offset,
+                f"{len(t.layers)} layers, layer_stride {t.layer_stride:,} B, block_stride "
+                f"{t.block_stride:,} B, page {page:,} B{pad}",
+                tuple(segs)))
+        if cfg.kv_cache_tensors:
+            t = cfg.kv_cache_tensors[0]
+            spec = plan.layer_specs.get(t.layers[0])
+            page = int(spec.page_size_bytes)
+            real = int(getattr(spec, "real_page_size_bytes", None) or page)
+            for b in range(min(nb, 8)):
+                start = t.offset + b * t.block_stride
+                zoom.append(Segment(f"b{b}", start, real, "", "state" if isinstance(spec, MambaSpec) else "K/V"))
+                if page > real:
+                    zoom.append(Segment("pad", start + real, page - real, "", "page padding"))
+            zoom_label = f"first {min(nb, 8)} blocks of {t.layers[0]} (tensor 0)"
+        ends = {t.offset + t.size for t in cfg.kv_cache_tensors}
+        starts = {t.offset for t in cfg.kv_cache_tensors}
+        if len(cfg.kv_cache_tensors) > 1 and starts == {0} and len(ends) == 1:
+            notes.append(
+                f"all {len(cfg.kv_cache_tensors)} tensors overlay one backing buffer of "
+                f"{max(ends):,} B: a block id belongs to one group at a time"
+            )
+    else:
+        width = max((len(g.layer_names) for g in groups), default=0)
+        page = max((g.kv_cache_spec.page_size_bytes for g in groups), default=0)
+        for j in range(width):
+            owners = [f"g{gid}:{_short(g.layer_names[j])}" for gid, g in enumerate(groups) if j < len(g.layer_names)]
+            segs = [Segment(f"b{b}", b * page, page, "", "one page per block") for b in range(nb)]
+            rows.append(BufferRow(f"buffer {j}", page * nb, 0,
+                                  f"shared by {', '.join(owners)}; page {page:,} B, stride(0) {page:,} B",
+                                  tuple(segs)))
+        for gid, g in enumerate(groups):
+            spec = g.kv_cache_spec
+            real = int(getattr(spec, "real_page_size_bytes", None) or spec.page_size_bytes)
+            if isinstance(spec, MambaSpec) and real < page:
+                if not zoom:
+                    for b in range(min(nb, 8)):
+                        zoom.append(Segment(f"b{b}", b * page, real, "", "conv | ssm"))
+                        zoom.append(Segment("pad", b * page + real, page - real, "", "page padding"))
+                    zoom_label = f"first {min(nb, 8)} blocks of buffer 0 as group {gid} (Mamba) sees them"
+                notes.append(f"group {gid}: conv | ssm | pad, {page - real:,} B padding per page")
+    label = (
+        f"{plan.model.name}, tp={plan.parallel_config.tensor_parallel_size}, "
+        f"{plan.attention_backend}, block_size={plan.block_size}"
+    )
+    return BufferLayout(label, registration, plan.kv_cache_layout.name, nb, tuple(rows),
+                        tuple(zoom), zoom_label, tuple(notes))
+
+
+def buffer_map_text(plan, *, registration: str = "unified") -> str:
+    """Text form of :func:`buffer_map`."""
+    return buffer_layout(plan, registration=registration).text()
+
+
+def buffer_map(plan, *, registration: str = "unified"):
+    """The buffer map as a matplotlib ``Figure``: one row per buffer, layers
+    (or blocks) along the byte axis, and a zoom row with page padding."""
+    return buffer_layout(plan, registration=registration).figure()
+
+
+MAX_DRAWN_ROWS = 12
+
+
+def _buffer_figure(lay: BufferLayout):
+    """One row per buffer (each scaled to its own size) plus the padding zoom."""
+    rows = [(r.name, r.segments, 0, max((s.end for s in r.segments), default=r.size) or 1)
+            for r in lay.rows[:MAX_DRAWN_ROWS]]
+    if lay.block_zoom:
+        rows.append(("zoom", lay.block_zoom, min(s.start for s in lay.block_zoom),
+                     max(s.end for s in lay.block_zoom)))
+    fig = _new_figure(10, 0.9 + 0.3 * max(1, len(rows)))
+    title = f"buffer map: {lay.registration} ({lay.layout}), {lay.num_blocks} blocks"
+    if len(lay.rows) > MAX_DRAWN_ROWS:
+        title += f"; {len(lay.rows) - MAX_DRAWN_ROWS} more buffers in the text form"
+    ax = _rows_axes(fig, [r[0] for r in rows] or ["(none)"], title)
+    for i, (_, segs, lo, hi) in enumerate(rows):
+        _draw_row(ax, len(rows) - 1 - i, segs, lo, hi, 1.0, max_labels=8)
+    ax.set_xlim(0, 1)
+    ax.set_xticks([0, 1])
+    ax.set_xticklabels(["start", "end"], fontsize=6)
+    fig.kvexplore_layout = lay
+    return fig
+
+
+# ---------------------------------------------------------------------------
+# Sweep heatmap
+# ---------------------------------------------------------------------------
+
+
+def sweep_table(df, x: str, y: str, value: str):
+    """Pivot ``df`` to ``value`` over ``y`` (rows) x ``x`` (columns).
+
+    ``value`` must be numeric or boolean (booleans become 0/1); exactly one
+    row per ``(x, y)``: filter the other axes first.
+    """
+    import pandas as pd
+
+    for what, col in (("x", x), ("y", y), ("value", value)):
+        if col not in df.columns:
+            raise KVExploreError(f"{what}={col!r} is not a column of the sweep; expected one of {list(df.columns)}")
+    series = df[value]
+    if not (pd.api.types.is_bool_dtype(series) or pd.api.types.is_numeric_dtype(series)):
+        numeric = [c for c in df.columns if pd.api.types.is_numeric_dtype(df[c]) or pd.api.types.is_bool_dtype(df[c])]
+        raise KVExploreError(
+            f"value={value!r} has dtype {series.dtype}; expected a numeric or boolean "
+            f"column such as {numeric}"
+        )
+    dup = df.duplicated([x, y]).sum()
+    if dup:
+        others = [c for c in df.columns if c not in (x, y, value)]
+        raise KVExploreError(
+            f"{dup} rows repeat an ({x}, {y}) pair, so {value!r} is ambiguous; filter the "
+            f"other columns first (e.g. one of {others[:6]})"
+        )
+    data = df[[x, y, value]].copy()
+    if pd.api.types.is_bool_dtype(series):
+        data[value] = data[value].astype(int)
+    return data.pivot(index=y, columns=x, values=value)
+
+
+def sweep_heatmap_text(df, x: str, y: str, value: str) -> str:
+    """Text form of :func:`sweep_heatmap`: the pivot table."""
+    table = sweep_table(df, x, y, value)
+    return f"{value} over {y} (rows) x {x} (columns)\n{table.to_string(na_rep='-')}"
+
+
+def sweep_heatmap(df, x: str, y: str, value: str):
+    """Heatmap of a numeric or boolean sweep column over two axes; cells
+    annotated with their values (missing combinations blank)."""
+    import numpy as np
+
+    table = sweep_table(df, x, y, value)
+    arr = table.to_numpy(dtype=float)
+    fig = _new_figure(1.5 + 0.8 * max(1, arr.shape[1]), 1.2 + 0.45 * max(1, arr.shape[0]))
+    ax = fig.subplots()
+    masked = np.ma.masked_invalid(arr)
+    im = ax.imshow(masked, aspect="auto", cmap="viridis")
+    ax.set_xticks(range(arr.shape[1]))
+    ax.set_xticklabels([str(c) for c in table.columns], fontsize=7, rotation=30)
+    ax.set_yticks(range(arr.shape[0]))
+    ax.set_yticklabels([str(i) for i in table.index], fontsize=7)
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.set_title(value, fontsize=9)
+    if arr.size <= 400:
+        for (i, j), v in np.ndenumerate(arr):
+            if not np.isnan(v):
+                ax.text(j, i, f"{v:g}", ha="center", va="center", fontsize=6, color="white")
+    fig.colorbar(im, ax=ax)
+    fig.kvexplore_table = table
+    return fig
+
+
+__all__ = [
+    "BufferLayout",
+    "BufferRow",
+    "EditedSide",
+    "PageLayout",
+    "Segment",
+    "buffer_layout",
+    "buffer_map",
+    "buffer_map_text",
+    "edited_views",
+    "overlap_summary",
+    "page_layout",
+    "page_map",
+    "page_map_text",
+    "registered_views",
+    "resolve_layer",
+    "sweep_heatmap",
+    "sweep_heatmap_text",
+    "sweep_table",
+]

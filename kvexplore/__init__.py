@@ -65,3 +65,33 @@ __all__ += [
     "verify_roundtrip",
 ]
 # --- end issue 3 ------------------------------------------------------------
+
+# --- issue 4: offloading config and sweeps --------------------------------
+from kvexplore.offload import OffloadResult, offload_config  # noqa: E402
+from kvexplore.sweep import sweep  # noqa: E402
+
+__all__ += ["OffloadResult", "offload_config", "sweep"]
+
+# --- issue 5: renderers and the Explorer widget (imported on first use, so
+# --- `import kvexplore` does not pull in ipywidgets) ------------------------
+_LAZY = {
+    "Explorer": ("kvexplore.widgets", "Explorer"),
+    "ExplorerState": ("kvexplore.explorer_logic", "ExplorerState"),
+    "page_map": ("kvexplore.viz", "page_map"),
+    "page_map_text": ("kvexplore.viz", "page_map_text"),
+    "buffer_map": ("kvexplore.viz", "buffer_map"),
+    "buffer_map_text": ("kvexplore.viz", "buffer_map_text"),
+    "sweep_heatmap": ("kvexplore.viz", "sweep_heatmap"),
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'kvexplore' has no attribute {name!r}")
+
+
+__all__ += list(_LAZY)

@@ -490,6 +490,13 @@ def _build_plan_checked(src: ModelSource, request: tuple, r: dict) -> Plan:
     parallel_config = _parallel_config(tp, dcp)
     try:
         mc.verify_with_parallel_config(parallel_config)
+    except ZeroDivisionError:
+        # vllm/config/model.py divides by the KV head count for DCP; an
+        # attention-free model has none.
+        raise KVExploreError(
+            f"decode_context_parallel_size={dcp} needs attention KV heads to shard; "
+            f"{src.name} is attention-free (0 KV heads): expected 1"
+        ) from None
     except (ValueError, NotImplementedError) as exc:
         raise KVExploreError(
             f"tensor_parallel_size={tp}, decode_context_parallel_size={dcp} "

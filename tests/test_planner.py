@@ -160,3 +160,15 @@ def test_catalog_plans_every_model():
         assert p.block_size > 0 and p.kv_cache_config.kv_cache_groups
         for gid, kb in enumerate(p.kernel_block_sizes):
             assert p.groups[gid].kv_cache_spec.block_size % kb == 0
+
+
+def test_dcp_on_attention_free_model_is_a_value_error():
+    with pytest.raises(KVExploreError, match="attention-free"):
+        plan("state-spaces/mamba-130m-hf", tensor_parallel_size=2, decode_context_parallel_size=2)
+
+
+def test_lazy_exports():
+    assert kvexplore.Explorer.__name__ == "Explorer"
+    assert callable(kvexplore.page_map)
+    with pytest.raises(AttributeError):
+        kvexplore.no_such_name  # noqa: B018

@@ -40,11 +40,11 @@ def main():
         src = kvexplore.load_model_config(name)
         kvexplore.plan(src)  # first load: imports the model class
 
-        def ours():
+        def ours(src=src):
             kvexplore.clear_plan_cache()
             kvexplore.plan(src)
 
-        def theirs():
+        def theirs(src=src):
             vllm_alignment(str(src.config_dir))
 
         a = median_ms(ours, args.repeats)

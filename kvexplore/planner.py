@@ -479,10 +479,14 @@ def _build_plan(src: ModelSource, request: tuple) -> Plan:
 
 
 def _build_plan_checked(src: ModelSource, request: tuple, r: dict) -> Plan:
-    from vllm.config import CacheConfig, ParallelConfig
+    from vllm.config import CacheConfig
     from vllm.model_executor.models import ModelRegistry
 
-    from kvexplore.vllm_bridge import OfflinePlatform, VllmConfigStandIn, run_model_hooks
+    from kvexplore.vllm_bridge import (
+        OfflinePlatform,
+        VllmConfigStandIn,
+        run_model_hooks,
+    )
 
     mc = src.model_config(r["dtype"], r["max_model_len"])
     tp = r["tensor_parallel_size"]
@@ -628,7 +632,11 @@ def _attention_page_per_token(mc, pc, cc, backend, kv_torch_dtype, vc) -> int:
     """Bytes of one token of one attention layer, as ``_align_hybrid_block_size``
     computes it (``customize_spec`` of a 1-token ``FullAttentionSpec``)."""
     from vllm.config.vllm import set_current_vllm_config
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, MLAAttentionSpec, get_kv_quant_mode
+    from vllm.v1.kv_cache_interface import (
+        FullAttentionSpec,
+        MLAAttentionSpec,
+        get_kv_quant_mode,
+    )
 
     quant = get_kv_quant_mode(cc.cache_dtype)
     if mc.use_mla:
@@ -758,7 +766,9 @@ def _layer_spec(info: LayerInfo, mc, pc, cc, backend, kv_torch_dtype, model_cls,
     if info.kind == SLIDING:
         # Attention.get_kv_cache_spec: SW picks its own block size.
         from vllm.config.vllm import set_current_vllm_config
-        from vllm.model_executor.layers.attention.attention import _largest_kernel_block_within
+        from vllm.model_executor.layers.attention.attention import (
+            _largest_kernel_block_within,
+        )
 
         with set_current_vllm_config(vc):
             base = backend.customize_spec(

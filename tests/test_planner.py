@@ -39,7 +39,7 @@ def test_worked_example_tensors():
 def test_kernel_block_depends_on_backend():
     # FLASHINFER advertises [16, 32, 64]: 32 is the largest dividing 544
     fi = plan(QWEN, attention_backend="FLASHINFER")
-    attn = [g for g, k in zip(fi.kernel_block_sizes, fi.group_table.kind) if k == "full_attention"]
+    attn = [g for g, k in zip(fi.kernel_block_sizes, fi.group_table.kind, strict=True) if k == "full_attention"]
     assert attn == [32] and 544 // 32 == 17
     # FLASH_ATTN advertises MultipleOf(16): the 544-token block runs unsplit
     fa = plan(QWEN)

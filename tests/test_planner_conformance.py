@@ -72,7 +72,10 @@ def test_backends_match_vllm(backend, block_size):
 
 def test_groups_and_tensors_match_vllm_planning():
     """Groups/tensors equal vLLM's get_kv_cache_configs on the same specs."""
-    from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
+    from vllm.v1.core.kv_cache_planning import (
+        get_global_kv_cache_groups,
+        get_kv_cache_configs,
+    )
 
     p = kvexplore.plan("Qwen/Qwen3.5-0.8B", kv_cache_memory_bytes=4 << 30, max_model_len=8192)
     specs = dict(p.layer_specs)

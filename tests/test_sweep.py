@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import doctest
+import importlib
 import json
 
 import pandas as pd
 import pytest
 
 import kvexplore
-import importlib
-
-sweep_module = importlib.import_module("kvexplore.sweep")
 from kvexplore import KVExploreError
 from kvexplore.offload import offload_config
 from kvexplore.sweep import RESULT_COLUMNS, sweep
+
+# `kvexplore.sweep` is the function on the package; the module lives in sys.modules
+sweep_module = importlib.import_module("kvexplore.sweep")
 
 QWEN = "Qwen/Qwen3.5-0.8B"
 

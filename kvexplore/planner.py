@@ -242,6 +242,26 @@ class Plan:
         return self.padding_bytes_per_block / self.bytes_per_block if self.bytes_per_block else 0.0
 
     @cached_property
+    def _capacity(self) -> tuple[int, float]:
+        from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity
+
+        return get_kv_cache_capacity(self.vllm_config, self.kv_cache_config)
+
+    @property
+    def kv_cache_size_tokens(self) -> int:
+        """vLLM's group-aware KV cache size in tokens, the number its log prints as
+        ``GPU KV cache size: N tokens`` (``vllm/v1/core/kv_cache_utils.py:
+        get_kv_cache_capacity``): max concurrency x ``max_model_len``."""
+        return self._capacity[0]
+
+    @property
+    def max_concurrency(self) -> float:
+        """Requests of ``max_model_len`` tokens the cache holds at once: blocks over
+        the blocks one request needs in every group (Mamba groups in ``align``
+        mode need 2 per request, attention groups ``cdiv(max_model_len, block)``)."""
+        return self._capacity[1]
+
+    @cached_property
     def summary(self) -> pd.DataFrame:
         """Key numbers as a two-column table (quantity, value)."""
         rows = [
@@ -263,6 +283,9 @@ class Plan:
             ("num_blocks", self.num_blocks),
             ("bytes_per_block", self.bytes_per_block),
             ("tokens_per_gib", self.tokens_per_gib),
+            ("max_model_len", self.model_config.max_model_len),
+            ("kv_cache_size_tokens", self.kv_cache_size_tokens),
+            ("max_concurrency", round(self.max_concurrency, 4)),
             ("padding_share", round(self.padding_share, 6)),
         ]
         return pd.DataFrame(rows, columns=["quantity", "value"])

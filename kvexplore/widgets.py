@@ -100,6 +100,7 @@ class Explorer(widgets.VBox):
         for name, w in self.controls.items():
             w.observe(self._on_change, names="value")
             w.kvexplore_control = name  # which ExplorerState control it drives
+            w.add_class(_css_class("control", name))  # stable hook for browser tests
         self.layer_label = widgets.HTML()
         self.figure_toggle = widgets.Checkbox(value=False, description="figure", indent=False,
                                               layout=widgets.Layout(width="90px"))
@@ -109,6 +110,8 @@ class Explorer(widgets.VBox):
                                           layout=widgets.Layout(width="200px"))
         self.live_button.on_click(self._on_live)
         self.panels: dict[str, widgets.HTML] = {name: widgets.HTML() for name in PANELS}
+        for name, panel in self.panels.items():
+            panel.add_class(_css_class("panel", name))
         tabs = []
         for name in PANELS:
             box: list[widgets.Widget] = [self.panels[name]]
@@ -126,6 +129,7 @@ class Explorer(widgets.VBox):
             widgets.HBox([ctl["mamba_cache_mode"], ctl["enable_prefix_caching"], ctl["layer"], ctl["block"]]),
         ]
         super().__init__(children=[*rows, self.panels["status"], self.tabs])
+        self.add_class("kvx-explorer")
         self._render(PANELS)
 
     # -- event handlers --------------------------------------------------------
@@ -198,6 +202,12 @@ class Explorer(widgets.VBox):
     def text(self) -> str:
         """Every panel's text form, for notebooks checked by nbval."""
         return "\n\n".join(f"== {name} ==\n{self.state.panels[name].text}" for name in PANELS)
+
+
+def _css_class(kind: str, name: str) -> str:
+    """``("panel", "page_map")`` -> ``"kvx-panel-page-map"``: DOM hooks that
+    browser tests (and user CSS) can rely on, unlike ipywidgets' own classes."""
+    return f"kvx-{kind}-{name.replace('_', '-')}"
 
 
 def _error_html(exc: BaseException) -> str:

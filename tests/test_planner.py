@@ -172,3 +172,12 @@ def test_lazy_exports():
     assert callable(kvexplore.page_map)
     with pytest.raises(AttributeError):
         kvexplore.no_such_name  # noqa: B018
+
+
+def test_capacity_is_group_aware():
+    # 64 blocks; a 262,144-token request needs cdiv(262144, 544) = 482 attention
+    # blocks plus 2 state snapshots in each of the 3 GDN groups (align mode).
+    p = plan(QWEN, num_blocks=64)
+    assert p.model_config.max_model_len == 262_144
+    assert p.max_concurrency == pytest.approx(64 / (482 + 3 * 2))
+    assert p.kv_cache_size_tokens == int(64 / (482 + 3 * 2) * 262_144)

@@ -825,7 +825,13 @@ def _tick_positions(segments: Sequence[Segment], lo: int, hi: int, max_ticks: in
 
 def _rows_axes(fig, names: Sequence[str], title: str):
     """One Axes for all rows (an Axes costs more than all its rectangles)."""
-    ax = fig.add_axes((0.13, 0.38 / fig.get_figheight(), 0.85, 1 - 0.75 / fig.get_figheight()))
+    # Left margin sized to the longest row label (7 pt text, ~0.55 em a glyph),
+    # so labels such as "kernel page 0 (first 65,536 B)" are never clipped.
+    longest = max((len(n) for n in names), default=0)
+    left = min(0.45, (0.12 + longest * 7 * 0.55 / 72) / fig.get_figwidth())
+    ax = fig.add_axes(
+        (left, 0.38 / fig.get_figheight(), 0.98 - left, 1 - 0.75 / fig.get_figheight())
+    )
     n = len(names)
     ax.set_ylim(-0.6, n - 0.4)
     ax.set_yticks(range(n))

@@ -581,6 +581,12 @@ def _build_plan_checked(src: ModelSource, request: tuple, r: dict) -> Plan:
     if is_mamba:
         model_cls, _ = ModelRegistry.resolve_model_cls(mc.architecture, model_config=mc)
     requested_block = cache_config.block_size
+    if has_attention and not cache_config.user_specified_block_size:
+        # Phase 1 of update_block_size_for_backend: the backend's preference.
+        from vllm.config.vllm import set_current_vllm_config
+
+        with set_current_vllm_config(vc):
+            requested_block = backend.get_preferred_block_size(requested_block)
     OfflinePlatform.update_block_size_for_backend(vc)
     if not has_attention and cache_config.mamba_block_size is None:
         cache_config.mamba_block_size = cache_config.block_size
@@ -609,14 +615,21 @@ def _build_plan_checked(src: ModelSource, request: tuple, r: dict) -> Plan:
     kv_cache_config.kv_cache_layout = cache_config.kv_cache_layout
 
     # 5. kernel blocks
+    from vllm.v1.kv_cache_interface import AttentionSpec
+
     kernel_block_sizes = _kernel_block_sizes(kv_cache_config, backend)
     for gid, (group, kb) in enumerate(zip(kv_cache_config.kv_cache_groups, kernel_block_sizes, strict=False)):
+        sizes = ", ".join(map(str, backend.get_supported_kernel_block_sizes()))
         if kb != group.kv_cache_spec.block_size:
             derivation[f"kernel_block_size[{gid}]"] = (
-                f"{kb}: largest of {backend.get_name()}'s kernel sizes "
-                f"[{', '.join(map(str, backend.get_supported_kernel_block_sizes()))}] dividing "
+                f"{kb}: largest of {backend.get_name()}'s kernel sizes [{sizes}] dividing "
                 f"{group.kv_cache_spec.block_size} ({group.kv_cache_spec.block_size // kb} "
                 "kernel pages per block)"
+            )
+        elif isinstance(group.kv_cache_spec, AttentionSpec):
+            derivation[f"kernel_block_size[{gid}]"] = (
+                f"{kb}: {backend.get_name()} accepts [{sizes}], so the "
+                f"{kb}-token block runs unsplit (1 kernel page per block)"
             )
     return Plan(
         model=src,
@@ -691,7 +704,7 @@ def _block_size_derivation(requested, cc, backend, attn_page_1, mamba_page, mc, 
     if cc.user_specified_block_size:
         start = f"--block-size {requested}"
     else:
-        start = f"{backend.get_name()} preferred block size {requested}"
+        start = f"{backend.get_name()}'s preferred block size, get_preferred_block_size(16)"
     bs = cc.block_size
     if mamba_page is not None and attn_page_1 is not None:
         align = max(smallest, requested)

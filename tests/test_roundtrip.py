@@ -194,3 +194,52 @@ def test_qwen_round_trip_on_gpu():
         report = verify_roundtrip(cfg, caches, edited)
         assert report.ok, report
         assert report.device.startswith("cuda")
+
+
+def test_many_small_chunks_restore_every_byte_and_match_one_chunk():
+    cfg, caches = unified_registration(qwen_groups(2), 5, kernel=32)
+    edited = apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD")
+    randomize(caches, seed=3)
+    before = snapshot(caches)
+    small = verify_roundtrip(cfg, caches, edited, chunk_bytes=1)  # one block a step
+    assert small.ok, small
+    assert all(torch.equal(a, b) for a, b in zip(before, snapshot(caches), strict=True))
+    big = verify_roundtrip(
+        cfg, caches, edited, blocks=[4, 0, 1, 2], chunk_bytes=1 << 40
+    )
+    assert big.ok and big.table["blocks"].tolist() == [4] * 8
+    assert all(torch.equal(a, b) for a, b in zip(before, snapshot(caches), strict=True))
+    columns = ["layer", "regions", "roundtrip_ok", "covers_ok", "confined_ok"]
+    assert small.table[columns].equals(big.table[columns])
+
+
+def test_uncovered_bytes_are_counted_exactly_per_block():
+    cfg, caches = unified_registration([(["g"], qwen_gdn())], 3)
+    edited = dict(apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD"))
+    view = edited["g"]
+    rows = view.shape[1] // 2  # only the first half of each page's token rows
+    edited["g"] = view.as_strided((3, rows, *view.shape[2:]), view.stride())
+    report = verify_roundtrip(cfg, caches, edited)
+    row = report.table.iloc[0]
+    registered = caches["g"][0].numel() * caches["g"][0].element_size()
+    covered = rows * view.shape[-1] * view.element_size()
+    assert not report.ok and not row["covers_ok"] and row["confined_ok"]
+    assert row["uncovered_bytes"] == 3 * (registered - covered)
+    assert "misses registered bytes of blocks [0, 1, 2]" in row["detail"]
+
+
+def test_a_view_with_another_block_step_is_caught_in_the_blocks_it_misses():
+    cfg, caches = legacy_registration([(["g"], qwen_gdn())], 4)
+    page_view = apply_kv_cache_group_edits(cfg, caches)["g"]
+    skipping = page_view.as_strided(
+        (2, *page_view.shape[1:]),
+        (2 * page_view.stride(0), *page_view.stride()[1:]),
+        page_view.storage_offset(),
+    )  # block 1 -> page 2
+    cfg2 = config([(["g"], qwen_gdn())], 2)
+    caches2 = {"g": [t[:2] for t in caches["g"]]}
+    report = verify_roundtrip(cfg2, caches2, {"g": skipping})
+    row = report.table.iloc[0]
+    assert not row["covers_ok"] and not row["confined_ok"] and not report.ok
+    assert "misses registered bytes of blocks [1]" in row["detail"]
+    assert "leaves its page in blocks [1]" in row["detail"]

@@ -1,0 +1,309 @@
+"""The Explorer in a real browser: JupyterLab + Debian's Chromium via Playwright.
+
+What plain pytest (tests/test_widgets.py) cannot see: that the widget
+extension loads, that the Explorer renders in JupyterLab, and that a control
+changed in the page reaches the kernel and comes back as new panel HTML.
+
+The test starts its own JupyterLab on 127.0.0.1 (free port, random token,
+temporary root, empty user config/settings/workspaces so nothing of the
+user's leaks in), writes a notebook that displays
+``Explorer("Qwen/Qwen3.5-0.8B")``, runs it with "Run > Run All Cells", reads
+the plan and page-map panels, sets TP to 4 and checks that the block size
+goes 544 -> 272 in the plan table and that the page map changed.  A
+screenshot lands in ``$KVEXPLORE_ARTIFACTS`` (or the test's tmp dir).
+
+Needs ``/usr/bin/chromium`` (``apt-get install -y chromium``) and the
+``playwright`` Python package (``pip install playwright``; no
+``playwright install``: we use Debian's browser).  ``scripts/test.sh``
+installs both; a missing one is a failure, not a skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+REPO = Path(__file__).resolve().parents[1]
+MODEL = "Qwen/Qwen3.5-0.8B"
+#: Server start to screenshot, in seconds; with the teardown's worst case
+#: (20 s for the server to stop, then a kill) the test stays under 5 minutes.
+TOTAL_BUDGET_S = 260
+INSTALL_HINT = (
+    "run `bash scripts/test.sh` (it installs both), or by hand: "
+    "`apt-get update && apt-get install -y chromium` and "
+    "`python3 -m pip install playwright` (do not run `playwright install`; "
+    "the test uses Debian's /usr/bin/chromium)"
+)
+
+
+class Deadline:
+    """Milliseconds left of the test's overall time budget, for Playwright."""
+
+    def __init__(self, seconds: float) -> None:
+        self.end = time.monotonic() + seconds
+
+    def ms(self, cap_s: float) -> float:
+        left = self.end - time.monotonic()
+        if left <= 0:
+            pytest.fail(f"browser test ran past its {TOTAL_BUDGET_S} s budget")
+        return 1000 * min(cap_s, left)
+
+
+def _require_browser_tools():
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(f"{CHROMIUM} is missing; {INSTALL_HINT}", pytrace=False)
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as exc:
+        pytest.fail(f"the playwright module is missing ({exc}); {INSTALL_HINT}", pytrace=False)
+    return sync_playwright
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _notebook() -> str:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {
+        "name": "python3", "display_name": "Python 3", "language": "python"}})
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            "import logging, os\n"
+            "os.environ['VLLM_LOGGING_LEVEL'] = 'ERROR'\n"
+            "logging.getLogger('vllm').setLevel(logging.ERROR)\n"
+            "import kvexplore\n"
+            "print('kvexplore from', kvexplore.__file__)"),
+        nbformat.v4.new_code_cell(f"ex = kvexplore.Explorer({MODEL!r})\nex"),
+    ]
+    nbformat.validate(nb)
+    return nbformat.writes(nb)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()  # SIGTERM: the server shuts its kernels down, then exits
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            pass
+    try:  # the server's process group: a kernel that outlived the server
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=10)
+
+
+@pytest.fixture()
+def jupyterlab(tmp_path):
+    """``start()`` launches a private JupyterLab and returns ``(base_url, token,
+    log_path)``; teardown always stops it and its kernels.  A factory, so the
+    test checks its tools first and a missing one is a failure, not an error."""
+    started: list[tuple[subprocess.Popen, object]] = []
+
+    def start() -> tuple[str, str, Path]:
+        root = tmp_path / "root"
+        root.mkdir()
+        (root / "explorer.ipynb").write_text(_notebook())
+        port, token = _free_port(), secrets.token_hex(24)
+        env = dict(os.environ)
+        # Empty user dirs: no ~/.jupyter config, lab settings, workspaces or
+        # IPython startup files leak in.  JUPYTER_DATA_DIR only replaces the
+        # *user* data dir; {sys.prefix}/share/jupyter (jupyterlab_widgets'
+        # labextension, the python3 kernelspec) stays on the data path.
+        for var, sub in [("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_DATA_DIR", "data"),
+                         ("JUPYTER_RUNTIME_DIR", "runtime"), ("JUPYTERLAB_SETTINGS_DIR", "lab-settings"),
+                         ("JUPYTERLAB_WORKSPACES_DIR", "lab-workspaces"), ("IPYTHONDIR", "ipython")]:
+            (tmp_path / sub).mkdir()
+            env[var] = str(tmp_path / sub)
+        # Seeded lab setting: never ask about (or fetch) Jupyter news, so no toast.
+        notif = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"
+        notif.mkdir(parents=True)
+        (notif / "notification.jupyterlab-settings").write_text(
+            json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+        # The kernel inherits this: import this checkout's kvexplore, whatever
+        # the editable install points at.
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        env["VLLM_LOGGING_LEVEL"] = "ERROR"
+        env.pop("MPLBACKEND", None)
+        # Offline and quiet: no news feed, no update check, no PyPI extension manager.
+        args = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1",
+                f"--port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+                f"--ServerApp.root_dir={root}", "--LabApp.news_url=None",
+                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                "--LabApp.extension_manager=readonly"]
+        if os.geteuid() == 0:  # CI containers run as root
+            args.append("--allow-root")
+        log_path = tmp_path / "jupyterlab.log"
+        log = open(log_path, "wb")
+        proc = subprocess.Popen(args, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        started.append((proc, log))
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 90
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"JupyterLab exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5) as r:
+                    if r.status == 200:
+                        return base, token, log_path
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"JupyterLab did not answer in 90 s:\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.5)
+
+    yield start
+    for proc, log in started:
+        try:
+            _stop(proc)
+        finally:
+            log.close()
+
+
+def _plan_table(summary) -> dict[str, str]:
+    """The plan panel's "quantity | value" table, as the browser shows it."""
+    rows = summary.locator("table.kvx-table tr").evaluate_all(
+        "rows => rows.map(r => Array.from(r.cells, c => c.innerText.trim()))")
+    return {r[0]: r[1] for r in rows if len(r) >= 2}
+
+
+def _fail_with_page(page, tmp_path: Path, log_path: Path, what: str):
+    """Fail with what the page shows: prompts, outputs, a screenshot, the server log."""
+    shot = _artifacts_dir(tmp_path) / "explorer-failure.png"
+    try:
+        page.screenshot(path=str(shot), timeout=10_000)
+        prompts = page.locator(".jp-NotebookPanel .jp-InputPrompt").all_inner_texts()
+        outputs = page.locator(".jp-NotebookPanel .jp-OutputArea").all_inner_texts()
+        dialogs = page.locator(".jp-Dialog").all_inner_texts()
+        status_bar = page.locator(".jp-StatusBar-TextItem").all_inner_texts()
+    except Exception as exc:  # the page itself is gone
+        prompts, outputs, dialogs, status_bar = [], [f"<page unreadable: {exc}>"], [], []
+    pytest.fail(f"{what}; prompts {prompts!r}, outputs {[o[-1500:] for o in outputs]!r}, "
+                f"dialogs {dialogs!r}, status bar {status_bar!r}, "
+                f"screenshot {shot}\nserver log tail:\n{log_path.read_text()[-3000:]}",
+                pytrace=False)
+
+
+def _artifacts_dir(tmp_path: Path) -> Path:
+    out = Path(os.environ.get("KVEXPLORE_ARTIFACTS") or tmp_path)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def test_explorer_renders_and_reacts_in_jupyterlab(jupyterlab, tmp_path):
+    sync_playwright = _require_browser_tools()
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    deadline = Deadline(TOTAL_BUDGET_S)  # the server's start (<= 90 s) counts too
+    base, token, log_path = jupyterlab()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                    args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{base}/lab/tree/explorer.ipynb?token={token}",
+                      timeout=deadline.ms(60))
+            # Notebook fully loaded (both cells) and its kernel attached and
+            # idle: the status bar reads "Python 3 (ipykernel) | Idle".  (The
+            # toolbar's execution indicator says "idle" already while the
+            # status bar still reads "No Kernel | Initializing"; a Run All
+            # then finds no kernel and does nothing.)
+            page.wait_for_function(
+                "() => document.querySelectorAll('.jp-NotebookPanel .jp-CodeCell').length === 2",
+                timeout=deadline.ms(60))
+            try:
+                page.wait_for_function(
+                    "() => Array.from(document.querySelectorAll('.jp-StatusBar-TextItem'), e => e.textContent)"
+                    ".some(t => /\\| Idle$/.test(t) && !t.startsWith('No Kernel'))",
+                    timeout=deadline.ms(90))
+            except PlaywrightTimeout:
+                _fail_with_page(page, tmp_path, log_path, "the notebook's kernel did not become idle")
+            # Run > Run All Cells, through the real menu bar.  Belt and braces
+            # for a Run All that still finds no kernel (prompts stay "[ ]:",
+            # nothing is sent): re-issue it while no cell has started, never
+            # once one has; a dialog (e.g. "Select Kernel") is a failure.
+            for _attempt in range(3):
+                if page.locator(".jp-Dialog").count():
+                    _fail_with_page(page, tmp_path, log_path, "JupyterLab shows a dialog")
+                page.locator(".lm-MenuBar-item", has_text="Run").first.click(timeout=deadline.ms(30))
+                page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click(
+                    timeout=deadline.ms(30))
+                try:  # the first cell is queued or ran: "[*]:" or "[1]:"
+                    page.wait_for_function(
+                        "() => /\\[(\\*|\\d+)\\]/.test("
+                        "document.querySelector('.jp-NotebookPanel .jp-InputPrompt').textContent)",
+                        timeout=deadline.ms(10))
+                    break
+                except PlaywrightTimeout:
+                    continue
+            else:
+                _fail_with_page(page, tmp_path, log_path, "Run All Cells did not start the cells (3 tries)")
+
+            explorer = page.locator(".kvx-explorer")
+            try:  # first kvexplore import + first plan: 30-60 s here, often more
+                explorer.wait_for(state="visible", timeout=deadline.ms(240))
+            except PlaywrightTimeout:
+                _fail_with_page(page, tmp_path, log_path, "the Explorer did not render")
+            first_output = page.locator(".jp-NotebookPanel .jp-OutputArea").first.inner_text()
+            assert f"kvexplore from {REPO / 'kvexplore'}" in first_output, first_output
+
+            summary = page.locator(".kvx-panel-summary")
+            page_map = page.locator(".kvx-panel-page-map")
+            # The status panel is shown twice (above the tabs and in the
+            # "status" tab): two views of one widget.
+            status = page.locator(".kvx-panel-status")
+            # Tabs: show "plan", read it; the page map is read as DOM text
+            # (text_content works on the hidden tab too).
+            page.locator(".kvx-explorer .lm-TabBar-tab", has_text="plan").click(timeout=deadline.ms(30))
+            summary.locator("td", has_text="block_size").first.wait_for(timeout=deadline.ms(30))
+            before = _plan_table(summary)
+            before_map = page_map.text_content()
+            assert before.get("tensor_parallel_size") == "1", before
+            assert before.get("block_size") == "544", before
+            assert "block_size=544" in before_map and "tp=1" in before_map, before_map
+            assert "Traceback" not in " ".join(status.all_text_contents())
+
+            # TP 1 -> 4 in the IntText: typed, committed with Enter.
+            tp = page.locator(".kvx-control-tensor-parallel-size input")
+            tp.fill("4", timeout=deadline.ms(30))
+            tp.press("Enter")
+            page.wait_for_function(
+                "() => /block_size=272\\b/.test(document.querySelector('.kvx-panel-summary').textContent)",
+                timeout=deadline.ms(60),
+            )
+            after = _plan_table(summary)
+            after_map = page_map.text_content()
+            assert after.get("tensor_parallel_size") == "4", after
+            assert after.get("block_size") == "272", after
+            assert after.get("mamba_page_size_padded") != before.get("mamba_page_size_padded")
+            assert after_map != before_map
+            assert "block_size=272" in after_map and "tp=4" in after_map, after_map
+            assert "Traceback" not in " ".join(status.all_text_contents())
+
+            page.locator(".kvx-explorer .lm-TabBar-tab", has_text="page map").click(timeout=deadline.ms(30))
+            page_map.wait_for(state="visible", timeout=deadline.ms(30))
+            shot = _artifacts_dir(tmp_path) / "explorer.png"
+            explorer.screenshot(path=str(shot), timeout=deadline.ms(30))
+        finally:
+            browser.close()
+    assert shot.is_file() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert shot.stat().st_size > 20_000, shot.stat().st_size

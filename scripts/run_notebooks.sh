@@ -8,3 +8,15 @@ for nb in notebooks/*.ipynb; do
   python3 -m jupyter nbconvert --to notebook --execute --inplace \
     --ExecutePreprocessor.timeout=600 "$nb"
 done
+# Drop per-cell execution timestamps so re-running changes only real outputs.
+python3 - <<'PY'
+import glob
+
+import nbformat
+
+for path in sorted(glob.glob("notebooks/*.ipynb")):
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+    nbformat.write(nb, path)
+PY

@@ -15,9 +15,11 @@ walking instantiated attention layers (there are none offline).
 
 from __future__ import annotations
 
+from functools import lru_cache
 from types import SimpleNamespace
 from typing import Any
 
+from vllm.config import VllmConfig
 from vllm.platforms.interface import Platform
 
 
@@ -30,7 +32,17 @@ class OfflinePlatform(Platform):
 
 
 class VllmConfigStandIn(SimpleNamespace):
-    """The attributes of ``VllmConfig`` that vLLM's planning functions read."""
+    """The attributes of ``VllmConfig`` that vLLM's planning functions read.
+
+    The scheduler side is vLLM's own ``SchedulerConfig`` with its defaults
+    (2,048 batched tokens, chunked prefill on, no async scheduling);
+    ``max_concurrent_batches`` and ``max_in_flight_tokens`` are
+    ``VllmConfig``'s own properties, which sliding-window specs read when they
+    size their memory (``SlidingWindowSpec.max_memory_usage_bytes``).
+    """
+
+    max_concurrent_batches = VllmConfig.max_concurrent_batches
+    max_in_flight_tokens = VllmConfig.max_in_flight_tokens
 
     def __init__(
         self,
@@ -52,12 +64,7 @@ class VllmConfigStandIn(SimpleNamespace):
             speculative_config=None,
             num_speculative_tokens=0,
             num_prefill_lookahead_tokens=0,
-            scheduler_config=SimpleNamespace(
-                enable_chunked_prefill=True,
-                disable_hybrid_kv_cache_manager=False,
-                max_num_batched_tokens=8192,
-                max_num_seqs=256,
-            ),
+            scheduler_config=_scheduler_config(model_config),
             load_config=SimpleNamespace(load_format="auto"),
             compilation_config=SimpleNamespace(
                 static_forward_context={},
@@ -78,6 +85,21 @@ class VllmConfigStandIn(SimpleNamespace):
             f"tp={self.parallel_config.tensor_parallel_size}, "
             f"block_size={self.cache_config.block_size})"
         )
+
+
+def _scheduler_config(model_config):
+    """vLLM's ``SchedulerConfig`` with its defaults, for this model's length.
+
+    Planning only reads it, so one instance per (length, encoder-decoder) is
+    shared (building one costs milliseconds)."""
+    return _cached_scheduler_config(model_config.max_model_len, model_config.is_encoder_decoder)
+
+
+@lru_cache(maxsize=64)
+def _cached_scheduler_config(max_model_len: int, is_encoder_decoder: bool):
+    from vllm.config import SchedulerConfig
+
+    return SchedulerConfig(max_model_len=max_model_len, is_encoder_decoder=is_encoder_decoder)
 
 
 def run_model_hooks(vllm_config: VllmConfigStandIn) -> None:

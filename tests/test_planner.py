@@ -160,6 +160,9 @@ def test_catalog_plans_every_model():
         assert p.block_size > 0 and p.kv_cache_config.kv_cache_groups
         for gid, kb in enumerate(p.kernel_block_sizes):
             assert p.groups[gid].kv_cache_spec.block_size % kb == 0
+        # every derived table renders (capacity reads each spec's memory rule)
+        assert len(p.summary) > 10 and p.kv_cache_size_tokens >= 0
+        assert p.to_dict()["block_size"] == p.block_size
 
 
 def test_dcp_on_attention_free_model_is_a_value_error():

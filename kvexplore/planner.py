@@ -606,8 +606,16 @@ def _build_plan_checked(src: ModelSource, request: tuple, r: dict) -> Plan:
 
     # 3. specs per layer
     specs: dict[str, Any] = {}
+    # Layers of one kind get equal specs (vLLM builds one per layer from the same
+    # config); build each kind once and share the frozen object.
+    by_kind: dict[tuple, Any] = {}
     for info in infos:
-        specs[info.name] = _layer_spec(info, mc, parallel_config, cache_config, backend, kv_torch_dtype, model_cls, vc)
+        key = (info.kind, info.sliding_window)
+        if key not in by_kind:
+            by_kind[key] = _layer_spec(
+                info, mc, parallel_config, cache_config, backend, kv_torch_dtype, model_cls, vc
+            )
+        specs[info.name] = by_kind[key]
 
     # 4. groups and tensors
     kv_cache_config = _kv_cache_config(vc, specs, r)

@@ -164,6 +164,11 @@ def _build_model_config(src: ModelSource, dtype: str, max_model_len: int | None)
         raise KVExploreError(_explain_model_config_error(src, exc, dtype)) from exc
     finally:
         vllm_logger.setLevel(level)
+    if not src.name.startswith("<") and not _looks_like_path(src.name):
+        # vLLM knows a served model by the id it was started with
+        # (``--model Qwen/Qwen3.5-0.8B``), which the OffloadingConfig reports;
+        # the materialised directory is an implementation detail.
+        mc.model = src.name
     return mc
 
 

@@ -97,3 +97,10 @@ def test_unsupported_architecture():
            "num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64}
     with pytest.raises(KVExploreError, match="NoSuchModelForCausalLM"):
         kvexplore.plan(cfg)
+
+
+def test_model_config_carries_the_served_id():
+    # vLLM reports the --model id (e.g. in OffloadingConfig.model.name), not a path
+    assert load_model_config(QWEN).model_config().model == QWEN
+    cfg = json.loads(json.dumps(load_model_config(QWEN).config))
+    assert load_model_config(cfg).model_config().model != QWEN

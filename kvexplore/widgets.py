@@ -188,7 +188,8 @@ class Explorer(widgets.VBox):
             return
         try:
             fig = self.state.page_map_figure()
-        except Exception:
+        except ValueError:
+            # the status panel already shows the message; just hide the figure
             fig = None
         if fig is None:
             self.figure.layout.display = "none"

@@ -119,10 +119,6 @@ class ModelSource:
         archs = self.config.get("architectures") or []
         return archs[0] if archs else str(self.config.get("model_type"))
 
-    @property
-    def text_config(self) -> dict[str, Any]:
-        return self.config.get("text_config") or self.config
-
     def __repr__(self) -> str:
         return f"ModelSource({self.name!r}, architecture={self.architecture!r})"
 

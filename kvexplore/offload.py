@@ -1194,34 +1194,6 @@ def _jsonable(v):
 # ---------------------------------------------------------------------------
 
 
-def _options(
-    extra_config,
-    pipeline_parallel_size,
-    prefill_context_parallel_size,
-    data_parallel_size,
-    data_parallel_rank,
-    distributed_executor_backend,
-    nnodes_within_dp,
-    use_v2_model_runner,
-    enable_kv_cache_events,
-    rank,
-    engine_id,
-) -> dict:
-    return {
-        "extra_config": extra_config,
-        "pipeline_parallel_size": pipeline_parallel_size,
-        "prefill_context_parallel_size": prefill_context_parallel_size,
-        "data_parallel_size": data_parallel_size,
-        "data_parallel_rank": data_parallel_rank,
-        "distributed_executor_backend": distributed_executor_backend,
-        "nnodes_within_dp": nnodes_within_dp,
-        "use_v2_model_runner": use_v2_model_runner,
-        "enable_kv_cache_events": enable_kv_cache_events,
-        "rank": rank,
-        "engine_id": engine_id,
-    }
-
-
 def _derive_checked(p: Plan, o: dict) -> tuple[_PlanFacts, dict, _Derived]:
     """Validate the inputs, then derive (the sweep's fast path stops here)."""
     _check_plan(p)
@@ -1265,19 +1237,19 @@ def offload_config(
     vLLM raises or asserts, with the same facts, and ``ValueError`` for
     malformed inputs.  ``extra_config`` is copied, never modified.
     """
-    o = _options(
-        extra_config,
-        pipeline_parallel_size,
-        prefill_context_parallel_size,
-        data_parallel_size,
-        data_parallel_rank,
-        distributed_executor_backend,
-        nnodes_within_dp,
-        use_v2_model_runner,
-        enable_kv_cache_events,
-        rank,
-        engine_id,
-    )
+    o = {
+        "extra_config": extra_config,
+        "pipeline_parallel_size": pipeline_parallel_size,
+        "prefill_context_parallel_size": prefill_context_parallel_size,
+        "data_parallel_size": data_parallel_size,
+        "data_parallel_rank": data_parallel_rank,
+        "distributed_executor_backend": distributed_executor_backend,
+        "nnodes_within_dp": nnodes_within_dp,
+        "use_v2_model_runner": use_v2_model_runner,
+        "enable_kv_cache_events": enable_kv_cache_events,
+        "rank": rank,
+        "engine_id": engine_id,
+    }
     facts, extra, d = _derive_checked(plan, o)
     V = _v()
     groups = tuple(

@@ -31,6 +31,7 @@ Worked example (GUIDE section 4), Qwen3.5-0.8B at TP=1 on FLASH_ATTN:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 from collections import OrderedDict
@@ -595,9 +596,12 @@ def _build_plan_checked(src: ModelSource, request: tuple, r: dict) -> Plan:
     attn_page_1 = None
     if has_attention:
         attn_page_1 = _attention_page_per_token(mc, parallel_config, cache_config, backend, kv_torch_dtype, vc)
-    mamba_page = None
+    mamba_page = unpadded = None
     if is_mamba:
-        mamba_page = _mamba_spec(model_cls, mc, vc, cache_config, padded=False).page_size_bytes
+        # One call of the model's state-shape functions serves the derivation
+        # (unpadded page) and every Mamba layer's spec (padded page).
+        unpadded = _mamba_spec(model_cls, mc, vc, cache_config, padded=False)
+        mamba_page = unpadded.page_size_bytes
     derivation.update(
         _block_size_derivation(
             requested_block, cache_config, backend, attn_page_1, mamba_page, mc, vc
@@ -613,7 +617,7 @@ def _build_plan_checked(src: ModelSource, request: tuple, r: dict) -> Plan:
         key = (info.kind, info.sliding_window)
         if key not in by_kind:
             by_kind[key] = _layer_spec(
-                info, mc, parallel_config, cache_config, backend, kv_torch_dtype, model_cls, vc
+                info, mc, parallel_config, cache_config, backend, kv_torch_dtype, unpadded, vc
             )
         specs[info.name] = by_kind[key]
 
@@ -778,7 +782,7 @@ def _mamba_spec(model_cls, mc, vc, cc, *, padded: bool = True):
     )
 
 
-def _layer_spec(info: LayerInfo, mc, pc, cc, backend, kv_torch_dtype, model_cls, vc):
+def _layer_spec(info: LayerInfo, mc, pc, cc, backend, kv_torch_dtype, mamba_unpadded, vc):
     from vllm.v1.kv_cache_interface import (
         CrossAttentionSpec,
         FullAttentionSpec,
@@ -789,7 +793,8 @@ def _layer_spec(info: LayerInfo, mc, pc, cc, backend, kv_torch_dtype, model_cls,
 
     quant = get_kv_quant_mode(cc.cache_dtype)
     if info.kind == MAMBA:
-        return _mamba_spec(model_cls, mc, vc, cc)
+        # MambaBase.get_kv_cache_spec: the state shapes, padded to vLLM's page
+        return dataclasses.replace(mamba_unpadded, page_size_padded=cc.mamba_page_size_padded)
     heads = mc.get_num_kv_heads(pc)
     head = mc.get_head_size()
     if info.kind == MLA:

@@ -5,21 +5,26 @@ result of :func:`kvexplore.apply_kv_cache_group_edits`, on the tensors'
 own device:
 
 1. *fill*: every selected block of every layer gets a recognisable pattern
-   written through the **registered** views, region by region (conv / SSM
-   state of a Mamba page, K / V of an attention page), so a byte that lands in
-   the wrong place is seen as such;
+   written through the **registered** views (conv / SSM state of a Mamba
+   page, K / V of an attention page), so a byte that lands in the wrong place
+   is seen as such.  The pattern is a function of the byte's position in its
+   page, its block and its layer, so regions that tile one contiguous span
+   (conv then SSM; K and V interleaved per token) are filled as that span in
+   one call and still differ from each other;
 2. *store / zero / load*: per layer, the selected blocks are gathered through
    the **edited** view into a separate buffer, zeroed through the edited view
    and scattered back from the buffer;
 3. *compare*: every registered byte must hold its pattern again.
 
-Steps 1-3 run on chunks of consecutive blocks small enough to stay in cache
-(``chunk_bytes``), every group in turn within a chunk, so only the first pass
-over a chunk comes from memory; with ``restore`` the chunk's previous bytes
-are saved before and put back after, also while in cache.  Data checks are
-thus local to a chunk: a layer overlapping another layer's page in a *later*
-chunk is caught by the address arithmetic (``disjoint_ok``), not by a
-mismatch.
+Steps 1-3 run on tiles small enough to stay in cache (``chunk_bytes``): a run
+of consecutive blocks times a window of layer positions, every group in turn
+within a tile, so only the first pass over a tile comes from memory; with
+``restore`` the tile's previous bytes are saved before and put back after,
+also while in cache.  Layers of a group that vLLM places at a fixed stride
+(the unified registration's ``layer_stride``) are handled as one strided
+view, one torch call per step for all of them.  Data checks are thus local
+to a tile: a layer overlapping another layer's page in a *later* tile is
+caught by the address arithmetic (``disjoint_ok``), not by a mismatch.
 
 Groups are processed one at a time because vLLM overlays them on one backing
 allocation (a block id belongs to one group at a time; Qwen3.5-0.8B's four
@@ -32,7 +37,7 @@ write back reads 0, never its non-zero pattern; that it lies inside block
 ``i``'s page of that layer (its state or K/V bytes plus its own page padding),
 and that no two pages of one group overlap: no neighbour block, no sibling
 layer on the same buffer, no other layer's padding. The caches' previous
-contents are restored (chunk by chunk) unless ``restore=False``. Mismatches
+contents are restored (tile by tile) unless ``restore=False``. Mismatches
 never raise: the report says where.
 """
 
@@ -235,6 +240,8 @@ class _Layer:
     edited: bool
     row: dict = field(default_factory=dict)
     broken: bool = False  # the edited view raised on store / load
+    #: what the fill and the compare go through: the regions or one span
+    fills: list[_Region] = field(default_factory=list)
 
 
 _WIDE = (torch.int64, torch.int32, torch.int16)
@@ -243,6 +250,8 @@ _WIDE = (torch.int64, torch.int32, torch.int16)
 _PERIOD = 8 * _MODULUS
 #: Pattern shift from one selected block to the next (776 B = 23 mod 251).
 _BLOCK_BYTES = 8 * _BLOCK_STEP
+#: Pattern shift from one layer of a group to the next (296 B = 45 mod 251).
+_LAYER_BYTES = 8 * _LAYER_STEP
 
 
 def _widest(t: torch.Tensor) -> torch.Tensor:
@@ -259,28 +268,52 @@ def _widest(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def _pattern(
+    ramp: torch.Tensor,
+    like: torch.Tensor,
+    tag: int,
+    ordinal0: int,
+    count: int,
+    layers: int = 1,
+) -> torch.Tensor:
+    """Pattern ``[layers, count, *like.shape[1:]]``: a view of ``ramp``.
+
+    ``like`` is a view ``[num_blocks, ...]`` of a layer's bytes as ``uint8``
+    or a wider integer dtype, the dtype of ``ramp``.  The byte ``p`` bytes
+    after the layer's block base (``tag`` includes the region's own offset
+    from it) in selected block ``j`` of the ``l``-th layer of a stack is
+    ``1 + (tag + 296 l + 776 j + p) mod 251``: never zero, shifted by 45 per
+    layer and by 23 per block so that siblings and neighbours differ, and by
+    position within the page so that regions differ (K from V, conv from SSM).
+    Because the pattern depends on ``p`` modulo 251 only, the view takes
+    ``like``'s strides modulo 8 x 251 bytes: it follows any layout with a
+    ramp of a few KiB per dim.  It reads the same bytes whatever the dtype,
+    so a word-wise compare is a byte-exact compare.
+    """
+    word = ramp.element_size()
+    inner = [(d * word) % _PERIOD // word for d in like.stride()[1:]]
+    offset = (tag + _BLOCK_BYTES * ordinal0) % _PERIOD
+    return ramp.as_strided(
+        (layers, count, *like.shape[1:]),
+        (_LAYER_BYTES // word, _BLOCK_BYTES // word, *inner),
+        offset // word,
+    )
+
+
+def _pattern_bytes(like: torch.Tensor) -> int:
+    """Ramp bytes one block of :func:`_pattern` over ``like`` reads past its offset."""
+    word = like.element_size()
+    return word + sum(
+        (n - 1) * ((d * word) % _PERIOD)
+        for n, d in zip(like.shape[1:], like.stride()[1:], strict=True)
+    )
+
+
 def _expected(
     ramp: torch.Tensor, region: torch.Tensor, ordinal0: int, count: int, tag: int
 ) -> torch.Tensor:
-    """Pattern of ``count`` selected blocks of a region: a view of ``ramp``.
-
-    ``region`` is a view ``[num_blocks, ...]`` of the region's bytes as
-    ``uint8`` or a wider integer dtype; ``ramp`` is the same dtype.  Byte
-    ``p`` of selected block ``j`` is ``1 + (tag + 776 j + p) mod 251``: never
-    zero, and shifted by 23 per block so neighbours differ.  The returned view
-    reads the same bytes whatever the dtype, so a word-wise compare is a
-    byte-exact compare.
-    """
-    word = region.element_size()
-    shape = tuple(region.shape[1:])
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= size
-    offset = (tag + _BLOCK_BYTES * ordinal0) % _PERIOD
-    return ramp.as_strided(
-        (count, *shape), (_BLOCK_BYTES // word, *reversed(strides)), offset // word
-    )
+    """Pattern of ``count`` selected blocks of one layer's region ``[N, ...]``."""
+    return _pattern(ramp, region, tag, ordinal0, count)[0]
 
 
 def _ramp(length: int, device: torch.device) -> torch.Tensor:
@@ -431,25 +464,80 @@ def _prepare(
             )
         index = per_group.get(group, 0)
         per_group[group] = index + 1
+        regions = _tagged(_regions(spec, value, num_blocks, name), group, index)
         layers.append(
             _Layer(
                 group=group,
                 index=index,
                 name=name,
                 spec=spec,
-                regions=[
-                    _Region(label, view, _widest(view), _tag(group, index, k))
-                    for k, (label, view) in enumerate(
-                        _regions(spec, value, num_blocks, name)
-                    )
-                ],
+                regions=regions,
                 edited_parts=[
                     _by_block(t, num_blocks, f"edited[{name!r}]") for t in parts
                 ],
                 edited=new is not value,
+                fills=_fill_views(regions),
             )
         )
     return layers
+
+
+def _tagged(
+    named: list[tuple[str, torch.Tensor]], group: int, index: int
+) -> list[_Region]:
+    """The layer's regions with their pattern tags.
+
+    A region's tag is the layer's tag plus the region's offset from the
+    layer's first registered byte of block 0, so the pattern is a function of
+    the byte's position in the page: K and V (or conv and SSM) differ because
+    they sit at different offsets.  Regions on separate storages get
+    distinct offsets instead.
+    """
+    base = _layer_tag(group, index)
+    views = [view for _, view in named]
+    storage = {v.untyped_storage().data_ptr() for v in views}
+    if len(storage) == 1:
+        first = min(v.storage_offset() for v in views)
+        offsets = [v.storage_offset() - first for v in views]
+    else:
+        offsets = [8 * ((_REGION_STEP * k) % _MODULUS) for k in range(len(views))]
+    return [
+        _Region(label, view, _widest(view), base + offset)
+        for (label, view), offset in zip(named, offsets, strict=True)
+    ]
+
+
+def _fill_views(regions: list[_Region]) -> list[_Region]:
+    """Views to fill and compare a layer through: its regions, or one span.
+
+    When the regions of a block tile one contiguous byte range with neither
+    gap nor overlap, on one storage and with one block stride (conv then SSM
+    state of a Mamba page; K and V interleaved token by token in vLLM 0.33's
+    attention page), that range is one view ``[num_blocks, span]``: it holds
+    exactly the regions' bytes, and because the pattern depends on position
+    only, filling it writes the very bytes the per-region fills would, in
+    one streaming call instead of one per region (or per 128-byte K/V run).
+    """
+    if len(regions) < 2:
+        return regions
+    views = [r.view for r in regions]
+    if (
+        len({v.untyped_storage().data_ptr() for v in views}) != 1
+        or len({v.stride(0) for v in views}) != 1
+        or any(v.shape[0] != views[0].shape[0] for v in views)
+    ):
+        return regions
+    runs = [_block_runs(v, torch.zeros(1, dtype=torch.int64)) for v in views]
+    lo = min(int(starts.min()) for starts, _ in runs)
+    hi = max(int(starts.max()) + length for starts, length in runs)
+    total = sum(starts.numel() * length for starts, length in runs)
+    if total != hi - lo or int(_union_bytes(runs)[0]) != total:
+        return regions
+    span = _storage_bytes(views[0]).as_strided(
+        (views[0].shape[0], total), (views[0].stride(0), 1), lo
+    )
+    first = min(regions, key=lambda r: r.view.storage_offset())
+    return [_Region("+".join(r.label for r in regions), span, _widest(span), first.tag)]
 
 
 def _analyse(layers: list[_Layer], idx: torch.Tensor, num_blocks: int) -> None:
@@ -563,11 +651,14 @@ def _analyse(layers: list[_Layer], idx: torch.Tensor, num_blocks: int) -> None:
                 )
 
 
-def _tag(group: int, index: int, k: int) -> int:
-    """Pattern offset of region ``k`` of layer ``index`` of ``group`` (bytes)."""
-    return 8 * (
-        (_GROUP_STEP * group + _LAYER_STEP * index + _REGION_STEP * k) % _MODULUS
-    )
+def _layer_tag(group: int, index: int) -> int:
+    """Pattern offset of layer ``index`` of ``group`` (bytes).
+
+    Linear in ``index`` (reduced modulo the period only when a view of the
+    ramp is taken), so consecutive layers of a group read their patterns as
+    one strided view of the ramp (see :class:`_Stack`).
+    """
+    return 8 * ((_GROUP_STEP * group) % _MODULUS) + _LAYER_BYTES * index
 
 
 def _storage_bytes(t: torch.Tensor) -> torch.Tensor:
@@ -648,13 +739,14 @@ def verify_roundtrip(
         blocks: block ids to exercise; ``None`` for all ``num_blocks``.
         restore: put the caches' previous bytes back at the end; ``False``
             leaves the patterns.  The previous bytes are saved and put back
-            one chunk at a time while the chunk is in cache, so this costs two
-            cache-resident copies of each chunk, not a pass over memory.
-        chunk_bytes: how many bytes of one group (all its layers, every
-            block of the chunk) one step works on, which also bounds the
-            separate store buffer; ``None`` picks a size that stays in the CPU
-            caches (8 MiB) or, on CUDA, one large enough that kernel launches
-            do not dominate (256 MiB).
+            one tile at a time while the tile is in cache, so this costs two
+            cache-resident copies of each tile, not a pass over memory.
+        chunk_bytes: how many bytes of one group one step works on (a tile:
+            its layers in the window, every block of the chunk), which also
+            bounds the separate store buffer; ``None`` picks a size whose tile
+            and store buffer stay in the CPU cores' L2 caches (2 MiB) or, on
+            CUDA, one large enough that kernel launches do not dominate
+            (256 MiB).  A tile holds at least one layer of one block.
 
     Returns:
         :class:`RoundTripReport`; a mismatch is reported, not raised.
@@ -681,15 +773,8 @@ def verify_roundtrip(
     _analyse(layers, torch.tensor(chosen, dtype=torch.int64), num_blocks)
 
     if chunk_bytes is None:
-        chunk_bytes = (256 << 20) if device.type == "cuda" else (8 << 20)
-    per_group: dict[int, int] = {}
-    for layer in layers:
-        per_group[layer.group] = per_group.get(layer.group, 0) + _block_bytes(layer)
-    step = max(1, min(4096, chunk_bytes // max(1, *per_group.values())))
-    region_bytes = max(r.view[0].numel() for layer in layers for r in layer.regions)
-    ramp = _ramp(region_bytes + _PERIOD + _BLOCK_BYTES * step, device)
-    chunks = _chunks(chosen, step)
-    _exercise(layers, chunks, ramp, restore)
+        chunk_bytes = (256 << 20) if device.type == "cuda" else (2 << 20)
+    _exercise(layers, chosen, max(1, int(chunk_bytes)), restore)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return _report(layers, len(chosen), time.perf_counter() - started, device)
@@ -700,145 +785,392 @@ def _block_bytes(layer: _Layer) -> int:
     stored = sum(
         -(-e[0].numel() * e.element_size() // 16) * 16 for e in layer.edited_parts
     )
-    return max(stored, max(r.view[0].numel() for r in layer.regions))
+    return max(stored, sum(f.view[0].numel() for f in layer.fills))
 
 
-def _store_zero_load(layer: _Layer, chunk: slice, scratch: torch.Tensor) -> None:
-    """One store and load of ``chunk`` through the edited view.
+@dataclass
+class _Stack:
+    """Consecutive layers of one group whose views differ only by an offset.
 
-    The store goes to ``scratch``, a separate buffer allocated once per call
-    (a fresh allocation per chunk would pay page faults on every store).  No
-    zero check follows the zeroing: :func:`_analyse` has proven, per block and
-    byte-exact, that the edited view of each block covers every registered
-    byte of that block on the same storage (``covers_ok``), so the zeroing
-    reaches every byte the compare then reads, and a byte the load did not
-    write back reads 0, never its (non-zero) pattern.
+    vLLM 0.33's unified registration places the layers of one
+    ``KVCacheTensor`` ``layer_stride`` bytes apart
+    (``vllm/v1/kv_cache_interface.py``, ``create_kv_cache_views``), so their
+    registered regions, and the edited views made from them, are one view
+    shifted by a constant.  A stack views them all at once with a leading
+    layer dim, ``[L, num_blocks, ...]``: fill, store, zero, load and compare
+    then cost one torch call per region for the whole stack instead of one
+    per layer.  Layers are stacked only when each shift is at least one
+    layer's whole extent, so a stacked call touches exactly the bytes the
+    per-layer calls would; anything else (the legacy registration's separate
+    tensors, views that overlap) is a stack of one.
     """
-    if layer.broken:
-        return
+
+    layers: list[_Layer]
+    fills: list[torch.Tensor]  # per fill view: [L, num_blocks, ...] (wide dtype)
+    parts: list[torch.Tensor]  # per edited tensor: [L, num_blocks, ...]
+
+    @classmethod
+    def of(cls, layers: list[_Layer], shifts: list[int] | None) -> _Stack:
+        first = layers[0]
+        views = [f.wide for f in first.fills] + list(first.edited_parts)
+        if shifts is None:
+            stacked = [v.unsqueeze(0) for v in views]
+        else:
+            stacked = [
+                v.as_strided(
+                    (len(layers), *v.shape), (d, *v.stride()), v.storage_offset()
+                )
+                for v, d in zip(views, shifts, strict=True)
+            ]
+        count = len(first.fills)
+        return cls(layers, stacked[:count], stacked[count:])
+
+    @property
+    def broken(self) -> bool:
+        return self.layers[0].broken
+
+
+def _extent(t: torch.Tensor) -> int:
+    """Elements from ``t``'s first to its last addressed element, inclusive."""
+    return sum((n - 1) * abs(d) for n, d in zip(t.shape, t.stride(), strict=True)) + 1
+
+
+def _shifts(a: _Layer, b: _Layer) -> list[int] | None:
+    """Per view, how far ``b``'s view lies past ``a``'s, when it is ``a``'s shifted.
+
+    ``None`` unless every registered region and edited tensor of ``b`` is the
+    same dtype, shape and strides on the same storage as ``a``'s, starting at
+    least one whole extent after it (so the two never share a byte), and the
+    pattern tags step by one layer.
+    """
+    if (
+        a.broken
+        or b.broken
+        or len(a.fills) != len(b.fills)
+        or len(a.edited_parts) != len(b.edited_parts)
+        or any(
+            rb.tag - ra.tag != _LAYER_BYTES
+            for ra, rb in zip(a.fills, b.fills, strict=True)
+        )
+    ):
+        return None
+    out = []
+    pairs = [(fa.wide, fb.wide) for fa, fb in zip(a.fills, b.fills, strict=True)]
+    for x, y in pairs + list(zip(a.edited_parts, b.edited_parts, strict=True)):
+        if (
+            x.dtype != y.dtype
+            or x.shape != y.shape
+            or x.stride() != y.stride()
+            or x.untyped_storage().data_ptr() != y.untyped_storage().data_ptr()
+        ):
+            return None
+        shift = y.storage_offset() - x.storage_offset()
+        if shift < _extent(x):
+            return None
+        out.append(shift)
+    return out
+
+
+def _stacks(members: list[_Layer]) -> list[_Stack]:
+    """The group's layers as maximal runs that one strided view covers."""
+    if not members:
+        return []
+    out: list[_Stack] = []
+    run, shifts = [members[0]], None
+    for layer in members[1:]:
+        step = _shifts(run[-1], layer)
+        if step is not None and (shifts is None or step == shifts):
+            run.append(layer)
+            shifts = step
+            continue
+        out.append(_Stack.of(run, shifts))
+        run, shifts = [layer], None
+    out.append(_Stack.of(run, shifts))
+    return out
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // 16) * 16
+
+
+class _Group:
+    """One KV cache group's stacks, and the scratch views one chunk uses.
+
+    The scratch buffer first takes the stores (every edited tensor of every
+    stack, one after the other) and, once they are loaded back, the compare
+    outputs (every region of every stack, one after the other), so one
+    reduction over their union answers "did every byte come back?" for the
+    whole group.  The views depend only on the chunk length and are built
+    once per length.
+    """
+
+    def __init__(self, members: list[_Layer], ne: bool) -> None:
+        self.stacks = _stacks(members)
+        self.ne = ne  # compare with ne + any (else xor + max)
+        self._views: dict[int, tuple] = {}
+
+    def scratch_bytes(self, n: int) -> int:
+        stored = sum(
+            _aligned(n * p[:, 0].numel() * p.element_size())
+            for s in self.stacks
+            for p in s.parts
+        )
+        compared = sum(
+            _aligned(n * r[:, 0].numel() * (1 if self.ne else r.element_size()))
+            for s in self.stacks
+            for r in s.fills
+        )
+        return max(stored, compared)
+
+    def views(self, n: int, scratch: torch.Tensor) -> tuple:
+        """``(stores, outs, flat)`` for a chunk of ``n`` blocks.
+
+        ``stores[i][j]``: the store buffer of part ``j`` of stack ``i``;
+        ``outs[i][k]``: the compare output of region ``k`` of stack ``i``;
+        ``flat``: all compare outputs as one tensor.
+        """
+        if n in self._views:
+            return self._views[n]
+        stores, cursor = [], 0
+        for s in self.stacks:
+            row = []
+            for p in s.parts:
+                shape = (p.shape[0], n, *p.shape[2:])
+                nbytes = math.prod(shape) * p.element_size()
+                row.append(scratch[cursor : cursor + nbytes].view(p.dtype).view(shape))
+                cursor += _aligned(nbytes)
+            stores.append(row)
+        outs, cursor = [], 0
+        for s in self.stacks:
+            row = []
+            for r in s.fills:
+                shape = (r.shape[0], n, *r.shape[2:])
+                dtype = torch.bool if self.ne else r.dtype
+                nbytes = math.prod(shape) * (1 if self.ne else r.element_size())
+                row.append(scratch[cursor : cursor + nbytes].view(dtype).view(shape))
+                cursor += _aligned(nbytes)
+            outs.append(row)
+        flat = scratch[:cursor].view(torch.bool) if self.ne else scratch[:cursor]
+        self._views[n] = stores, outs, flat
+        return self._views[n]
+
+    def split(self, stack: _Stack) -> None:
+        """Replace ``stack`` by one stack per layer (a stacked call raised)."""
+        at = self.stacks.index(stack)
+        self.stacks[at : at + 1] = [_Stack.of([layer], None) for layer in stack.layers]
+        self._views.clear()
+
+    def cycle(self, lo: int, chunk: slice, ramps: dict, scratch: torch.Tensor) -> None:
+        """Fill, store / zero / load and compare ``chunk`` for this group."""
+        while not self._cycle(lo, chunk, ramps, scratch):
+            pass
+
+    def _cycle(self, lo: int, chunk: slice, ramps: dict, scratch: torch.Tensor) -> bool:
+        n = chunk.stop - chunk.start
+        stores, outs, flat = self.views(n, scratch)
+        # 1. fill through the registered views
+        work = []
+        for s, stack in enumerate(self.stacks):
+            for k, view in enumerate(stack.fills):
+                actual = view[:, chunk]
+                expected = _pattern(
+                    ramps[actual.dtype],
+                    view[0],
+                    stack.layers[0].fills[k].tag,
+                    lo,
+                    n,
+                    actual.shape[0],
+                )
+                actual.copy_(expected)
+                work.append((actual, expected, outs[s][k]))
+        # 2. store, zero, load through the edited views
+        for s, stack in enumerate(self.stacks):
+            if not _store_zero_load(stack, chunk, stores[s]):
+                self.split(stack)
+                return False
+        # 3. every byte back?  One reduction over all compare outputs.
+        if not work:
+            return True
+        for actual, expected, out in work:
+            if actual.numel():
+                if self.ne:
+                    torch.ne(actual, expected, out=out)
+                else:
+                    torch.bitwise_xor(actual, expected, out=out)
+        if bool(flat.any()) if self.ne else bool(flat.max()):
+            for stack in self.stacks:
+                for layer in stack.layers:
+                    for k in range(len(layer.regions)):
+                        _locate(layer, k, lo, chunk, ramps)
+        return True
+
+
+def _store_zero_load(stack: _Stack, chunk: slice, buffers: list[torch.Tensor]) -> bool:
+    """One store and load of ``chunk`` through the edited views of a stack.
+
+    The store goes to ``buffers``, views of a separate buffer allocated once
+    per call (a fresh allocation per chunk would pay page faults on every
+    store).  No zero check follows the zeroing: :func:`_analyse` has proven,
+    per block and byte-exact, that the edited view of each block covers every
+    registered byte of that block on the same storage (``covers_ok``), so the
+    zeroing reaches every byte the compare then reads, and a byte the load
+    did not write back reads 0, never its (non-zero) pattern.
+
+    Returns ``False`` when a stack of several layers raised (the caller redoes
+    them one by one, so the error lands on the layer that caused it).
+    """
+    if stack.broken:
+        return True
     try:
-        buffers, cursor = [], 0
-        for e in layer.edited_parts:
-            part = e[chunk]
-            nbytes = part.numel() * part.element_size()
-            buf = scratch[cursor : cursor + nbytes].view(part.dtype).view(part.shape)
+        parts = [e[:, chunk] for e in stack.parts]
+        for part, buf in zip(parts, buffers, strict=True):
             buf.copy_(part)  # the store
-            buffers.append((part, buf))
-            cursor += -(-nbytes // 16) * 16
-        for part, _ in buffers:
+        for part in parts:
             part.zero_()
-        for part, buf in buffers:  # the load
+        for part, buf in zip(parts, buffers, strict=True):  # the load
             part.copy_(buf)
     except RuntimeError as exc:  # e.g. an expanded view torch cannot write
+        if len(stack.layers) > 1:
+            return False
+        layer = stack.layers[0]
         layer.broken = True
         layer.row["covers_ok"] = False
         layer.row["notes"].append(
             f"edited view cannot be stored/loaded: {str(exc).splitlines()[0]}"
         )
+    return True
 
 
-def _compare(
-    members: list[_Layer],
-    lo: int,
-    chunk: slice,
-    ramps: dict[torch.dtype, torch.Tensor],
-    scratch: torch.Tensor,
-) -> None:
-    """Check every registered byte of ``chunk`` of a group against its pattern.
-
-    Words are compared (8 bytes at a time where the layout allows): a word
-    differs iff one of its bytes does.  On the CPU ``xor`` into the (now free)
-    store buffer and ``count_nonzero`` beat ``torch.equal``; on CUDA
-    ``ne`` + ``any`` moves an eighth of the bytes a word-sized output would.
-    All flags of the group come back in one host sync.  Only a mismatching
-    region is then compared byte by byte to count and locate the damage.
-    """
+def _locate(layer: _Layer, k: int, lo: int, chunk: slice, ramps: dict) -> None:
+    """Count and locate the bytes of region ``k`` of ``layer`` that differ."""
     n = chunk.stop - chunk.start
-    flags, where = [], []
-    cuda = scratch.device.type == "cuda"
-    for layer in members:
-        for k, r in enumerate(layer.regions):
-            actual = r.wide[chunk]
-            expected = _expected(ramps[actual.dtype], actual, lo, n, r.tag)
-            if cuda:
-                out = scratch[: actual.numel()].view(torch.bool).view(actual.shape)
-                flags.append(torch.ne(actual, expected, out=out).any())
-            else:
-                nbytes = actual.numel() * actual.element_size()
-                out = scratch[:nbytes].view(actual.dtype).view(actual.shape)
-                flags.append(
-                    torch.count_nonzero(torch.bitwise_xor(actual, expected, out=out))
-                )
-            where.append((layer, k, r))
-            layer.row["bytes"] += r.view[0].numel() * n
-    if not flags:
+    r = layer.regions[k]
+    actual = r.view[chunk]
+    diff = actual != _expected(ramps[torch.uint8], actual, lo, n, r.tag)
+    wrong = int(diff.sum())
+    if not wrong:
         return
-    found = torch.stack(flags).tolist() if cuda else [int(f) for f in flags]
-    for (layer, k, r), bad in zip(where, found, strict=True):
-        if not bad:
-            continue
-        actual = r.view[chunk]
-        diff = actual != _expected(ramps[torch.uint8], actual, lo, n, r.tag)
-        layer.row["mismatched_bytes"] += int(diff.sum())
-        block, byte = torch.nonzero(diff.reshape(n, -1))[0].tolist()
-        first = (chunk.start + block, r.label, byte)
-        key = (lo + block, k, byte)
-        if layer.row.get("_first_key") is None or key < layer.row["_first_key"]:
-            layer.row["_first_key"], layer.row["first_mismatch"] = key, first
+    layer.row["mismatched_bytes"] += wrong
+    block, byte = torch.nonzero(diff.reshape(n, -1))[0].tolist()
+    first = (chunk.start + block, r.label, byte)
+    key = (lo + block, k, byte)
+    if layer.row.get("_first_key") is None or key < layer.row["_first_key"]:
+        layer.row["_first_key"], layer.row["first_mismatch"] = key, first
+
+
+def _ne_compare(device: torch.device) -> bool:
+    """Compare with ``ne`` + ``any`` (one output byte per word) off the CPU.
+
+    On the CPU, ``xor`` + ``max`` over ``uint8`` streams faster.  Both are
+    exact; tests run either on either device.
+    """
+    return device.type != "cpu"
+
+
+def _tiling(layers: list[_Layer], chunk_bytes: int) -> tuple[int, int]:
+    """``(blocks per chunk, layers per window)`` so a tile fits ``chunk_bytes``.
+
+    A tile is a run of consecutive blocks times a window of layer positions
+    (the ``i``-th to ``j``-th layer of every group: vLLM overlays the
+    ``i``-th layers of all groups on one ``KVCacheTensor``).  Small pages
+    take whole groups and many blocks; a page so large that one block of a
+    group exceeds the budget (Qwen3.5-0.8B: 6 layers x 1,114,112 B) takes one
+    block and as many layers as fit, at least one.
+    """
+    members: dict[int, list[_Layer]] = {}
+    for layer in layers:
+        members.setdefault(layer.group, []).append(layer)
+    widest = max(len(m) for m in members.values())
+    heaviest = max(sum(_block_bytes(layer) for layer in m) for m in members.values())
+    if heaviest <= chunk_bytes:
+        return min(4096, chunk_bytes // max(1, heaviest)), widest
+    biggest = max(_block_bytes(layer) for layer in layers)
+    window = max(1, chunk_bytes // max(1, biggest))
+    return max(1, chunk_bytes // (biggest * window)), window
 
 
 def _exercise(
-    layers: list[_Layer],
-    chunks: list[tuple[int, slice]],
-    ramp: torch.Tensor,
-    restore: bool,
+    layers: list[_Layer], chosen: list[int], chunk_bytes: int, restore: bool
 ) -> None:
-    """Fill, store / zero / load and compare: chunk by chunk, group by group.
+    """Fill, store / zero / load and compare: tile by tile, group by group.
 
-    The outer loop runs over chunks of consecutive blocks small enough to
-    stay in cache; inside, each group in turn gets the whole cycle (vLLM
-    overlays groups on one backing allocation, so a group's fill overwrites
-    the one before).  Every pass after the first then hits cache, and the
-    chunk's previous bytes are saved before and put back after, while hot.
+    The outer loops run over tiles (see :func:`_tiling`) small enough to stay
+    in cache; inside, each group in turn gets the whole cycle on the tile's
+    layers (vLLM overlays groups on one backing allocation, so a group's fill
+    overwrites the one before).  Every pass after the first then hits cache,
+    and the tile's previous bytes are saved before and put back after, while
+    hot.  Within a group, each :class:`_Stack` of layers is one torch call per
+    fill view and step, and one reduction checks the whole group.
+
+    Words are compared (8 bytes at a time where the layout allows): a word
+    differs iff one of its bytes does.  On the CPU the words are ``xor``-ed
+    into the (now free) store buffer and the largest byte of the result is
+    taken (zero iff every byte matched): ``max`` over ``uint8`` streams about
+    2.5x faster than ``count_nonzero`` and several times faster than
+    ``torch.equal``.  On CUDA ``ne`` writes one byte per word and ``any``
+    reduces it.  Only a group whose check fails is then compared byte by
+    byte, layer by layer, to count and locate the damage.
     """
-    device = ramp.device
-    ramps = {dtype: ramp.view(dtype) for dtype in (*_WIDE, torch.uint8)}
-    groups: dict[int, list[_Layer]] = {}
+    device = layers[0].regions[0].view.device
+    step, window = _tiling(layers, chunk_bytes)
+    chunks = _chunks(chosen, step)
+    members: dict[int, list[_Layer]] = {}
     for layer in layers:
-        groups.setdefault(layer.group, []).append(layer)
-        layer.row.update(bytes=0, mismatched_bytes=0, first_mismatch=None)
-    order = [groups[g] for g in sorted(groups)]
+        members.setdefault(layer.group, []).append(layer)
+        layer.row.update(mismatched_bytes=0, first_mismatch=None)
+        layer.row["bytes"] = sum(r.view[0].numel() for r in layer.regions) * len(chosen)
+    widest = max(len(m) for m in members.values())
+    tiles = [
+        [
+            _Group(members[g][w : w + window], _ne_compare(device))
+            for g in sorted(members)
+        ]
+        for w in range(0, widest, window)
+    ]
+    tiles = [[group for group in tile if group.stacks] for tile in tiles]
+    groups = [group for tile in tiles for group in tile]
     most = max(chunk.stop - chunk.start for _, chunk in chunks)
+    deepest = max(len(s.layers) for g in groups for s in g.stacks)
+    reach = max(
+        _pattern_bytes(v)
+        for layer in layers
+        for r in layer.regions + layer.fills
+        for v in (r.view, r.wide)
+    )
+    ramp = _ramp(reach + _PERIOD + _BLOCK_BYTES * most + _LAYER_BYTES * deepest, device)
+    ramps = {dtype: ramp.view(dtype) for dtype in (*_WIDE, torch.uint8)}
+    # Splitting a stack (see _Group.split) never needs more scratch: a stack
+    # of one layer stores and compares that layer's share of the stack.
     scratch = torch.empty(
-        max(_block_bytes(layer) for layer in layers) * most + 16,
+        max(g.scratch_bytes(most) for g in groups) + 16,
         dtype=torch.uint8,
         device=device,
     )
-    spans, span_bytes = _spans(layers, chunks) if restore else ([], 0)
+    spans, span_bytes = [], 0
+    if restore:
+        for tile in tiles:
+            tile_spans, tile_bytes = _spans(
+                [layer for g in tile for s in g.stacks for layer in s.layers], chunks
+            )
+            spans.append(tile_spans)
+            span_bytes = max(span_bytes, tile_bytes)
     saved = torch.empty(span_bytes, dtype=torch.uint8, device=device)
     for c, (lo, chunk) in enumerate(chunks):
-        kept = []
-        if restore:
-            cursor = 0
-            for flat, a, b in spans[c]:
-                keep = saved[cursor : cursor + b - a]
-                keep.copy_(flat[a:b])
-                kept.append((flat[a:b], keep))
-                cursor += b - a
-        try:
-            for members in order:
-                for layer in members:  # 1. fill through the registered views
-                    for r in layer.regions:
-                        dst = r.wide[chunk]
-                        dst.copy_(
-                            _expected(ramps[dst.dtype], dst, lo, dst.shape[0], r.tag)
-                        )
-                for layer in members:  # 2. store, zero, load via the edited view
-                    _store_zero_load(layer, chunk, scratch)
-                _compare(members, lo, chunk, ramps, scratch)  # 3. every byte back?
-        finally:
-            for target, keep in kept:
-                target.copy_(keep)
+        for t, tile in enumerate(tiles):
+            kept = []
+            if restore:
+                cursor = 0
+                for flat, a, b in spans[t][c]:
+                    keep = saved[cursor : cursor + b - a]
+                    keep.copy_(flat[a:b])
+                    kept.append((flat[a:b], keep))
+                    cursor += b - a
+            try:
+                for group in tile:
+                    group.cycle(lo, chunk, ramps, scratch)
+            finally:
+                for target, keep in kept:
+                    target.copy_(keep)
     for layer in layers:
         row = layer.row
         row.pop("_first_key", None)

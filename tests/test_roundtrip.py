@@ -128,11 +128,17 @@ def test_overlapping_sibling_pages_are_reported_with_mismatches():
     cfg = config([(["a", "b"], spec)], 2)
     caches = {"a": states, "b": list(states)}  # two layers on the same bytes
     edited = apply_kv_cache_group_edits(cfg, caches)
-    report = verify_roundtrip(cfg, caches, edited)
+    # Default tiles hold one layer of this 1 MiB page each: the overlap is
+    # caught by address arithmetic alone.
+    tiled = verify_roundtrip(cfg, caches, edited).table.set_index("layer")
+    assert not tiled.loc["a", "disjoint_ok"] and not tiled.loc["a", "ok"]
+    assert "overlaps 'b'" in tiled.loc["a", "detail"]
+    # One tile for the whole group: b's fill also overwrites a's pattern
+    # before a is compared, and the mismatch is located to the byte.
+    report = verify_roundtrip(cfg, caches, edited, chunk_bytes=1 << 30)
     rows = report.table.set_index("layer")
     assert not rows.loc["a", "disjoint_ok"] and not rows.loc["b", "disjoint_ok"]
     assert "overlaps 'b'" in rows.loc["a", "detail"]
-    # b's fill overwrote a's pattern: a byte-level mismatch, located
     assert not rows.loc["a", "roundtrip_ok"]
     assert rows.loc["a", "mismatched_bytes"] > 0
     block, region, offset = rows.loc["a", "first_mismatch"]
@@ -243,3 +249,91 @@ def test_a_view_with_another_block_step_is_caught_in_the_blocks_it_misses():
     assert not row["covers_ok"] and not row["confined_ok"] and not report.ok
     assert "misses registered bytes of blocks [1]" in row["detail"]
     assert "leaves its page in blocks [1]" in row["detail"]
+
+
+def test_stacked_layers_fill_their_own_bytes_with_their_own_pattern():
+    from kvexplore.roundtrip import _Group, _prepare
+
+    cfg, caches = unified_registration([(["a", "b", "c"], qwen_gdn())], 3)
+    edited = apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD")
+    # vLLM's layer-compact registration: the three layers are one stack,
+    # filled and compared through one [3, blocks, span] view each step.
+    assert [len(s.layers) for s in _Group(_prepare(cfg, caches, edited), False).stacks] == [3]
+    legacy_cfg, legacy = legacy_registration([(["a", "b", "c"], qwen_gdn())], 3)
+    legacy_edited = apply_kv_cache_group_edits(legacy_cfg, legacy)
+    stacks = _Group(_prepare(legacy_cfg, legacy, legacy_edited), False).stacks
+    assert [len(s.layers) for s in stacks] == [1, 1, 1]  # separate buffers
+
+    # chunk_bytes: one tile holds all three layers (the default holds one).
+    report = verify_roundtrip(cfg, caches, edited, restore=False, chunk_bytes=1 << 30)
+    assert report.ok, report
+    stacked = snapshot(caches)
+    assert verify_roundtrip(cfg, caches, edited, restore=False).ok
+    assert all(
+        torch.equal(a, b) for a, b in zip(stacked, snapshot(caches), strict=True)
+    )
+    state = 1_085_440  # conv + SSM bytes of a 1,114,112-byte page
+    raw = storages(caches)
+    assert len(raw) == 1  # one backing allocation, layer-compact: a | b | c
+    flat = torch.empty(0, dtype=torch.uint8).set_(raw[0])
+    pages = {
+        name: flat[i * 3 * QWEN_PAGE : (i + 1) * 3 * QWEN_PAGE].reshape(3, QWEN_PAGE)
+        for i, name in enumerate("abc")
+    }
+    for name, page in pages.items():
+        assert bool((page[:, :state] != 0).all()), name  # every state byte filled
+        assert bool((page[:, state:] == 0).all()), name  # padding never written
+    assert not torch.equal(pages["a"][0, :state], pages["b"][0, :state])
+    assert not torch.equal(pages["a"][0, :state], pages["a"][1, :state])
+    conv = 3 * 6144 * 2
+    assert not torch.equal(pages["a"][0, :64], pages["a"][0, conv : conv + 64])
+
+
+def test_unified_k_and_v_get_different_patterns():
+    cfg, caches = unified_registration([(["k"], qwen_attn())], 2, kernel=32)
+    edited = apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD")
+    assert verify_roundtrip(cfg, caches, edited, restore=False).ok
+    page = torch.empty(0, dtype=torch.uint8).set_(storages(caches)[0])[:QWEN_PAGE]
+    row = page[: 2 * 256 * 2].reshape(2, 256 * 2)  # first token row: K | V
+    assert bool((page != 0).all()) and not torch.equal(row[0], row[1])
+
+
+def test_a_stack_whose_views_cannot_be_written_is_reported_layer_by_layer():
+    cfg, caches = unified_registration([(["a", "b", "c"], qwen_gdn())], 2)
+    edited = dict(apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD"))
+    for name, view in edited.items():  # every token row aliases row 0
+        strides = (view.stride(0), 0, *view.stride()[2:])  # [blocks, 544, 1, 2000]
+        edited[name] = view.as_strided(view.shape, strides, view.storage_offset())
+    randomize(caches, seed=5)
+    before = snapshot(caches)
+    report = verify_roundtrip(cfg, caches, edited, chunk_bytes=1 << 30)  # one tile
+    rows = report.table.set_index("layer")
+    for name in "abc":
+        assert "cannot be stored/loaded" in rows.loc[name, "detail"], name
+        assert not rows.loc[name, "covers_ok"] and not rows.loc[name, "ok"]
+    assert all(torch.equal(a, b) for a, b in zip(before, snapshot(caches), strict=True))
+
+
+@pytest.mark.parametrize("ne", [False, True], ids=["xor-max", "ne-any"])
+def test_both_compare_kernels_pass_good_views_and_locate_a_bad_one(monkeypatch, ne):
+    import kvexplore.roundtrip as roundtrip
+
+    # ne + any is what CUDA runs; force it here so the CPU suite covers it.
+    monkeypatch.setattr(roundtrip, "_ne_compare", lambda device: ne)
+    cfg, caches = unified_registration(qwen_groups(2), 3, kernel=32)
+    edited = apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD")
+    assert verify_roundtrip(cfg, caches, edited).ok
+    # Two layers registered on the same bytes: b's fill overwrites a's
+    # pattern, and only the compare (not the address arithmetic) says which
+    # bytes of a came back wrong.
+    spec = qwen_gdn()
+    states = legacy_mamba(spec, 2)
+    cfg = config([(["a", "b"], spec)], 2)
+    caches = {"a": states, "b": list(states)}
+    report = verify_roundtrip(
+        cfg, caches, apply_kv_cache_group_edits(cfg, caches), chunk_bytes=1 << 30
+    )
+    rows = report.table.set_index("layer")
+    assert rows.loc["a", "mismatched_bytes"] == 2 * 1_085_440  # every state byte
+    assert rows.loc["a", "first_mismatch"] == (0, "conv", 0)
+    assert rows.loc["b", "roundtrip_ok"]

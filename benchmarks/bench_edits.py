@@ -10,7 +10,7 @@ Prints, side by side in one run (medians over repeats):
 * ``verify_roundtrip`` throughput vs a plain ``torch`` copy of the same
   number of bytes on the same device (goal >= 0.5).
 
-Usage: ``python benchmarks/bench_edits.py [--device cuda] [--repeats 5]``.
+Usage: ``python benchmarks/bench_edits.py [--device cuda] [--repeats 5] [--model ID]``.
 """
 
 from __future__ import annotations
@@ -121,6 +121,12 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--big-mib", type=int, default=1024)
+    parser.add_argument(
+        "--model",
+        default="Qwen/Qwen3.5-0.8B",
+        help="also measure a catalog model's own layout ('' to skip)",
+    )
+    parser.add_argument("--model-blocks", type=int, default=64)
     args = parser.parse_args()
     dev, reps = args.device, args.repeats
     torch.manual_seed(0)
@@ -163,19 +169,49 @@ def main() -> None:
     label, nbytes, _, _, _, cfg, caches, edited, raw = rows[1]
     report = verify_roundtrip(cfg, caches, edited, restore=False)  # warm up
     assert report.ok, report
+    gbps = lambda b, t: b / t / 1e9  # noqa: E731
+    runs = {
+        "default": dict(restore=False),
+        "default, restore=True": dict(restore=True),
+    }
+    if not dev.startswith("cuda"):
+        runs.update(
+            {
+                f"chunk_bytes={m} MiB": dict(restore=False, chunk_bytes=m << 20)
+                for m in (2, 4)
+            }
+        )
+    results = against_copy(cfg, caches, edited, runs, reps, dev)
     moved = report.bytes_checked
-    t_verify_restore = median_time(
-        lambda: verify_roundtrip(cfg, caches, edited), max(1, reps // 2), dev
+    print(
+        f"verify_roundtrip on {label}: {moved:,} registered bytes "
+        "(4 overlaid groups), medians, each run next to a plain dst.copy_(src) "
+        "of the same bytes:"
     )
-    # Baseline: plain dst.copy_(src) of exactly `moved` bytes (the registered
-    # bytes verify_roundtrip checks; 4 overlaid groups re-use the same backing
-    # bytes, so that is ~4x the cache), done as whole-buffer copies plus a
-    # partial one between two cache-sized buffers, so every copy streams from
-    # memory.  Timed in the same loop as verify_roundtrip, interleaved, so both
-    # see the same machine load; medians of each.
-    src = torch.empty(nbytes, dtype=torch.uint8, device=dev).random_(0, 255)
+    for name, (t_verify, t_copy) in results.items():
+        print(
+            f"  {name:>24}: {gbps(moved, t_verify):6.2f} GB/s vs copy "
+            f"{gbps(moved, t_copy):6.2f} GB/s, ratio {t_copy / t_verify:.2f} (goal >= 0.5)"
+        )
+    if args.model:
+        real_model(args.model, args.model_blocks, reps, dev)
+
+
+def against_copy(cfg, caches, edited, runs, reps, dev):
+    """Median seconds of each ``verify_roundtrip`` variant and of a copy.
+
+    Baseline: plain ``dst.copy_(src)`` of exactly the registered bytes
+    ``verify_roundtrip`` checks (overlaid groups re-use the same backing
+    bytes, so that is a multiple of the allocation), done as whole-buffer
+    copies plus a partial one between two buffers as large as one
+    ``KVCacheTensor``, so every copy streams from memory.  Copy and verify
+    runs alternate, so both see the same machine load.
+    """
+    moved = verify_roundtrip(cfg, caches, edited, restore=False).bytes_checked
+    size = max(t.size for t in cfg.kv_cache_tensors)
+    src = torch.empty(size, dtype=torch.uint8, device=dev).random_(0, 255)
     dst = torch.empty_like(src)
-    whole, rest = divmod(moved, nbytes)
+    whole, rest = divmod(moved, size)
 
     def plain_copy() -> None:
         for _ in range(whole):
@@ -184,29 +220,41 @@ def main() -> None:
             dst[:rest].copy_(src[:rest])
 
     plain_copy()  # warm up
-    verify_runs, copy_runs = [], []
+    times = {name: ([], []) for name in runs}
     for _ in range(reps):
-        verify_runs.append(
-            median_time(
-                lambda: verify_roundtrip(cfg, caches, edited, restore=False), 1, dev
+        for name, kwargs in runs.items():
+            times[name][0].append(
+                median_time(
+                    lambda k=kwargs: verify_roundtrip(cfg, caches, edited, **k), 1, dev
+                )
             )
-        )
-        copy_runs.append(median_time(plain_copy, 1, dev))
-    t_verify = statistics.median(verify_runs)
-    t_copy = statistics.median(copy_runs)
-    gbps = lambda b, t: b / t / 1e9  # noqa: E731
-    print(
-        f"verify_roundtrip on {label}: {moved:,} registered bytes (4 overlaid groups) "
-        f"in {t_verify:.3f}s = {gbps(moved, t_verify):.2f} GB/s "
-        f"(restore=True: {gbps(moved, t_verify_restore):.2f} GB/s)"
+            times[name][1].append(median_time(plain_copy, 1, dev))
+    return {
+        name: (statistics.median(v), statistics.median(c))
+        for name, (v, c) in times.items()
+    }
+
+
+def real_model(model: str, num_blocks: int, reps: int, dev: str) -> None:
+    """The same comparison on a catalog model's own layout (plan + allocate)."""
+    import kvexplore
+
+    plan = kvexplore.plan(model, num_blocks=num_blocks)
+    caches = plan.allocate(device=dev)
+    cfg = plan.kv_cache_config
+    edited = apply_kv_cache_group_edits(cfg, caches)
+    report = verify_roundtrip(cfg, caches, edited, restore=False)
+    assert report.ok, report
+    results = against_copy(
+        cfg, caches, edited, {"default": dict(restore=False)}, reps, dev
     )
+    t_verify, t_copy = results["default"]
+    moved = report.bytes_checked
     print(
-        f"plain torch copy of the same {moved:,} bytes (dst.copy_(src)): "
-        f"{gbps(moved, t_copy):.2f} GB/s"
-    )
-    print(
-        f"verify / copy throughput ratio: {t_copy / t_verify:.2f} (goal >= 0.5; "
-        f"restore=True: {t_copy / t_verify_restore:.2f})"
+        f"verify_roundtrip on {model} ({num_blocks} blocks, unified registration, "
+        f"{len(report.table)} layers, page {cfg.kv_cache_groups[0].kv_cache_spec.page_size_bytes:,} B): "
+        f"{moved / t_verify / 1e9:.2f} GB/s vs copy {moved / t_copy / 1e9:.2f} GB/s, "
+        f"ratio {t_copy / t_verify:.2f}"
     )
 
 

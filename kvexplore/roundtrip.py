@@ -743,10 +743,12 @@ def verify_roundtrip(
             cache-resident copies of each tile, not a pass over memory.
         chunk_bytes: how many bytes of one group one step works on (a tile:
             its layers in the window, every block of the chunk), which also
-            bounds the separate store buffer; ``None`` picks a size whose tile
-            and store buffer stay in the CPU cores' L2 caches (2 MiB) or, on
-            CUDA, one large enough that kernel launches do not dominate
-            (256 MiB).  A tile holds at least one layer of one block.
+            bounds the separate store buffer; ``None`` picks 8 MiB on the CPU
+            (tile and store buffer stay in the last-level cache while a
+            6-layer group of 1 MiB pages still fits one tile; 2, 4 and 8 MiB
+            measured in ``benchmarks/bench_edits.py``) or, on CUDA, 256 MiB,
+            large enough that kernel launches do not dominate.  A tile holds
+            at least one layer of one block.
 
     Returns:
         :class:`RoundTripReport`; a mismatch is reported, not raised.
@@ -773,7 +775,7 @@ def verify_roundtrip(
     _analyse(layers, torch.tensor(chosen, dtype=torch.int64), num_blocks)
 
     if chunk_bytes is None:
-        chunk_bytes = (256 << 20) if device.type == "cuda" else (2 << 20)
+        chunk_bytes = (256 << 20) if device.type == "cuda" else (8 << 20)
     _exercise(layers, chosen, max(1, int(chunk_bytes)), restore)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -910,24 +912,30 @@ class _Group:
         self._views: dict[int, tuple] = {}
 
     def scratch_bytes(self, n: int) -> int:
+        """Scratch a chunk of ``n`` blocks needs, also once every stack is split."""
+        singles = [_Stack.of([layer], None) for s in self.stacks for layer in s.layers]
+        return max(self._need(self.stacks, n), self._need(singles, n))
+
+    def _need(self, stacks: list[_Stack], n: int) -> int:
         stored = sum(
             _aligned(n * p[:, 0].numel() * p.element_size())
-            for s in self.stacks
+            for s in stacks
             for p in s.parts
         )
         compared = sum(
             _aligned(n * r[:, 0].numel() * (1 if self.ne else r.element_size()))
-            for s in self.stacks
+            for s in stacks
             for r in s.fills
         )
         return max(stored, compared)
 
     def views(self, n: int, scratch: torch.Tensor) -> tuple:
-        """``(stores, outs, flat)`` for a chunk of ``n`` blocks.
+        """``(stores, outs, flat, gaps)`` for a chunk of ``n`` blocks.
 
         ``stores[i][j]``: the store buffer of part ``j`` of stack ``i``;
         ``outs[i][k]``: the compare output of region ``k`` of stack ``i``;
-        ``flat``: all compare outputs as one tensor.
+        ``flat``: all compare outputs as one tensor; ``gaps``: its bytes that
+        belong to no output.
         """
         if n in self._views:
             return self._views[n]
@@ -940,18 +948,25 @@ class _Group:
                 row.append(scratch[cursor : cursor + nbytes].view(p.dtype).view(shape))
                 cursor += _aligned(nbytes)
             stores.append(row)
-        outs, cursor = [], 0
+        # Compare outputs back to back (aligned to their element size only),
+        # so one reduction over ``flat`` covers them; the rare gap between
+        # two of them is zeroed before each reduction (it holds store bytes).
+        outs, cursor, gaps = [], 0, []
         for s in self.stacks:
             row = []
             for r in s.fills:
                 shape = (r.shape[0], n, *r.shape[2:])
                 dtype = torch.bool if self.ne else r.dtype
-                nbytes = math.prod(shape) * (1 if self.ne else r.element_size())
-                row.append(scratch[cursor : cursor + nbytes].view(dtype).view(shape))
-                cursor += _aligned(nbytes)
+                word = 1 if self.ne else r.element_size()
+                start = -(-cursor // word) * word
+                if start > cursor:
+                    gaps.append(scratch[cursor:start])
+                nbytes = math.prod(shape) * word
+                row.append(scratch[start : start + nbytes].view(dtype).view(shape))
+                cursor = start + nbytes
             outs.append(row)
         flat = scratch[:cursor].view(torch.bool) if self.ne else scratch[:cursor]
-        self._views[n] = stores, outs, flat
+        self._views[n] = stores, outs, flat, gaps
         return self._views[n]
 
     def split(self, stack: _Stack) -> None:
@@ -967,7 +982,7 @@ class _Group:
 
     def _cycle(self, lo: int, chunk: slice, ramps: dict, scratch: torch.Tensor) -> bool:
         n = chunk.stop - chunk.start
-        stores, outs, flat = self.views(n, scratch)
+        stores, outs, flat, gaps = self.views(n, scratch)
         # 1. fill through the registered views
         work = []
         for s, stack in enumerate(self.stacks):
@@ -997,6 +1012,8 @@ class _Group:
                     torch.ne(actual, expected, out=out)
                 else:
                     torch.bitwise_xor(actual, expected, out=out)
+        for gap in gaps:
+            gap.zero_()
         if bool(flat.any()) if self.ne else bool(flat.max()):
             for stack in self.stacks:
                 for layer in stack.layers:
@@ -1139,13 +1156,7 @@ def _exercise(
     )
     ramp = _ramp(reach + _PERIOD + _BLOCK_BYTES * most + _LAYER_BYTES * deepest, device)
     ramps = {dtype: ramp.view(dtype) for dtype in (*_WIDE, torch.uint8)}
-    # Splitting a stack (see _Group.split) never needs more scratch: a stack
-    # of one layer stores and compares that layer's share of the stack.
-    scratch = torch.empty(
-        max(g.scratch_bytes(most) for g in groups) + 16,
-        dtype=torch.uint8,
-        device=device,
-    )
+    scratch_bytes = _aligned(max(g.scratch_bytes(most) for g in groups))
     spans, span_bytes = [], 0
     if restore:
         for tile in tiles:
@@ -1154,7 +1165,9 @@ def _exercise(
             )
             spans.append(tile_spans)
             span_bytes = max(span_bytes, tile_bytes)
-    saved = torch.empty(span_bytes, dtype=torch.uint8, device=device)
+    # One allocation for the store buffer and the saved bytes.
+    buffer = torch.empty(scratch_bytes + span_bytes, dtype=torch.uint8, device=device)
+    scratch, saved = buffer[:scratch_bytes], buffer[scratch_bytes:]
     for c, (lo, chunk) in enumerate(chunks):
         for t, tile in enumerate(tiles):
             kept = []

@@ -258,7 +258,9 @@ def test_stacked_layers_fill_their_own_bytes_with_their_own_pattern():
     edited = apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD")
     # vLLM's layer-compact registration: the three layers are one stack,
     # filled and compared through one [3, blocks, span] view each step.
-    assert [len(s.layers) for s in _Group(_prepare(cfg, caches, edited), False).stacks] == [3]
+    assert [
+        len(s.layers) for s in _Group(_prepare(cfg, caches, edited), False).stacks
+    ] == [3]
     legacy_cfg, legacy = legacy_registration([(["a", "b", "c"], qwen_gdn())], 3)
     legacy_edited = apply_kv_cache_group_edits(legacy_cfg, legacy)
     stacks = _Group(_prepare(legacy_cfg, legacy, legacy_edited), False).stacks
@@ -337,3 +339,40 @@ def test_both_compare_kernels_pass_good_views_and_locate_a_bad_one(monkeypatch, 
     assert rows.loc["a", "mismatched_bytes"] == 2 * 1_085_440  # every state byte
     assert rows.loc["a", "first_mismatch"] == (0, "conv", 0)
     assert rows.loc["b", "roundtrip_ok"]
+
+
+def test_compare_outputs_of_mixed_widths_need_no_byte_by_byte_pass(monkeypatch):
+    from vllm.v1.kv_cache_interface import MambaSpec
+
+    import kvexplore.roundtrip as roundtrip
+
+    # Conv and SSM state 9 bytes apart in a 64-byte page: two fill views, 15
+    # uint8 bytes then 32 bytes read as int64 words, so the compare outputs
+    # need a gap between them.
+    spec = MambaSpec(
+        block_size=16,
+        shapes=((3, 5), (2, 4)),
+        dtypes=(torch.int8, torch.float32),
+        page_size_padded=64,
+        mamba_cache_mode="align",
+    )
+    cfg = config([(["m", "n"], spec)], 4)
+    caches = {}
+    for name in "mn":
+        raw = torch.zeros(4 * 64, dtype=torch.uint8)
+        conv = raw.view(torch.int8).as_strided((4, 3, 5), (64, 5, 1), 0)
+        ssm = raw.view(torch.float32).as_strided((4, 2, 4), (16, 4, 1), 6)
+        caches[name] = [conv, ssm]
+    located = []
+    real_locate = roundtrip._locate
+    monkeypatch.setattr(
+        roundtrip, "_locate", lambda *a: located.append(a) or real_locate(*a)
+    )
+    report = verify_roundtrip(cfg, caches, caches, restore=False)
+    assert report.ok, report
+    assert report.table["regions"].tolist() == ["conv,ssm"] * 2
+    assert located == []  # the gap was zeroed: no false alarm, no slow pass
+    group = roundtrip._Group(roundtrip._prepare(cfg, caches, caches), False)
+    scratch = torch.empty(group.scratch_bytes(4), dtype=torch.uint8)
+    gaps = group.views(4, scratch)[3]
+    assert [g.numel() for g in gaps] == [4, 4]  # 60 -> 64 and 252 -> 256 bytes

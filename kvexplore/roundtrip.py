@@ -896,14 +896,14 @@ def _aligned(nbytes: int) -> int:
 
 
 class _Group:
-    """One KV cache group's stacks, and the scratch views one chunk uses.
+    """One KV cache group's layers in a tile, as stacks, with their scratch views.
 
     The scratch buffer first takes the stores (every edited tensor of every
     stack, one after the other) and, once they are loaded back, the compare
-    outputs (every region of every stack, one after the other), so one
+    outputs (every fill view of every stack, one after the other), so one
     reduction over their union answers "did every byte come back?" for the
-    whole group.  The views depend only on the chunk length and are built
-    once per length.
+    group's share of the tile.  The views depend only on the number of
+    blocks in the tile and are built once per number.
     """
 
     def __init__(self, members: list[_Layer], ne: bool) -> None:

@@ -300,6 +300,38 @@ def _pattern(
     )
 
 
+#: Rows :func:`_rows` aims for: long enough to stream, short enough that the
+#: pattern of a multi-MiB page reads a ramp of a few hundred KiB at most.
+_ROW_BYTES = (1 << 10, 16 << 10)
+
+
+def _rows(view: torch.Tensor) -> torch.Tensor:
+    """``view`` with a long contiguous last dim split into rows (a view).
+
+    The pattern reads the ramp with the view's strides modulo 8 x 251 bytes
+    (:func:`_pattern`), so a contiguous last dim of ``D`` words reads ``D``
+    words of ramp, the whole 16.9 MB of a Nemotron-H state, while ``[D / R,
+    R]`` reads about ``R + (D / R) x (R mod 2008)`` bytes.  Among the
+    divisors ``R`` of ``D`` with rows of 1-16 KiB, the one that reads least
+    is taken; the bytes, their order and the storage are unchanged.
+    """
+    if view.ndim < 2 or view.stride(-1) != 1:
+        return view
+    word, size = view.element_size(), view.shape[-1]
+    if size * word <= _ROW_BYTES[1]:
+        return view
+    best, reach = None, _pattern_bytes(view)
+    fewest = max(2, -(-size * word // _ROW_BYTES[1]))
+    for rows in range(fewest, size * word // _ROW_BYTES[0] + 1):
+        if size % rows:
+            continue
+        row = size // rows
+        cost = row * word + (rows - 1) * ((row * word) % _PERIOD)
+        if cost < reach:
+            best, reach = rows, cost
+    return view if best is None else view.unflatten(-1, (best, size // best))
+
+
 def _pattern_bytes(like: torch.Tensor) -> int:
     """Ramp bytes one block of :func:`_pattern` over ``like`` reads past its offset."""
     word = like.element_size()
@@ -502,7 +534,7 @@ def _tagged(
     else:
         offsets = [8 * ((_REGION_STEP * k) % _MODULUS) for k in range(len(views))]
     return [
-        _Region(label, view, _widest(view), base + offset)
+        _Region(label, _rows(view), _rows(_widest(view)), base + offset)
         for (label, view), offset in zip(named, offsets, strict=True)
     ]
 
@@ -537,7 +569,8 @@ def _fill_views(regions: list[_Region]) -> list[_Region]:
         (views[0].shape[0], total), (views[0].stride(0), 1), lo
     )
     first = min(regions, key=lambda r: r.view.storage_offset())
-    return [_Region("+".join(r.label for r in regions), span, _widest(span), first.tag)]
+    label = "+".join(r.label for r in regions)
+    return [_Region(label, _rows(span), _rows(_widest(span)), first.tag)]
 
 
 def _analyse(layers: list[_Layer], idx: torch.Tensor, num_blocks: int) -> None:

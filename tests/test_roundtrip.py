@@ -376,3 +376,21 @@ def test_compare_outputs_of_mixed_widths_need_no_byte_by_byte_pass(monkeypatch):
     scratch = torch.empty(group.scratch_bytes(4), dtype=torch.uint8)
     gaps = group.views(4, scratch)[3]
     assert [g.numel() for g in gaps] == [4, 4]  # 60 -> 64 and 252 -> 256 bytes
+
+
+def test_long_rows_are_split_so_the_pattern_ramp_stays_small():
+    from kvexplore.roundtrip import _pattern_bytes, _rows
+
+    page = 16_900_096  # a Nemotron-H Mamba page's conv + SSM bytes
+    raw = torch.zeros(2 * page, dtype=torch.uint8)
+    span = raw.as_strided((2, page), (page, 1)).view(torch.int64)
+    rows = _rows(span)
+    assert rows.data_ptr() == span.data_ptr() and rows.ndim == 3
+    assert rows.stride(-1) == 1 and rows.stride(0) == span.stride(0)
+    assert rows.shape[1] * rows.shape[2] == span.shape[1]
+    assert 1024 <= rows.shape[2] * 8 <= 16384
+    assert _pattern_bytes(span) == page and _pattern_bytes(rows) < 400_000
+    prime = torch.zeros(2, 4099, dtype=torch.int64)  # no divisor gives such rows
+    assert _rows(prime) is prime
+    short = torch.zeros(2, 512, dtype=torch.int64)  # 4 KiB rows already
+    assert _rows(short) is short

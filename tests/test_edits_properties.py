@@ -79,27 +79,37 @@ def check_views(caches, edited):
             assert lo == min(byte_range(o)[0] for o in old)
 
 
-@SETTINGS
-@given(hybrid_layout())
-def test_legacy_layouts_round_trip(layout):
-    groups, blocks, kernel = layout
-    cfg, caches = legacy_registration(groups, blocks, kernel=kernel)
-    before = facts(caches)
-    edited = apply_kv_cache_group_edits(cfg, caches)
-    assert facts(caches) == before
-    check_views(caches, edited)
-    report = verify_roundtrip(cfg, caches, edited)
-    assert report.ok, report
-    assert facts(caches) == before
-
-
-def raw_bytes(caches):
+def storage_bytes(caches):
+    """Every storage behind ``caches`` as a flat uint8 tensor (a view)."""
     storage = {
         t.untyped_storage().data_ptr(): t.untyped_storage()
         for v in caches.values()
         for t in tensors(v)
     }
-    return [torch.empty(0, dtype=torch.uint8).set_(s).clone() for s in storage.values()]
+    return [torch.empty(0, dtype=torch.uint8).set_(s) for s in storage.values()]
+
+
+def raw_bytes(caches):
+    return [raw.clone() for raw in storage_bytes(caches)]
+
+
+@SETTINGS
+@given(hybrid_layout(), st.sampled_from([None, 1, 700, 5000]))
+def test_legacy_layouts_round_trip(layout, chunk_bytes):
+    groups, blocks, kernel = layout
+    cfg, caches = legacy_registration(groups, blocks, kernel=kernel)
+    for i, raw in enumerate(storage_bytes(caches)):
+        raw.copy_(torch.arange(raw.numel()) * (i + 3) % 256)  # not a pattern
+    contents = raw_bytes(caches)
+    before = facts(caches)
+    edited = apply_kv_cache_group_edits(cfg, caches)
+    assert facts(caches) == before
+    check_views(caches, edited)
+    report = verify_roundtrip(cfg, caches, edited, chunk_bytes=chunk_bytes)
+    assert report.ok, report
+    assert facts(caches) == before
+    after = raw_bytes(caches)
+    assert all(torch.equal(a, b) for a, b in zip(contents, after, strict=True))
 
 
 @SETTINGS

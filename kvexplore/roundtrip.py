@@ -773,9 +773,8 @@ def verify_roundtrip(
         restore: put the caches' previous bytes back at the end; ``False``
             leaves the patterns.  The previous bytes are saved and put back
             one tile at a time, while the tile is in cache: two more copies
-            of each tile, into a buffer of one tile's size and back (on this
-            project's 2-core machine, 0.50-0.57 of a plain copy's throughput
-            against 0.55-0.71 without, ``benchmarks/bench_edits.py``).
+            of each tile, into a buffer of one tile's size and back
+            (``benchmarks/bench_edits.py`` measures both modes).
         chunk_bytes: how many bytes of one group one step works on (a tile:
             its layers in the window, every block of the chunk), which also
             bounds the separate store buffer; ``None`` picks 8 MiB on the CPU

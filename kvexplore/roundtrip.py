@@ -43,6 +43,7 @@ never raise: the report says where.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -320,7 +321,14 @@ def _rows(view: torch.Tensor) -> torch.Tensor:
     word, size = view.element_size(), view.shape[-1]
     if size * word <= _ROW_BYTES[1]:
         return view
-    best, reach = None, _pattern_bytes(view)
+    rows = _row_count(size, word, _pattern_bytes(view))
+    return view if rows is None else view.unflatten(-1, (rows, size // rows))
+
+
+@functools.lru_cache(maxsize=256)
+def _row_count(size: int, word: int, reach: int) -> int | None:
+    """The row count :func:`_rows` picks for a last dim of ``size`` words."""
+    best = None
     fewest = max(2, -(-size * word // _ROW_BYTES[1]))
     for rows in range(fewest, size * word // _ROW_BYTES[0] + 1):
         if size % rows:
@@ -329,7 +337,7 @@ def _rows(view: torch.Tensor) -> torch.Tensor:
         cost = row * word + (rows - 1) * ((row * word) % _PERIOD)
         if cost < reach:
             best, reach = rows, cost
-    return view if best is None else view.unflatten(-1, (best, size // best))
+    return best
 
 
 def _pattern_bytes(like: torch.Tensor) -> int:

@@ -8,7 +8,12 @@ Prints, side by side in one run (medians over repeats):
   <= 2: edits touch metadata only);
 * new storage bytes the edits allocated (goal 0: every value is a view);
 * ``verify_roundtrip`` throughput vs a plain ``torch`` copy of the same
-  number of bytes on the same device (goal >= 0.5).
+  number of bytes on the same device (goal >= 0.5), with ``restore=False``
+  and with ``restore=True`` (the default call, which also saves and puts
+  back the caches' bytes), and on the CPU at 2 and 4 MiB tiles beside the
+  default 8 MiB;
+* the same ratio on a catalog model's own layout (``--model``, default
+  Qwen/Qwen3.5-0.8B with 64 blocks; ``--model ''`` skips it).
 
 Usage: ``python benchmarks/bench_edits.py [--device cuda] [--repeats 5] [--model ID]``.
 """

@@ -727,14 +727,7 @@ def _spans(
             key = t.untyped_storage().data_ptr()
             if key not in flats:
                 flats[key] = _storage_bytes(t)
-            extent = (
-                sum(
-                    (n - 1) * s
-                    for n, s in zip(t.shape[1:], t.stride()[1:], strict=True)
-                )
-                + 1
-            )
-            shapes.append((key, t.storage_offset(), t.stride(0), extent))
+            shapes.append((key, t.storage_offset(), t.stride(0), _extent(t[0])))
     out, most = [], 0
     for _, chunk in chunks:
         per: dict[int, list[tuple[int, int]]] = {}
@@ -826,9 +819,7 @@ def verify_roundtrip(
 
 def _block_bytes(layer: _Layer) -> int:
     """Bytes one block of ``layer`` needs in the store buffer (or compare)."""
-    stored = sum(
-        -(-e[0].numel() * e.element_size() // 16) * 16 for e in layer.edited_parts
-    )
+    stored = sum(_aligned(e[0].numel() * e.element_size()) for e in layer.edited_parts)
     return max(stored, sum(f.view[0].numel() for f in layer.fills))
 
 
@@ -1126,7 +1117,7 @@ def _ne_compare(device: torch.device) -> bool:
     return device.type != "cpu"
 
 
-def _tiling(layers: list[_Layer], chunk_bytes: int) -> tuple[int, int]:
+def _tiling(members: dict[int, list[_Layer]], chunk_bytes: int) -> tuple[int, int]:
     """``(blocks per chunk, layers per window)`` so a tile fits ``chunk_bytes``.
 
     A tile is a run of consecutive blocks times a window of layer positions
@@ -1134,16 +1125,14 @@ def _tiling(layers: list[_Layer], chunk_bytes: int) -> tuple[int, int]:
     ``i``-th layers of all groups on one ``KVCacheTensor``).  Small pages
     take whole groups and many blocks; a page so large that one block of a
     group exceeds the budget (Qwen3.5-0.8B: 6 layers x 1,114,112 B) takes one
-    block and as many layers as fit, at least one.
+    block and as many layers as fit, at least one.  ``members``: each
+    group's layers, in order.
     """
-    members: dict[int, list[_Layer]] = {}
-    for layer in layers:
-        members.setdefault(layer.group, []).append(layer)
     widest = max(len(m) for m in members.values())
     heaviest = max(sum(_block_bytes(layer) for layer in m) for m in members.values())
     if heaviest <= chunk_bytes:
         return min(4096, chunk_bytes // max(1, heaviest)), widest
-    biggest = max(_block_bytes(layer) for layer in layers)
+    biggest = max(_block_bytes(layer) for m in members.values() for layer in m)
     window = max(1, chunk_bytes // max(1, biggest))
     return max(1, chunk_bytes // (biggest * window)), window
 
@@ -1171,13 +1160,13 @@ def _exercise(
     byte, layer by layer, to count and locate the damage.
     """
     device = layers[0].regions[0].view.device
-    step, window = _tiling(layers, chunk_bytes)
-    chunks = _chunks(chosen, step)
     members: dict[int, list[_Layer]] = {}
     for layer in layers:
         members.setdefault(layer.group, []).append(layer)
         layer.row.update(mismatched_bytes=0, first_mismatch=None)
         layer.row["bytes"] = sum(r.view[0].numel() for r in layer.regions) * len(chosen)
+    step, window = _tiling(members, chunk_bytes)
+    chunks = _chunks(chosen, step)
     widest = max(len(m) for m in members.values())
     tiles = [
         [

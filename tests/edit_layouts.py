@@ -160,3 +160,31 @@ def byte_range(t: torch.Tensor) -> tuple[int, int]:
     lo = t.storage_offset()
     hi = lo + sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
     return lo * size, (hi + 1) * size
+
+
+def storages(caches):
+    """The distinct untyped storages behind a registration."""
+    seen = {}
+    for value in caches.values():
+        for t in [value] if isinstance(value, torch.Tensor) else value:
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage()
+    return list(seen.values())
+
+
+def storage_bytes(caches):
+    """Every storage behind ``caches`` as a flat uint8 tensor (a view)."""
+    return [
+        torch.empty(0, dtype=torch.uint8, device=s.device).set_(s)
+        for s in storages(caches)
+    ]
+
+
+def snapshot(caches):
+    """A copy of every byte behind ``caches``."""
+    return [raw.clone() for raw in storage_bytes(caches)]
+
+
+def randomize(caches, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    for raw in storage_bytes(caches):
+        raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=gen))

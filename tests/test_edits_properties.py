@@ -6,7 +6,14 @@ import re
 
 import pytest
 import torch
-from edit_layouts import byte_range, facts, legacy_registration, unified_registration
+from edit_layouts import (
+    byte_range,
+    facts,
+    legacy_registration,
+    snapshot,
+    storage_bytes,
+    unified_registration,
+)
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
@@ -79,20 +86,6 @@ def check_views(caches, edited):
             assert lo == min(byte_range(o)[0] for o in old)
 
 
-def storage_bytes(caches):
-    """Every storage behind ``caches`` as a flat uint8 tensor (a view)."""
-    storage = {
-        t.untyped_storage().data_ptr(): t.untyped_storage()
-        for v in caches.values()
-        for t in tensors(v)
-    }
-    return [torch.empty(0, dtype=torch.uint8).set_(s) for s in storage.values()]
-
-
-def raw_bytes(caches):
-    return [raw.clone() for raw in storage_bytes(caches)]
-
-
 @SETTINGS
 @given(hybrid_layout(), st.sampled_from([None, 1, 700, 5000]))
 def test_legacy_layouts_round_trip(layout, chunk_bytes):
@@ -100,7 +93,7 @@ def test_legacy_layouts_round_trip(layout, chunk_bytes):
     cfg, caches = legacy_registration(groups, blocks, kernel=kernel)
     for i, raw in enumerate(storage_bytes(caches)):
         raw.copy_(torch.arange(raw.numel()) * (i + 3) % 256)  # not a pattern
-    contents = raw_bytes(caches)
+    contents = snapshot(caches)
     before = facts(caches)
     edited = apply_kv_cache_group_edits(cfg, caches)
     assert facts(caches) == before
@@ -108,7 +101,7 @@ def test_legacy_layouts_round_trip(layout, chunk_bytes):
     report = verify_roundtrip(cfg, caches, edited, chunk_bytes=chunk_bytes)
     assert report.ok, report
     assert facts(caches) == before
-    after = raw_bytes(caches)
+    after = snapshot(caches)
     assert all(torch.equal(a, b) for a, b in zip(contents, after, strict=True))
 
 
@@ -124,15 +117,15 @@ def test_unified_layouts_round_trip(layout, hint, chunk_bytes, seed):
     cfg, caches = unified_registration(
         groups, blocks, KVCacheLayout.LBNHC, kernel=kernel
     )
-    storage = tensors(next(iter(caches.values())))[0].untyped_storage()
+    (raw,) = storage_bytes(caches)  # one allocation, groups overlaid
     noise = torch.randint(
         0,
         256,
-        (storage.nbytes(),),
+        raw.shape,
         dtype=torch.uint8,
         generator=torch.Generator().manual_seed(seed),
     )
-    torch.empty(0, dtype=torch.uint8).set_(storage).copy_(noise)
+    raw.copy_(noise)
     before = facts(caches)
     edited = apply_kv_cache_group_edits(cfg, caches, kv_layout=hint)
     assert facts(caches) == before
@@ -141,7 +134,7 @@ def test_unified_layouts_round_trip(layout, hint, chunk_bytes, seed):
     # gives the same verdicts and puts every byte back.
     report = verify_roundtrip(cfg, caches, edited, chunk_bytes=chunk_bytes)
     assert report.ok, report
-    assert torch.equal(raw_bytes(caches)[0], noise)
+    assert torch.equal(snapshot(caches)[0], noise)
 
 
 BREAKAGES = [

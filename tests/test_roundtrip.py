@@ -12,6 +12,9 @@ from edit_layouts import (
     qwen_attn,
     qwen_gdn,
     qwen_groups,
+    randomize,
+    snapshot,
+    storage_bytes,
     unified_registration,
 )
 
@@ -19,28 +22,6 @@ from kvexplore.edits import apply_kv_cache_group_edits
 from kvexplore.roundtrip import RoundTripReport, verify_roundtrip
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-
-
-def storages(caches):
-    seen = {}
-    for value in caches.values():
-        for t in [value] if isinstance(value, torch.Tensor) else value:
-            seen[t.untyped_storage().data_ptr()] = t.untyped_storage()
-    return list(seen.values())
-
-
-def snapshot(caches):
-    return [
-        torch.empty(0, dtype=torch.uint8, device=s.device).set_(s).clone()
-        for s in storages(caches)
-    ]
-
-
-def randomize(caches, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    for s in storages(caches):
-        raw = torch.empty(0, dtype=torch.uint8, device=s.device).set_(s)
-        raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=gen))
 
 
 def test_qwen_unified_every_byte_comes_back():
@@ -275,9 +256,7 @@ def test_stacked_layers_fill_their_own_bytes_with_their_own_pattern():
         torch.equal(a, b) for a, b in zip(stacked, snapshot(caches), strict=True)
     )
     state = 1_085_440  # conv + SSM bytes of a 1,114,112-byte page
-    raw = storages(caches)
-    assert len(raw) == 1  # one backing allocation, layer-compact: a | b | c
-    flat = torch.empty(0, dtype=torch.uint8).set_(raw[0])
+    (flat,) = storage_bytes(caches)  # one allocation, layer-compact: a | b | c
     pages = {
         name: flat[i * 3 * QWEN_PAGE : (i + 1) * 3 * QWEN_PAGE].reshape(3, QWEN_PAGE)
         for i, name in enumerate("abc")
@@ -295,7 +274,7 @@ def test_unified_k_and_v_get_different_patterns():
     cfg, caches = unified_registration([(["k"], qwen_attn())], 2, kernel=32)
     edited = apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD")
     assert verify_roundtrip(cfg, caches, edited, restore=False).ok
-    page = torch.empty(0, dtype=torch.uint8).set_(storages(caches)[0])[:QWEN_PAGE]
+    page = storage_bytes(caches)[0][:QWEN_PAGE]
     row = page[: 2 * 256 * 2].reshape(2, 256 * 2)  # first token row: K | V
     assert bool((page != 0).all()) and not torch.equal(row[0], row[1])
 

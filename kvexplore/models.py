@@ -194,14 +194,16 @@ def _explain_model_config_error(src: ModelSource, exc: Exception, dtype: str) ->
 
 _SOURCES: dict[str, ModelSource] = {}
 _SOURCES_LOCK = threading.Lock()
-_TMP_ROOT: Path | None = None
+_TMP_DIR: tempfile.TemporaryDirectory | None = None
 
 
 def _tmp_root() -> Path:
-    global _TMP_ROOT
-    if _TMP_ROOT is None:
-        _TMP_ROOT = Path(tempfile.mkdtemp(prefix="kvexplore-configs-"))
-    return _TMP_ROOT
+    """One temporary directory per process for the ``config.json`` files vLLM
+    reads; removed when the process exits (``TemporaryDirectory``'s finalizer)."""
+    global _TMP_DIR
+    if _TMP_DIR is None:
+        _TMP_DIR = tempfile.TemporaryDirectory(prefix="kvexplore-configs-")
+    return Path(_TMP_DIR.name)
 
 
 def _materialise(name: str, config: dict[str, Any]) -> ModelSource:
@@ -324,143 +326,40 @@ class LayerInfo:
     sliding_window: int | None = None
 
 
-# Where vLLM's model implementations register their cache layers
-# (the prefix under which ``static_forward_context`` holds them).
-_ATTN_SUFFIX = {
-    "WhisperForConditionalGeneration": "self_attn.attn",
-}
-_MAMBA_SUFFIX = {
-    "Qwen3NextForCausalLM": "linear_attn",
-    "Qwen3_5ForConditionalGeneration": "linear_attn",
-    "Qwen3_5ForCausalLM": "linear_attn",
-    "Lfm2ForCausalLM": "conv",
-    "JambaForCausalLM": "mamba",
-    "FalconH1ForCausalLM": "mamba",
-    "GraniteMoeHybridForCausalLM": "mamba",
-}
-_PREFIX = {
-    "Qwen3_5ForConditionalGeneration": "language_model.model.layers",
-    "WhisperForConditionalGeneration": "model.decoder.layers",
-    "FalconMambaForCausalLM": "backbone.layers",
-    "MambaForCausalLM": "backbone.layers",
-    "Mamba2ForCausalLM": "backbone.layers",
-}
-
-_ATTN_LAYER_TYPES = {"full_attention", "attention", "global_attention"}
-_SLIDING_LAYER_TYPES = {"sliding_attention", "sliding_window", "local_attention"}
-_MAMBA_LAYER_TYPES = {"linear_attention", "mamba", "conv", "mamba2", "short_conv"}
-
-
-def layer_infos(model_config) -> tuple[LayerInfo, ...]:
-    """The KV-cache-bearing layers of a model, in vLLM's layer order.
-
-    Layer kinds come from the HF config fields vLLM's model implementations
-    read (``layer_types``, ``layers_block_type``, ``hybrid_override_pattern``,
-    ``full_attention_interval``, ...); MLA from ``ModelConfig.use_mla``.
-    """
-    hf = model_config.hf_text_config
-    arch = model_config.architecture
-    n = model_config.get_total_num_hidden_layers()
-    prefix = _PREFIX.get(arch, "model.layers")
-    attn_sfx = _ATTN_SUFFIX.get(arch, "self_attn.attn")
-    mamba_sfx = _MAMBA_SUFFIX.get(arch, "mixer")
-    model_type = getattr(hf, "model_type", "")
-    sliding = model_config.get_sliding_window()
-    attn_kind = MLA if model_config.use_mla else FULL
-    out: list[LayerInfo] = []
-
-    def attn(i: int, window: int | None = None) -> None:
-        kind = SLIDING if window is not None else attn_kind
-        out.append(LayerInfo(i, f"{prefix}.{i}.{attn_sfx}", kind, window))
-
-    def mamba(i: int) -> None:
-        out.append(LayerInfo(i, f"{prefix}.{i}.{mamba_sfx}", MAMBA))
-
-    if model_config.is_attention_free:
-        for i in range(n):
-            mamba(i)
-        return tuple(out)
-    if model_type == "whisper" or arch == "WhisperForConditionalGeneration":
-        for i in range(getattr(hf, "decoder_layers", n)):
-            attn(i)
-            out.append(LayerInfo(i, f"{prefix}.{i}.encoder_attn.attn", CROSS))
-        return tuple(out)
-    if model_type == "falcon_h1":
-        for i in range(n):
-            attn(i)
-            mamba(i)
-        return tuple(out)
-    block_types = getattr(hf, "layers_block_type", None)
-    pattern = getattr(hf, "hybrid_override_pattern", None)
-    layer_types = getattr(hf, "layer_types", None)
-    interval = getattr(hf, "full_attention_interval", None)
-    types = block_types if block_types is not None else layer_types
-    if types is not None and not isinstance(types, str):
-        for i, t in enumerate(list(types)[:n]):
-            if t in _SLIDING_LAYER_TYPES:
-                attn(i, sliding)
-            elif t in _ATTN_LAYER_TYPES:
-                attn(i)
-            elif t in _MAMBA_LAYER_TYPES:
-                mamba(i)
-    elif pattern is not None and model_config.is_hybrid:
-        for i, ch in enumerate(pattern[:n]):
-            if ch == "*":
-                attn(i)
-            elif ch == "M":
-                mamba(i)
-    elif interval is not None and model_config.is_hybrid:
-        for i in range(n):
-            (attn if (i + 1) % interval == 0 else mamba)(i)
-    else:
-        for i in range(n):
-            attn(i, sliding)
-    if not out:
-        raise KVExploreError(
-            f"could not find any KV-cache layer in {arch} (model_type "
-            f"{model_type!r}); kvexplore reads layer_types, layers_block_type, "
-            "hybrid_override_pattern or full_attention_interval"
-        )
-    return tuple(out)
-
-
 # ---------------------------------------------------------------------------
 # Catalog table
 # ---------------------------------------------------------------------------
 
 
-def _state_kinds(src: ModelSource, infos) -> str:
-    if not any(i.kind == MAMBA for i in infos):
-        return ""
-    from kvexplore.planner import mamba_type_of
+def catalog(gpu: str = "H100") -> pd.DataFrame:
+    """The bundled models, one row each, as vLLM 0.33 builds them on ``gpu``.
 
-    return mamba_type_of(src.model_config()).name
-
-
-def catalog() -> pd.DataFrame:
-    """The bundled models, one row each.
-
-    Columns: ``model`` (Hugging Face id), ``architecture``, ``layers`` (layer
-    kinds and counts, e.g. ``"full_attention x6, mamba x18"``), ``kv_heads``,
-    ``head_size``, ``state`` (vLLM's Mamba backend for the state layers, empty
-    for attention-only models).
+    Columns: ``model`` (Hugging Face id), ``architecture``, ``layers`` (the
+    kinds of the layers vLLM registers, with counts, e.g. ``"mamba x18,
+    full_attention x6"``), ``kv_heads``, ``head_size``, ``state`` (vLLM's
+    Mamba backend for the state layers, empty for attention-only models).
+    Every model is planned once (:func:`kvexplore.plan`, cached).
     """
+    from kvexplore.planner import plan
+
     rows = []
     for name in catalog_names():
-        src = load_model_config(name)
-        mc = src.model_config()
-        infos = layer_infos(mc)
+        p = plan(name, gpu=gpu)
         counts: dict[str, int] = {}
-        for info in infos:
+        for info in p.layers:
             counts[info.kind] = counts.get(info.kind, 0) + 1
+        mamba = {
+            s.mamba_type.name for s in p.layer_specs.values() if hasattr(s, "mamba_type")
+        }
+        mc = p.model_config
         rows.append(
             {
                 "model": name,
-                "architecture": src.architecture,
+                "architecture": p.model.architecture,
                 "layers": ", ".join(f"{k} x{v}" for k, v in counts.items()),
                 "kv_heads": mc.get_total_num_kv_heads(),
                 "head_size": mc.get_head_size(),
-                "state": _state_kinds(src, infos),
+                "state": "/".join(sorted(mamba)),
             }
         )
     return pd.DataFrame(rows)
@@ -472,6 +371,5 @@ __all__ = [
     "ModelSource",
     "catalog",
     "catalog_names",
-    "layer_infos",
     "load_model_config",
 ]

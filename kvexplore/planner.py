@@ -1,38 +1,41 @@
-"""The planner: the KV cache vLLM 0.33 would build, offline, on a CPU.
+"""The planner: the KV cache vLLM 0.33 would build on a named GPU, offline.
 
-``plan(model, ...)`` runs vLLM's own code on a stand-in config
-(:mod:`kvexplore.vllm_bridge`), in the order the engine does:
+``plan(model, gpu="H100", ...)`` runs vLLM's own code in the order a GPU
+worker and the engine core run it (:mod:`kvexplore.worker`): the real
+``VllmConfig`` from ``EngineArgs.create_engine_config``, the model built with
+vLLM's own model class on PyTorch's meta device while the named GPU is
+emulated (:mod:`kvexplore.emulation`), ``update_block_size_for_backend``, the
+runner's ``get_kv_cache_spec``, the engine core's layout resolution and
+grouping, then what depends on memory:
 
-1. ``VllmConfig.try_verify_and_update_config``: the model's config hooks
-   (``vllm/model_executor/models/config.py``; e.g. Qwen3.5 lifts HF
-   ``mamba_ssm_dtype`` into ``cache_config.mamba_ssm_cache_dtype``, prefix
-   caching turns ``mamba_cache_mode`` to ``align``).
-2. ``Platform.update_block_size_for_backend`` with the chosen backend
-   (``vllm/platforms/interface.py``: ``_preferred_block_size_for_backends``,
-   ``_align_hybrid_block_size``): the block size and Mamba page padding.
-3. One spec per layer, as each layer's ``get_kv_cache_spec`` builds it
-   (``Attention.get_kv_cache_spec``, ``MLAAttention.get_kv_cache_spec``,
-   ``CrossAttention.get_kv_cache_spec``, ``MambaBase.get_kv_cache_spec`` with
-   the model class's ``get_mamba_state_shape_from_config`` /
-   ``get_mamba_state_dtype_from_config``).
-4. ``get_global_kv_cache_groups`` and the platform ``KVCacheConfigBuilder``
-   (``vllm/v1/core/kv_cache_planning.py``): groups, tensors, ``num_blocks``.
-5. ``prepare_kernel_block_sizes`` (``vllm/v1/worker/utils.py``): the kernel
-   block of every group.
+- ``get_kv_cache_configs`` (``vllm/v1/core/kv_cache_planning.py``): tensors,
+  ``num_blocks``, auto-fit of ``max_model_len=-1`` and the admission check
+  (``_check_enough_kv_cache_memory``), whose verdict the plan keeps
+  (:class:`Admission`) instead of refusing to show the layout;
+- ``prepare_kernel_block_sizes`` (``vllm/v1/worker/utils.py``) with each
+  group's own backends: the kernel block of every group.
 
-Worked example (GUIDE section 4), Qwen3.5-0.8B at TP=1 on FLASH_ATTN:
+The model build is cached by the inputs it depends on, so a plan that only
+changes ``num_blocks``, ``kv_cache_memory_bytes`` or ``max_model_len`` reuses
+the built layers.
 
->>> p = plan("Qwen/Qwen3.5-0.8B")
+Worked example (GUIDE section 4): Qwen3.5-0.8B on an A100 and an H100.
+
+>>> plan("Qwen/Qwen3.5-0.8B", gpu="A100").block_size
+544
+>>> p = plan("Qwen/Qwen3.5-0.8B", gpu="H100")
 >>> p.block_size, p.mamba_page_size_padded, len(p.kv_cache_config.kv_cache_groups)
-(544, 1114112, 4)
+(576, 1179648, 4)
 >>> p.derivation["block_size"]
-'544 = 16 x cdiv(1085440, 16 x 2048)'
+'576 = lcm(16, 64) x cdiv(1085440, 64 x 2048)  (H100: FlashInfer GDN prefill -> 64-token checkpoints)'
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
+import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -42,8 +45,8 @@ from typing import Any
 
 import pandas as pd
 
-from kvexplore.backends import backend_class, resolve_backend_name
 from kvexplore.errors import KVExploreError
+from kvexplore.gpus import DEFAULT_GPU, GPU, resolve_gpu
 from kvexplore.models import (
     CROSS,
     FULL,
@@ -52,7 +55,6 @@ from kvexplore.models import (
     SLIDING,
     LayerInfo,
     ModelSource,
-    layer_infos,
     load_model_config,
 )
 
@@ -72,25 +74,41 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def mamba_type_of(model_config):
-    """vLLM's ``MambaAttentionBackendEnum`` member for a model's state layers.
+# ---------------------------------------------------------------------------
+# Admission
+# ---------------------------------------------------------------------------
 
-    Mirrors each layer class's ``mamba_type`` property: ``GatedDeltaNet``
-    (``layers/mamba/gdn/base.py``) -> GDN_ATTN, ``ShortConv``
-    (``layers/mamba/short_conv.py``) -> SHORT_CONV, ``MambaMixer``
-    (``mamba_mixer.py``) -> MAMBA1, ``MambaMixer2`` -> MAMBA2.
+
+@dataclass(frozen=True, kw_only=True)
+class Admission:
+    """vLLM's start-up verdict on the cache: can it serve one request of
+    ``max_model_len`` tokens? (``kv_cache_planning.py:
+    _check_enough_kv_cache_memory``, called by ``get_kv_cache_configs``).
+
+    ``message`` is vLLM's own error text when it would refuse to start;
+    ``estimated_max_model_len`` is the estimate that message quotes
+    (``_estimate_max_model_len_from_groups``). ``auto_fit_from`` is the model's
+    length when ``max_model_len=-1`` made vLLM shrink it to fit.
     """
-    from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum as E
 
-    hf = model_config.hf_text_config
-    model_type = getattr(hf, "model_type", "")
-    if hasattr(hf, "linear_num_value_heads") or model_type.startswith(("qwen3_next", "qwen3_5")):
-        return E.GDN_ATTN
-    if model_type.startswith("lfm2") or hasattr(hf, "conv_L_cache"):
-        return E.SHORT_CONV
-    if model_type in ("jamba", "mamba", "falcon_mamba"):
-        return E.MAMBA1
-    return E.MAMBA2
+    ok: bool
+    max_model_len: int
+    needed_bytes: int
+    available_bytes: int
+    estimated_max_model_len: int | None = None
+    message: str | None = None
+    auto_fit_from: int | None = None
+
+    def text(self) -> str:
+        if self.ok:
+            out = (
+                f"admitted: one request of max_model_len={self.max_model_len:,} needs "
+                f"{self.needed_bytes:,} B of the {self.available_bytes:,} B the cache holds"
+            )
+            if self.auto_fit_from is not None:
+                out += f" (auto-fit reduced max_model_len from {self.auto_fit_from:,})"
+            return out
+        return f"refused by vLLM 0.33 at start-up: {self.message}"
 
 
 # ---------------------------------------------------------------------------
@@ -100,26 +118,32 @@ def mamba_type_of(model_config):
 
 @dataclass(frozen=True, kw_only=True)
 class Plan:
-    """The KV cache vLLM 0.33 would build for one model and one configuration.
+    """The KV cache vLLM 0.33 would build for one model, GPU and configuration.
 
     Frozen: change an input with :meth:`replace` (a new plan).  Holds vLLM's
-    own objects: ``layer_specs`` (``KVCacheSpec`` per layer name),
-    ``kv_cache_config`` (a real ``KVCacheConfig``), ``vllm_config`` (the
-    stand-in with the real ``ModelConfig`` / ``CacheConfig`` /
-    ``ParallelConfig`` after hooks and alignment ran).
+    own objects: ``layer_specs`` (``KVCacheSpec`` per registered layer name, as
+    the model runner reports them), ``kv_cache_config`` (a real
+    ``KVCacheConfig``), ``vllm_config`` (the engine's real ``VllmConfig`` after
+    the build, alignment and layout resolution).
     """
 
     model: ModelSource
+    gpu: GPU
     request: tuple = field(repr=False)
     vllm_config: Any = field(repr=False)
     layers: tuple[LayerInfo, ...] = field(repr=False)
     layer_specs: MappingProxyType = field(repr=False)
+    layer_classes: MappingProxyType = field(repr=False)
+    layer_backends: MappingProxyType = field(repr=False)
     kv_cache_config: Any = field(repr=False)
     kernel_block_sizes: tuple[int, ...]
-    backend: type = field(repr=False)
+    backend: type | None = field(repr=False)
     attention_page_bytes_per_token: int | None
     mamba_page_size: int | None
+    admission: Admission | None = field(repr=False)
+    decisions: MappingProxyType = field(repr=False)
     derivation: MappingProxyType = field(repr=False)
+    weight_bytes: int = field(repr=False)
 
     # -- inputs ---------------------------------------------------------------
     @property
@@ -164,12 +188,13 @@ class Plan:
 
     @property
     def kv_cache_layout(self):
-        """vLLM's ``KVCacheLayout`` the registration uses."""
+        """vLLM's ``KVCacheLayout`` the engine core resolved."""
         return self.cache_config.get_resolved_kv_cache_layout()
 
     @property
-    def attention_backend(self) -> str:
-        return self.backend.get_name()
+    def attention_backend(self) -> str | None:
+        """Name of the backend vLLM selected for the attention layers."""
+        return self.backend.get_name() if self.backend is not None else None
 
     @property
     def groups(self) -> tuple:
@@ -178,7 +203,7 @@ class Plan:
     @cached_property
     def group_table(self) -> pd.DataFrame:
         """One row per KV cache group: kind, layers, block and kernel block, page,
-        padding, bytes per block of the group."""
+        padding, backend, bytes per block of the group."""
         from vllm.v1.kv_cache_interface import get_kv_cache_spec_kind
 
         rows = []
@@ -186,6 +211,7 @@ class Plan:
             spec = group.kv_cache_spec
             first = next(iter(_leaf_specs(spec)))
             real = _real_page(first)
+            backend = self.layer_backends.get(group.layer_names[0])
             rows.append(
                 {
                     "group": gid,
@@ -204,6 +230,7 @@ class Plan:
                     if first.page_size_bytes
                     else 0.0,
                     "dtype": _spec_dtypes(first),
+                    "backend": backend.get_name() if backend is not None else "",
                     "first_layer": group.layer_names[0],
                 }
             )
@@ -268,9 +295,10 @@ class Plan:
         rows = [
             ("model", self.model.name),
             ("architecture", self.model.architecture),
+            ("gpu", str(self.gpu)),
             ("tensor_parallel_size", self.parallel_config.tensor_parallel_size),
             ("decode_context_parallel_size", self.parallel_config.decode_context_parallel_size),
-            ("attention_backend", self.attention_backend),
+            ("attention_backend", self.attention_backend or "none (attention-free)"),
             ("kv_cache_dtype", self.cache_config.cache_dtype),
             ("mamba_ssm_cache_dtype", self.cache_config.mamba_ssm_cache_dtype),
             ("mamba_cache_mode", self.mamba_cache_mode),
@@ -285,6 +313,7 @@ class Plan:
             ("bytes_per_block", self.bytes_per_block),
             ("tokens_per_gib", self.tokens_per_gib),
             ("max_model_len", self.model_config.max_model_len),
+            ("admitted", self.admission.ok if self.admission is not None else True),
             ("kv_cache_size_tokens", self.kv_cache_size_tokens),
             ("max_concurrency", round(self.max_concurrency, 4)),
             ("padding_share", round(self.padding_share, 6)),
@@ -292,16 +321,19 @@ class Plan:
         return pd.DataFrame(rows, columns=["quantity", "value"])
 
     def explain(self) -> str:
-        """The derivation of every chosen size, one line each."""
+        """The derivation of every chosen size and GPU-dependent decision, one
+        line each."""
         return "\n".join(f"{k}: {v}" for k, v in self.derivation.items())
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready summary: numbers, groups and derivations."""
+        """JSON-ready summary: numbers, groups, derivations and admission."""
         out = {k: _jsonable(v) for k, v in zip(self.summary.quantity, self.summary.value, strict=True)}
         out["groups"] = [
             {k: _jsonable(v) for k, v in row.items()} for row in self.group_table.to_dict("records")
         ]
         out["derivation"] = dict(self.derivation)
+        if self.admission is not None:
+            out["admission"] = dataclasses.asdict(self.admission)
         return out
 
     def allocate(self, device="cpu", registration: str = "unified"):
@@ -321,7 +353,8 @@ class Plan:
     def __repr__(self) -> str:
         pad = f", mamba_page_size_padded={self.mamba_page_size_padded}" if self.mamba_page_size_padded else ""
         return (
-            f"Plan({self.model.name!r}, tp={self.parallel_config.tensor_parallel_size}, "
+            f"Plan({self.model.name!r}, gpu={self.gpu.name}, "
+            f"tp={self.parallel_config.tensor_parallel_size}, "
             f"dcp={self.parallel_config.decode_context_parallel_size}, "
             f"backend={self.attention_backend}, block_size={self.block_size}{pad}, "
             f"groups={len(self.groups)}, kernel_block_sizes={list(self.kernel_block_sizes)}, "
@@ -361,57 +394,105 @@ def _spec_dtypes(spec) -> str:
     return str(getattr(spec, "dtype", "")).removeprefix("torch.")
 
 
+def layer_kind(spec) -> str:
+    """The kind of a layer's ``KVCacheSpec``: ``mamba``, ``mla_attention``,
+    ``cross_attention``, ``sliding_window``, ``full_attention``, or vLLM's own
+    spec-kind name for the rarer specs."""
+    from vllm.v1.kv_cache_interface import (
+        CrossAttentionSpec,
+        FullAttentionSpec,
+        MambaSpec,
+        MLAAttentionSpec,
+        SlidingWindowSpec,
+        get_kv_cache_spec_kind,
+    )
+
+    for cls, kind in (
+        (MambaSpec, MAMBA),
+        (MLAAttentionSpec, MLA),
+        (CrossAttentionSpec, CROSS),
+        (SlidingWindowSpec, SLIDING),
+        (FullAttentionSpec, FULL),
+    ):
+        if isinstance(spec, cls):
+            return kind
+    return get_kv_cache_spec_kind(spec).value
+
+
 # ---------------------------------------------------------------------------
 # plan()
 # ---------------------------------------------------------------------------
 
 _PLAN_CACHE: OrderedDict = OrderedDict()
 _PLAN_CACHE_SIZE = 4096
+_BUILD_CACHE: OrderedDict = OrderedDict()
+_BUILD_CACHE_SIZE = 256
 _PLAN_LOCK = threading.Lock()
+
+#: ``plan()`` keywords the built model does not depend on.
+MEMORY_KEYWORDS = ("num_blocks", "kv_cache_memory_bytes", "max_model_len")
 
 
 def clear_plan_cache() -> None:
-    """Forget cached plans (benchmarks measure uncached planning)."""
+    """Forget cached plans and built models (benchmarks measure uncached planning)."""
     with _PLAN_LOCK:
         _PLAN_CACHE.clear()
+        _BUILD_CACHE.clear()
 
 
 def plan(
     model: Any = "Qwen/Qwen3.5-0.8B",
     *,
+    gpu: str | GPU = DEFAULT_GPU,
     tensor_parallel_size: int = 1,
     decode_context_parallel_size: int = 1,
     block_size: int | None = None,
     dtype: str = "auto",
     kv_cache_dtype: str = "auto",
-    enable_prefix_caching: bool = True,
+    enable_prefix_caching: bool | None = None,
     mamba_cache_mode: str | None = None,
     mamba_ssm_cache_dtype: str = "auto",
     max_model_len: int | None = None,
-    attention_backend: str = "FLASH_ATTN",
+    attention_backend: str | None = None,
+    speculative_config: dict | None = None,
     num_blocks: int | None = None,
     kv_cache_memory_bytes: int | None = None,
-    kv_cache_layout: str = "LBNHC",
+    kv_cache_layout: str | None = None,
 ) -> Plan:
-    """Plan the KV cache vLLM 0.33 would build for ``model`` on one worker.
+    """Plan the KV cache vLLM 0.33 would build for ``model`` on one ``gpu`` worker.
 
     Keyword names and defaults follow vLLM's engine arguments
     (``--tensor-parallel-size``, ``--decode-context-parallel-size``,
     ``--block-size``, ``--dtype``, ``--kv-cache-dtype``,
     ``--enable-prefix-caching``, ``--mamba-cache-mode``,
-    ``--mamba-ssm-cache-dtype``, ``--max-model-len``,
-    ``--attention-backend``, ``--num-gpu-blocks-override`` as ``num_blocks``,
-    ``--kv-cache-memory-bytes``).  ``mamba_cache_mode=None`` lets vLLM
-    choose (``align`` with prefix caching).  With neither ``num_blocks`` nor
-    ``kv_cache_memory_bytes`` the cache has :data:`DEFAULT_NUM_BLOCKS` blocks.
-    ``kv_cache_layout`` is vLLM's ``KVCacheLayout`` name (``NHD``/``HND``
-    alias ``LBNHC``/``LBHNC``).
+    ``--mamba-ssm-cache-dtype``, ``--max-model-len`` (``-1`` auto-fits),
+    ``--attention-backend``, ``--speculative-config``,
+    ``--num-gpu-blocks-override`` as ``num_blocks``,
+    ``--kv-cache-memory-bytes``); ``None`` lets vLLM decide, as an unset flag
+    does.  ``kv_cache_layout`` is what ``VLLM_KV_CACHE_LAYOUT`` would request
+    (``NHD``/``HND`` alias ``LBNHC``/``LBHNC``); ``None`` takes the layout the
+    engine core resolves from the backends.  ``gpu`` is a name or a compute
+    capability (:func:`kvexplore.gpus`).  With neither ``num_blocks`` nor
+    ``kv_cache_memory_bytes`` the cache has :data:`DEFAULT_NUM_BLOCKS` blocks;
+    when that cannot hold one request of ``max_model_len`` tokens the plan
+    carries vLLM's refusal in :attr:`Plan.admission`.
 
-    Plans are cached by their inputs; a cached plan is returned as is (it is
-    immutable).  Every error is a ``ValueError`` naming the value.
+    Plans are cached by their inputs; a cached plan is returned as is.  Every
+    error is a :class:`KVExploreError` naming the value and quoting vLLM.
     """
     src = load_model_config(model)
+    gpu_obj = resolve_gpu(gpu)
+    if attention_backend is not None:
+        from kvexplore.backends import validate_backend_name
+
+        attention_backend = validate_backend_name(attention_backend)
+    if speculative_config is not None and not isinstance(speculative_config, dict):
+        raise KVExploreError(
+            f"speculative_config={speculative_config!r} is invalid; expected a dict "
+            "such as {'method': 'mtp', 'num_speculative_tokens': 2}"
+        )
     request = (
+        ("gpu", gpu_obj.name),
         ("tensor_parallel_size", tensor_parallel_size),
         ("decode_context_parallel_size", decode_context_parallel_size),
         ("block_size", block_size),
@@ -422,6 +503,7 @@ def plan(
         ("mamba_ssm_cache_dtype", mamba_ssm_cache_dtype),
         ("max_model_len", max_model_len),
         ("attention_backend", attention_backend),
+        ("speculative_config", _freeze(speculative_config)),
         ("num_blocks", num_blocks),
         ("kv_cache_memory_bytes", kv_cache_memory_bytes),
         ("kv_cache_layout", kv_cache_layout),
@@ -431,13 +513,30 @@ def plan(
         hit = _PLAN_CACHE.get(key)
         if hit is not None:
             _PLAN_CACHE.move_to_end(key)
-            return hit
-    result = _build_plan(src, request)
+            return hit[1]
+    r = dict(request)
+    r["speculative_config"] = speculative_config
+    _validate_request(r)
+    built = _built_model(src, gpu_obj, request, r)
+    try:
+        result = _plan_from_build(src, gpu_obj, request, r, built)
+    except (KVExploreError, ImportError):
+        raise
+    except Exception as exc:  # vLLM's own checks carry the numbers
+        raise _vllm_error(src, gpu_obj, exc) from exc
     with _PLAN_LOCK:
-        _PLAN_CACHE[key] = result
+        _PLAN_CACHE[key] = (src, result)  # the reference keeps id(src) unique
         while len(_PLAN_CACHE) > _PLAN_CACHE_SIZE:
             _PLAN_CACHE.popitem(last=False)
     return result
+
+
+def _freeze(value):
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
 
 
 def _check_int(name: str, value, *, minimum: int = 1, allow_none: bool = False) -> None:
@@ -459,7 +558,8 @@ def _validate_request(r: dict) -> None:
     _check_int("tensor_parallel_size", r["tensor_parallel_size"])
     _check_int("decode_context_parallel_size", r["decode_context_parallel_size"])
     _check_int("block_size", r["block_size"], allow_none=True)
-    _check_int("max_model_len", r["max_model_len"], allow_none=True)
+    if r["max_model_len"] != -1:
+        _check_int("max_model_len", r["max_model_len"], allow_none=True)
     _check_int("num_blocks", r["num_blocks"], allow_none=True)
     _check_int("kv_cache_memory_bytes", r["kv_cache_memory_bytes"], allow_none=True)
     if r["num_blocks"] is not None and r["kv_cache_memory_bytes"] is not None:
@@ -471,10 +571,12 @@ def _validate_request(r: dict) -> None:
     _check_choice("mamba_ssm_cache_dtype", r["mamba_ssm_cache_dtype"], MAMBA_SSM_DTYPES)
     if r["mamba_cache_mode"] is not None:
         _check_choice("mamba_cache_mode", r["mamba_cache_mode"], MAMBA_CACHE_MODES)
-    _check_choice("kv_cache_layout", r["kv_cache_layout"], KV_CACHE_LAYOUTS)
-    if not isinstance(r["enable_prefix_caching"], bool):
+    if r["kv_cache_layout"] is not None:
+        _check_choice("kv_cache_layout", r["kv_cache_layout"], KV_CACHE_LAYOUTS)
+    if r["enable_prefix_caching"] is not None and not isinstance(r["enable_prefix_caching"], bool):
         raise KVExploreError(
-            f"enable_prefix_caching={r['enable_prefix_caching']!r} is invalid; expected True or False"
+            f"enable_prefix_caching={r['enable_prefix_caching']!r} is invalid; "
+            "expected True, False or None (vLLM decides)"
         )
     from vllm.config.cache import is_known_kv_cache_dtype
 
@@ -489,247 +591,313 @@ def _validate_request(r: dict) -> None:
         )
 
 
-def _build_plan(src: ModelSource, request: tuple) -> Plan:
-    r = dict(request)
-    _validate_request(r)
+def _vllm_error(src: ModelSource, gpu: GPU, exc: BaseException) -> KVExploreError:
+    """vLLM's reason, in one line, with the model and GPU named."""
+    msg = " ".join(str(exc).split()) or type(exc).__name__
+    msg = re.sub(r"\s*For further information visit \S+", "", msg)
+    if len(msg) > 900:
+        msg = msg[:900] + " ..."
+    return KVExploreError(
+        f"vLLM 0.33 rejects this configuration of {src.name} ({src.architecture}) "
+        f"on {gpu}: {type(exc).__name__}: {msg}"
+    )
+
+
+def _engine_kwargs(r: dict) -> dict:
+    kw = {
+        "tensor_parallel_size": r["tensor_parallel_size"],
+        "decode_context_parallel_size": r["decode_context_parallel_size"],
+        "dtype": r["dtype"],
+        "kv_cache_dtype": r["kv_cache_dtype"],
+        "mamba_ssm_cache_dtype": r["mamba_ssm_cache_dtype"],
+    }
+    for name in ("block_size", "enable_prefix_caching", "mamba_cache_mode",
+                 "attention_backend", "speculative_config"):
+        if r[name] is not None:
+            kw[name] = copy.deepcopy(r[name])
+    return kw
+
+
+def _built_model(src: ModelSource, gpu: GPU, request: tuple, r: dict):
+    from kvexplore.worker import build_model
+
+    build_request = tuple((k, v) for k, v in request if k not in MEMORY_KEYWORDS)
+    key = (id(src), build_request)
+    with _PLAN_LOCK:
+        hit = _BUILD_CACHE.get(key)
+        if hit is not None:
+            _BUILD_CACHE.move_to_end(key)
+            return hit[1]
     try:
-        return _build_plan_checked(src, request, r)
-    except KVExploreError:
+        built = build_model(str(src.config_dir), gpu, _engine_kwargs(r), r["kv_cache_layout"])
+    except (KVExploreError, ImportError):
         raise
-    except (ValueError, AssertionError, NotImplementedError) as exc:
-        # vLLM's own checks (alignment, grouping, memory) carry the numbers.
-        msg = str(exc).strip() or type(exc).__name__
-        raise KVExploreError(f"vLLM 0.33 rejects this configuration of {src.name}: {msg}") from exc
+    except Exception as exc:  # vLLM and transformers raise many types
+        raise _vllm_error(src, gpu, exc) from exc
+    with _PLAN_LOCK:
+        _BUILD_CACHE[key] = (src, built)  # the reference keeps id(src) unique
+        while len(_BUILD_CACHE) > _BUILD_CACHE_SIZE:
+            _BUILD_CACHE.popitem(last=False)
+    return built
 
 
-def _build_plan_checked(src: ModelSource, request: tuple, r: dict) -> Plan:
-    from vllm.config import CacheConfig
-    from vllm.model_executor.models import ModelRegistry
+def _looks_like_path(name: str) -> bool:
+    return name.startswith((".", "/", "~")) or name.endswith(".json") or name.count("/") != 1
 
-    from kvexplore.vllm_bridge import (
-        OfflinePlatform,
-        VllmConfigStandIn,
-        run_model_hooks,
+
+def _plan_vllm_config(src: ModelSource, built, r: dict):
+    """A private copy of the built ``VllmConfig`` for this plan's memory inputs.
+
+    The model, cache and scheduler sub-configs are copied (planning writes
+    ``max_model_len`` and ``num_gpu_blocks_override``; the served model id
+    replaces the materialised config directory); ``max_model_len`` is checked by vLLM's own ``ModelConfig.get_and_verify_max_len``.
+    """
+    vc = copy.copy(built.vllm_config)
+    vc.model_config = copy.copy(vc.model_config)
+    vc.cache_config = copy.copy(vc.cache_config)
+    vc.scheduler_config = copy.copy(vc.scheduler_config)
+    if not src.name.startswith("<") and not _looks_like_path(src.name):
+        # vLLM knows a served model by the id it was started with
+        # (``--model Qwen/Qwen3.5-0.8B``), which its OffloadingConfig reports.
+        vc.model_config.model = src.name
+    m = r["max_model_len"]
+    if m is not None:
+        mc = vc.model_config
+        mc.original_max_model_len = m
+        mc.max_model_len = mc.get_and_verify_max_len(m)
+        vc.scheduler_config.max_model_len = mc.max_model_len
+    vc.cache_config.num_gpu_blocks_override = (
+        r["num_blocks"] or (None if r["kv_cache_memory_bytes"] else DEFAULT_NUM_BLOCKS)
     )
+    return vc
 
-    mc = src.model_config(r["dtype"], r["max_model_len"])
-    tp = r["tensor_parallel_size"]
-    dcp = r["decode_context_parallel_size"]
-    parallel_config = _parallel_config(tp, dcp)
-    try:
-        mc.verify_with_parallel_config(parallel_config)
-    except ZeroDivisionError:
-        # vllm/config/model.py divides by the KV head count for DCP; an
-        # attention-free model has none.
-        raise KVExploreError(
-            f"decode_context_parallel_size={dcp} needs attention KV heads to shard; "
-            f"{src.name} is attention-free (0 KV heads): expected 1"
-        ) from None
-    except (ValueError, NotImplementedError) as exc:
-        raise KVExploreError(
-            f"tensor_parallel_size={tp}, decode_context_parallel_size={dcp} "
-            f"do not fit {src.name}: {exc}"
-        ) from None
 
-    cache_kwargs = dict(
-        cache_dtype=r["kv_cache_dtype"],
-        enable_prefix_caching=r["enable_prefix_caching"],
-        mamba_ssm_cache_dtype=r["mamba_ssm_cache_dtype"],
-    )
-    if r["block_size"] is not None:
-        cache_kwargs["block_size"] = r["block_size"]
-    if r["mamba_cache_mode"] is not None:
-        cache_kwargs["mamba_cache_mode"] = r["mamba_cache_mode"]
-    try:
-        cache_config = CacheConfig(**cache_kwargs)
-    except Exception as exc:  # pydantic ValidationError
-        raise KVExploreError(f"vLLM's CacheConfig rejects {cache_kwargs}: {exc}") from None
-    from vllm.config.cache import _layout_from_name
+def _kv_cache_config(vc, built, r: dict):
+    """``get_kv_cache_configs`` as the engine core calls it, keeping the verdict
+    of its admission check instead of raising it."""
+    from vllm.v1.core import kv_cache_planning as kcp
 
-    layout = _layout_from_name(r["kv_cache_layout"])
-    cache_config.kv_cache_layout = layout.name
+    from kvexplore.emulation import _attributes, emulate
 
-    backend_name = resolve_backend_name(r["attention_backend"], mc.use_mla)
-    backend = backend_class(backend_name)
-    infos = layer_infos(mc)
-    has_attention = any(i.kind != MAMBA for i in infos)
-    vc = VllmConfigStandIn(
-        model_config=mc,
-        cache_config=cache_config,
-        parallel_config=parallel_config,
-        attention_backends=(backend,) if has_attention else (),
-    )
-    derivation: dict[str, str] = {}
+    seen: list[Admission] = []
+    original = kcp._check_enough_kv_cache_memory
+    before = vc.model_config.max_model_len
 
-    # 1. model hooks
-    ssm_before = cache_config.mamba_ssm_cache_dtype
-    mode_before = cache_config.mamba_cache_mode
-    run_model_hooks(vc)
-    if cache_config.mamba_ssm_cache_dtype != ssm_before:
-        derivation["mamba_ssm_cache_dtype"] = (
-            f"{cache_config.mamba_ssm_cache_dtype} (set by {src.architecture}'s config "
-            f"hook from {ssm_before!r})"
-        )
-    if cache_config.mamba_cache_mode != mode_before:
-        derivation["mamba_cache_mode"] = (
-            f"{cache_config.mamba_cache_mode!r} (vLLM's MambaModelConfig: prefix caching "
-            f"{'on' if cache_config.enable_prefix_caching else 'off'})"
-        )
-
-    # 2. alignment (vLLM's own code)
-    model_cls = None
-    is_mamba = any(i.kind == MAMBA for i in infos)
-    if is_mamba:
-        model_cls, _ = ModelRegistry.resolve_model_cls(mc.architecture, model_config=mc)
-    requested_block = cache_config.block_size
-    if has_attention and not cache_config.user_specified_block_size:
-        # Phase 1 of update_block_size_for_backend: the backend's preference.
-        from vllm.config.vllm import set_current_vllm_config
-
-        with set_current_vllm_config(vc):
-            requested_block = backend.get_preferred_block_size(requested_block)
-    OfflinePlatform.update_block_size_for_backend(vc)
-    if not has_attention and cache_config.mamba_block_size is None:
-        cache_config.mamba_block_size = cache_config.block_size
-
-    kv_torch_dtype = _kv_torch_dtype(cache_config.cache_dtype, mc)
-    attn_page_1 = None
-    if has_attention:
-        attn_page_1 = _attention_page_per_token(mc, parallel_config, cache_config, backend, kv_torch_dtype, vc)
-    mamba_page = unpadded = None
-    if is_mamba:
-        # One call of the model's state-shape functions serves the derivation
-        # (unpadded page) and every Mamba layer's spec (padded page).
-        unpadded = _mamba_spec(model_cls, mc, vc, cache_config, padded=False)
-        mamba_page = unpadded.page_size_bytes
-    derivation.update(
-        _block_size_derivation(
-            requested_block, cache_config, backend, attn_page_1, mamba_page, mc, vc
-        )
-    )
-
-    # 3. specs per layer
-    specs: dict[str, Any] = {}
-    # Layers of one kind get equal specs (vLLM builds one per layer from the same
-    # config); build each kind once and share the frozen object.
-    by_kind: dict[tuple, Any] = {}
-    for info in infos:
-        key = (info.kind, info.sliding_window)
-        if key not in by_kind:
-            by_kind[key] = _layer_spec(
-                info, mc, parallel_config, cache_config, backend, kv_torch_dtype, unpadded, vc
+    def check(available, get_needed, max_model_len, estimate):
+        needed = get_needed()
+        try:
+            original(available, lambda: needed, max_model_len, estimate)
+        except ValueError as exc:
+            estimated = estimate(available) if available > 0 else 0
+            seen.append(
+                Admission(
+                    ok=False, max_model_len=max_model_len, needed_bytes=needed,
+                    available_bytes=available,
+                    estimated_max_model_len=estimated if estimated > 0 else None,
+                    message=" ".join(str(exc).split()),
+                )
             )
-        specs[info.name] = by_kind[key]
-
-    # 4. groups and tensors
-    kv_cache_config = _kv_cache_config(vc, specs, r)
-    # vllm/v1/engine/core.py: the engine core hands its resolved layout to workers
-    kv_cache_config.kv_cache_layout = cache_config.kv_cache_layout
-
-    # 5. kernel blocks
-    from vllm.v1.kv_cache_interface import AttentionSpec
-
-    kernel_block_sizes = _kernel_block_sizes(kv_cache_config, backend)
-    for gid, (group, kb) in enumerate(zip(kv_cache_config.kv_cache_groups, kernel_block_sizes, strict=False)):
-        sizes = ", ".join(map(str, backend.get_supported_kernel_block_sizes()))
-        if kb != group.kv_cache_spec.block_size:
-            derivation[f"kernel_block_size[{gid}]"] = (
-                f"{kb}: largest of {backend.get_name()}'s kernel sizes [{sizes}] dividing "
-                f"{group.kv_cache_spec.block_size} ({group.kv_cache_spec.block_size // kb} "
-                "kernel pages per block)"
+        else:
+            seen.append(
+                Admission(
+                    ok=True, max_model_len=max_model_len, needed_bytes=needed,
+                    available_bytes=available,
+                )
             )
-        elif isinstance(group.kv_cache_spec, AttentionSpec):
-            derivation[f"kernel_block_size[{gid}]"] = (
-                f"{kb}: {backend.get_name()} accepts [{sizes}], so the "
-                f"{kb}-token block runs unsplit (1 kernel page per block)"
-            )
+
+    specs = dict(built.layer_specs)
+    memory = r["kv_cache_memory_bytes"] or 1  # num_gpu_blocks_override decides
+    with emulate(built.gpu), _attributes([(kcp, "_check_enough_kv_cache_memory", check)]):
+        cfg = kcp.get_kv_cache_configs(vc, [specs], [memory], list(built.groups))[0]
+    cfg.kv_cache_layout = vc.cache_config.kv_cache_layout
+    admission = seen[0] if seen else None
+    if admission is not None and vc.model_config.max_model_len != before:
+        admission = dataclasses.replace(admission, auto_fit_from=before)
+    return cfg, admission
+
+
+def _kernel_block_sizes(kv_cache_config, built) -> list[int]:
+    """``prepare_kernel_block_sizes`` with every group's own layer backends."""
+    from types import SimpleNamespace
+
+    from vllm.v1.worker.utils import prepare_kernel_block_sizes
+
+    attn_groups = []
+    for g in kv_cache_config.kv_cache_groups:
+        by_backend: dict = {}
+        for name in g.layer_names:
+            backend = built.backends.get(name)
+            if backend is not None and backend not in by_backend:
+                by_backend[backend] = SimpleNamespace(
+                    backend=backend, kv_cache_spec=built.layer_specs[name]
+                )
+        attn_groups.append(list(by_backend.values()))
+    from kvexplore.emulation import emulate
+
+    with emulate(built.gpu):
+        return prepare_kernel_block_sizes(kv_cache_config, attn_groups)
+
+
+def _plan_from_build(src: ModelSource, gpu: GPU, request: tuple, r: dict, built) -> Plan:
+    from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec
+
+    vc = _plan_vllm_config(src, built, r)
+    kv_cache_config, admission = _kv_cache_config(vc, built, r)
+    kernel_block_sizes = _kernel_block_sizes(kv_cache_config, built)
+    specs = built.layer_specs
+    layers = tuple(
+        LayerInfo(i, name, layer_kind(spec), getattr(spec, "sliding_window", None))
+        for i, (name, spec) in enumerate(specs.items())
+    )
+    attention_backend = next(
+        (built.backends[n] for n, s in specs.items() if isinstance(s, AttentionSpec) and n in built.backends),
+        None,
+    )
+    mamba = next((s for s in specs.values() if isinstance(s, MambaSpec)), None)
+    mamba_page = (
+        dataclasses.replace(mamba, page_size_padded=None).page_size_bytes if mamba else None
+    )
+    attn_page_1 = _attention_page_per_token(vc, attention_backend) if attention_backend else None
+    derivation = _derivation(
+        vc, built, gpu, attention_backend, attn_page_1, mamba_page, kv_cache_config,
+        kernel_block_sizes, admission,
+    )
     return Plan(
         model=src,
+        gpu=gpu,
         request=request,
         vllm_config=vc,
-        layers=infos,
-        layer_specs=MappingProxyType(specs),
+        layers=layers,
+        layer_specs=specs,
+        layer_classes=built.layer_classes,
+        layer_backends=built.backends,
         kv_cache_config=kv_cache_config,
         kernel_block_sizes=tuple(kernel_block_sizes),
-        backend=backend,
+        backend=attention_backend,
         attention_page_bytes_per_token=attn_page_1,
         mamba_page_size=mamba_page,
+        admission=admission,
+        decisions=built.decisions,
         derivation=MappingProxyType(derivation),
+        weight_bytes=built.weight_bytes,
     )
 
 
-def _parallel_config(tp: int, dcp: int):
-    from vllm.config import ParallelConfig
-
-    try:
-        return ParallelConfig(tensor_parallel_size=tp, decode_context_parallel_size=dcp)
-    except Exception as exc:
-        raise KVExploreError(
-            f"vLLM's ParallelConfig rejects tensor_parallel_size={tp}, "
-            f"decode_context_parallel_size={dcp}: {exc}"
-        ) from None
-
-
-def _kv_torch_dtype(cache_dtype: str, mc):
-    from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
-
-    return kv_cache_dtype_str_to_dtype(cache_dtype, mc)
-
-
-def _attention_page_per_token(mc, pc, cc, backend, kv_torch_dtype, vc) -> int:
+def _attention_page_per_token(vc, backend) -> int:
     """Bytes of one token of one attention layer, as ``_align_hybrid_block_size``
-    computes it (``customize_spec`` of a 1-token ``FullAttentionSpec``)."""
+    computes it (``customize_spec`` of a 1-token ``FullAttentionSpec``; MLA:
+    a 1-token ``MLAAttentionSpec``)."""
     from vllm.config.vllm import set_current_vllm_config
+    from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
     from vllm.v1.kv_cache_interface import (
         FullAttentionSpec,
         MLAAttentionSpec,
         get_kv_quant_mode,
     )
 
+    mc, pc, cc = vc.model_config, vc.parallel_config, vc.cache_config
+    dtype = kv_cache_dtype_str_to_dtype(cc.cache_dtype, mc)
     quant = get_kv_quant_mode(cc.cache_dtype)
     if mc.use_mla:
         return MLAAttentionSpec(
-            block_size=1,
-            num_kv_heads=mc.get_num_kv_heads(pc),
-            head_size=mc.get_head_size(),
-            dtype=kv_torch_dtype,
-            cache_dtype_str=cc.cache_dtype,
-            kv_quant_mode=quant,
+            block_size=1, num_kv_heads=mc.get_num_kv_heads(pc), head_size=mc.get_head_size(),
+            dtype=dtype, cache_dtype_str=cc.cache_dtype, kv_quant_mode=quant,
         ).page_size_bytes
     spec = FullAttentionSpec(
-        block_size=1,
-        num_kv_heads=mc.get_num_kv_heads(pc),
-        head_size=mc.get_head_size(),
-        dtype=kv_torch_dtype,
-        kv_quant_mode=quant,
+        block_size=1, num_kv_heads=mc.get_num_kv_heads(pc), head_size=mc.get_head_size(),
+        dtype=dtype, kv_quant_mode=quant,
     )
     with set_current_vllm_config(vc):
         return backend.customize_spec(spec).page_size_bytes
 
 
-def _block_size_derivation(requested, cc, backend, attn_page_1, mamba_page, mc, vc) -> dict[str, str]:
+def _smallest_kernel(backend) -> int:
     from vllm.v1.attention.backend import MultipleOf
 
-    out: dict[str, str] = {}
     sizes = backend.get_supported_kernel_block_sizes()
-    smallest = min((s.base if isinstance(s, MultipleOf) else s) for s in sizes) if sizes else 1
-    if cc.user_specified_block_size:
-        start = f"--block-size {requested}"
-    else:
-        start = f"{backend.get_name()}'s preferred block size, get_preferred_block_size(16)"
+    return min((s.base if isinstance(s, MultipleOf) else s) for s in sizes) if sizes else 1
+
+
+_PREFILL_KERNELS = {"flashinfer": "FlashInfer", "triton": "Triton/FLA", "cutedsl": "CuteDSL"}
+
+
+def _derivation(vc, built, gpu, backend, attn_page_1, mamba_page, kv_cache_config,
+                kernel_block_sizes, admission) -> dict[str, str]:
+    from vllm.config.vllm import set_current_vllm_config
+    from vllm.model_executor.layers.mamba.abstract import (
+        get_mamba_prefill_checkpoint_alignment,
+    )
+    from vllm.v1.kv_cache_interface import AttentionSpec
+
+    out: dict[str, str] = {}
+    cc, mc, pc = vc.cache_config, vc.model_config, vc.parallel_config
+    out["gpu"] = (
+        f"{gpu.name}: {gpu.device_name}, compute capability {gpu.compute_capability}, "
+        f"CUDA runtime {gpu.cuda_runtime_major} (emulated for vLLM's platform)"
+    )
+    if backend is not None:
+        names = sorted({b.get_name() for n, b in built.backends.items()
+                        if isinstance(built.layer_specs[n], AttentionSpec)})
+        requested = vc.attention_config.backend
+        requested = requested.name if requested is not None else None
+        how = (
+            f"--attention-backend {requested}, validated for SM {gpu.compute_capability}"
+            if requested
+            else f"vLLM's first valid backend for SM {gpu.compute_capability} "
+            "(CudaPlatformBase.get_attn_backend_cls priority order)"
+        )
+        out["attention_backend"] = f"{', '.join(names)}: {how}"
+    gdn = built.decisions.get("gdn_prefill_backend")
+    with set_current_vllm_config(vc):
+        checkpoint = (
+            get_mamba_prefill_checkpoint_alignment(vc) if mamba_page is not None else None
+        )
+    if gdn is not None:
+        rule = {
+            "flashinfer": "SM 9.0, or SM 10.x/12.x with linear_key_head_dim 128 and CUDA >= 13",
+        }.get(gdn, "FlashInfer's GDN prefill needs SM 9.0, or SM 10.x/12.x with "
+              "linear_key_head_dim 128 and CUDA >= 13")
+        out["gdn_prefill_backend"] = (
+            f"{_PREFILL_KERNELS.get(gdn, gdn)} on {gpu.name} ({rule}; "
+            "qwen_gdn_linear_attn.py: _resolve_gdn_prefill_backend)"
+        )
+    if mamba_page is not None:
+        if cc.mamba_cache_mode == "align":
+            out["prefill_checkpoint_alignment"] = (
+                f"{checkpoint}: lcm of every Mamba layer's get_prefill_checkpoint_alignment"
+                if checkpoint
+                else "none: not every Mamba layer exports prefill checkpoints"
+            )
+        else:
+            out["prefill_checkpoint_alignment"] = (
+                f"not used: mamba_cache_mode={cc.mamba_cache_mode!r} (only 'align' aligns blocks to it)"
+            )
     bs = cc.block_size
+    requested_block = built.requested_block_size
     if mamba_page is not None and attn_page_1 is not None:
-        align = max(smallest, requested)
-        ck = f"{align} x cdiv({mamba_page}, {align} x {attn_page_1})"
+        smallest = _smallest_kernel(backend)
+        base = max(smallest, requested_block or bs)
+        align = base
+        if cc.mamba_cache_mode == "align" and checkpoint:
+            align = math.lcm(base, checkpoint)
+        lcm_text = f"lcm({base}, {checkpoint})" if align != base else f"{align}"
         computed = align * _cdiv(mamba_page, align * attn_page_1)
+        formula = f"{lcm_text} x cdiv({mamba_page}, {align} x {attn_page_1})"
+        why = ""
+        if gdn is not None and cc.mamba_cache_mode == "align":
+            why = (
+                f"  ({gpu.name}: {_PREFILL_KERNELS.get(gdn, gdn)} GDN prefill -> "
+                + (f"{checkpoint}-token checkpoints)" if checkpoint and checkpoint > 1
+                   else "no checkpoint alignment)")
+            )
         if computed == bs:
-            out["block_size"] = f"{bs} = {ck}"
-        elif bs == requested:
-            out["block_size"] = f"{bs} ({start}; already >= {ck} = {computed})"
+            out["block_size"] = f"{bs} = {formula}{why}"
+        elif cc.user_specified_block_size and bs >= computed:
+            out["block_size"] = f"{bs} (--block-size {bs}; already >= {formula} = {computed})"
         else:
             out["block_size"] = (
-                f"{bs} (vLLM's _align_hybrid_block_size; {ck} = {computed}, "
-                f"then rounded to the Mamba checkpoint/backend alignment)"
+                f"{bs} (vLLM's _align_hybrid_block_size: {formula} = {computed}, then "
+                "rounded up to every backend's kernel alignment)"
             )
         padded = cc.mamba_page_size_padded
         if padded:
@@ -739,10 +907,17 @@ def _block_size_derivation(requested, cc, backend, attn_page_1, mamba_page, mc, 
             )
         else:
             out["mamba_page_size_padded"] = f"none: attention page == Mamba page ({mamba_page})"
+    elif backend is not None:
+        if cc.user_specified_block_size:
+            out["block_size"] = f"{bs} (--block-size {bs})"
+        else:
+            out["block_size"] = (
+                f"{bs} ({backend.get_name()}'s preferred block size on {gpu.name}, "
+                "Platform.update_block_size_for_backend)"
+            )
     else:
-        out["block_size"] = f"{bs} ({start})"
+        out["block_size"] = f"{bs} (attention-free: the Mamba block is the scheduler block)"
     if attn_page_1 is not None:
-        pc = vc.parallel_config
         if mc.use_mla:
             out["attention_page_bytes_per_token"] = (
                 f"{attn_page_1} = 1 latent x {mc.get_head_size()} x "
@@ -755,125 +930,41 @@ def _block_size_derivation(requested, cc, backend, attn_page_1, mamba_page, mc, 
                 f"{attn_page_1 // max(1, 2 * heads * mc.get_head_size())} B "
                 f"(max(1, {mc.get_total_num_kv_heads()} // TP {pc.tensor_parallel_size}) heads)"
             )
+    for gid, (group, kb) in enumerate(
+        zip(kv_cache_config.kv_cache_groups, kernel_block_sizes, strict=False)
+    ):
+        spec = group.kv_cache_spec
+        if not isinstance(next(iter(_leaf_specs(spec))), AttentionSpec):
+            continue
+        b = built.backends.get(group.layer_names[0])
+        sizes = ", ".join(map(str, b.get_supported_kernel_block_sizes())) if b else "?"
+        name = b.get_name() if b else "?"
+        if kb != spec.block_size:
+            out[f"kernel_block_size[{gid}]"] = (
+                f"{kb}: largest of {name}'s kernel sizes on {gpu.name} [{sizes}] dividing "
+                f"{spec.block_size} ({spec.block_size // kb} kernel pages per block)"
+            )
+        else:
+            out[f"kernel_block_size[{gid}]"] = (
+                f"{kb}: {name} accepts [{sizes}] on {gpu.name}, so the "
+                f"{kb}-token block runs unsplit (1 kernel page per block)"
+            )
+    spec_cfg = vc.speculative_config
+    if spec_cfg is not None and mamba_page is not None:
+        out["num_speculative_blocks"] = (
+            f"{spec_cfg.num_speculative_tokens}: Mamba state slots for "
+            f"{spec_cfg.num_speculative_tokens} draft tokens ({spec_cfg.method})"
+        )
+    if admission is not None:
+        out["admission"] = admission.text()
     return out
 
 
-def _mamba_spec(model_cls, mc, vc, cc, *, padded: bool = True):
-    """``MambaBase.get_kv_cache_spec`` with the model class's shape/dtype functions."""
-    from vllm.v1.kv_cache_interface import MambaSpec
-
-    try:
-        shapes = model_cls.get_mamba_state_shape_from_config(vc)
-        dtypes = model_cls.get_mamba_state_dtype_from_config(vc)
-    except (AttributeError, KeyError, TypeError) as exc:
-        raise KVExploreError(
-            f"{mc.architecture}: vLLM's get_mamba_state_shape_from_config could not "
-            f"read the config ({type(exc).__name__}: {exc}); a state field is missing"
-        ) from None
-    return MambaSpec(
-        shapes=tuple(tuple(s) for s in shapes),
-        dtypes=tuple(dtypes),
-        block_size=cc.mamba_block_size if cc.mamba_block_size is not None else cc.block_size,
-        page_size_padded=cc.mamba_page_size_padded if padded else None,
-        mamba_type=mamba_type_of(mc),
-        tp_replicated=False,
-        mamba_cache_mode=cc.mamba_cache_mode,
-        num_speculative_blocks=0,
-    )
-
-
-def _layer_spec(info: LayerInfo, mc, pc, cc, backend, kv_torch_dtype, mamba_unpadded, vc):
-    from vllm.v1.kv_cache_interface import (
-        CrossAttentionSpec,
-        FullAttentionSpec,
-        MLAAttentionSpec,
-        SlidingWindowSpec,
-        get_kv_quant_mode,
-    )
-
-    quant = get_kv_quant_mode(cc.cache_dtype)
-    if info.kind == MAMBA:
-        # MambaBase.get_kv_cache_spec: the state shapes, padded to vLLM's page
-        return dataclasses.replace(mamba_unpadded, page_size_padded=cc.mamba_page_size_padded)
-    heads = mc.get_num_kv_heads(pc)
-    head = mc.get_head_size()
-    if info.kind == MLA:
-        return MLAAttentionSpec(
-            block_size=cc.block_size,
-            num_kv_heads=1,
-            max_tp_shards=1,
-            head_size=head,
-            dtype=kv_torch_dtype,
-            cache_dtype_str=cc.cache_dtype,
-            kv_quant_mode=quant,
-        )
-    if info.kind == CROSS:
-        return CrossAttentionSpec(
-            block_size=cc.block_size, num_kv_heads=heads, head_size=head,
-            dtype=kv_torch_dtype, kv_quant_mode=quant,
-        )
-    if info.kind == SLIDING:
-        # Attention.get_kv_cache_spec: SW picks its own block size.
-        from vllm.config.vllm import set_current_vllm_config
-        from vllm.model_executor.layers.attention.attention import (
-            _largest_kernel_block_within,
-        )
-
-        with set_current_vllm_config(vc):
-            base = backend.customize_spec(
-                SlidingWindowSpec(
-                    block_size=1, num_kv_heads=heads, head_size=head, dtype=kv_torch_dtype,
-                    kv_quant_mode=quant, sliding_window=info.sliding_window,
-                )
-            )
-            per_token = base.real_page_size_bytes
-            budget = cc.skip_page_size_padded or per_token * cc.block_size
-            sw_block = _largest_kernel_block_within(backend, per_token, budget, cc.block_size, base)
-        return SlidingWindowSpec(
-            block_size=sw_block, num_kv_heads=heads, head_size=head, dtype=kv_torch_dtype,
-            kv_quant_mode=quant, sliding_window=info.sliding_window,
-            page_size_padded=cc.skip_page_size_padded,
-        )
-    assert info.kind == FULL
-    return FullAttentionSpec(
-        block_size=cc.block_size, num_kv_heads=heads, head_size=head,
-        dtype=kv_torch_dtype, kv_quant_mode=quant,
-    )
-
-
-def _kv_cache_config(vc, specs: dict, r: dict):
-    """Groups and tensors through vLLM's planning functions."""
-    from vllm.v1.core.kv_cache_config_builder import get_kv_cache_config_builder
-    from vllm.v1.core.kv_cache_planning import (
-        get_global_kv_cache_groups,
-        get_kv_cache_configs,
-        kv_cache_groups_tp_replicas,
-    )
-
-    groups = get_global_kv_cache_groups(vc, [specs])
-    if r["kv_cache_memory_bytes"] is not None:
-        return get_kv_cache_configs(vc, [specs], [r["kv_cache_memory_bytes"]], groups)[0]
-    builder = get_kv_cache_config_builder(vc)
-    num_blocks = r["num_blocks"] or DEFAULT_NUM_BLOCKS
-    cfg = builder.get_kv_cache_config_from_groups(vc, groups, num_blocks if groups else 1)
-    pc = vc.parallel_config
-    cfg.kv_tp_replicas = kv_cache_groups_tp_replicas(
-        cfg.kv_cache_groups, pc.tensor_parallel_size, pc.decode_context_parallel_size
-    )
-    return cfg
-
-
-def _kernel_block_sizes(kv_cache_config, backend) -> list[int]:
-    """``prepare_kernel_block_sizes`` with every attention group on ``backend``."""
-    from types import SimpleNamespace
-
-    from vllm.v1.worker.utils import prepare_kernel_block_sizes
-
-    attn_groups = [
-        [SimpleNamespace(backend=backend, kv_cache_spec=g.kv_cache_spec)]
-        for g in kv_cache_config.kv_cache_groups
-    ]
-    return prepare_kernel_block_sizes(kv_cache_config, attn_groups)
-
-
-__all__ = ["DEFAULT_NUM_BLOCKS", "Plan", "clear_plan_cache", "mamba_type_of", "plan"]
+__all__ = [
+    "DEFAULT_NUM_BLOCKS",
+    "Admission",
+    "Plan",
+    "clear_plan_cache",
+    "layer_kind",
+    "plan",
+]

@@ -1,0 +1,249 @@
+"""vLLM 0.33 running as if on a named NVIDIA GPU, on a machine without one.
+
+Offline, vLLM's ``current_platform`` is the ``UnspecifiedPlatform`` and the
+GPU-dependent decisions vLLM makes while it builds a model cannot be seen.
+:func:`emulate` makes vLLM's platform object answer for one :class:`GPU` for
+the duration of a ``with`` block, and restores it afterwards:
+
+- the platform object's class becomes a subclass of vLLM's own
+  ``CudaPlatformBase`` (``vllm/platforms/cuda.py``) whose device queries
+  (``get_device_capability``, ``get_device_name``, ``get_device_total_memory``,
+  ``get_cuda_runtime_major``, ``current_device``, ...) answer from the GPU
+  table instead of NVML. The class is swapped on the one platform object every
+  vLLM module already holds, so ``from vllm.platforms import current_platform``
+  done before kvexplore was imported sees the emulation too.  Everything
+  CUDA's platform decides from those answers (attention backend selection in
+  ``CudaPlatformBase.get_attn_backend_cls``, ``check_and_update_config``,
+  ``supported_dtypes``) is vLLM's own code.
+- ``is_cuda()`` answers True only when asked by the decision functions that
+  gate a layout choice on it (:data:`CUDA_GATED_DECISIONS`), and False
+  elsewhere, so no layer tries to launch a CUDA kernel or allocate device
+  memory while it is built on the meta device.
+- availability probes that need ``libcuda`` to load a shipped extension are
+  answered as the GPU machine would: FlashAttention 2/3 are available when the
+  wheel ships their extensions (``vllm_flash_attn/flash_attn_interface.py``),
+  Triton is available (``vllm/config/vllm.py: HAS_TRITON``, which chooses
+  Model Runner V2), and FlashInfer's SM count comes from the GPU table.
+- vLLM's capability-keyed caches (``_cached_get_attn_backend``, FlashInfer's
+  capability probes) are cleared when the GPU changes.
+
+Device memory is never touched: tensors that vLLM's layers would place on the
+GPU at construction are created on PyTorch's meta device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import sys
+import threading
+import types
+from collections.abc import Iterator
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from kvexplore.gpus import GPU
+
+#: ``module:function`` of the vLLM functions whose ``current_platform.is_cuda()``
+#: gates a choice that changes the KV cache layout.
+CUDA_GATED_DECISIONS = (
+    # GDN prefill kernel -> prefill checkpoint alignment -> block size
+    "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn:_resolve_gdn_prefill_backend",
+    # FLASH_ATTN_MLA availability (MLA backend choice on SM 9.0)
+    "vllm.v1.attention.backends.fa_utils:flash_attn_supports_mla",
+)
+
+_LOCK = threading.RLock()
+_state: dict = {"gpu": None, "cls": None, "codes": None}
+
+
+def _cuda_platform_module():
+    """``vllm.platforms.cuda``; its import loads vLLM's CUDA op library, which
+    needs ``libcuda``. Without a driver the op registrations are left out (ops
+    only run in ``forward``; the meta build never calls them)."""
+    try:
+        import vllm._C_stable_libtorch  # noqa: F401
+    except (ImportError, OSError):
+        sys.modules.setdefault(
+            "vllm._C_stable_libtorch", types.ModuleType("vllm._C_stable_libtorch")
+        )
+    return importlib.import_module("vllm.platforms.cuda")
+
+
+def _gated_codes() -> frozenset:
+    if _state["codes"] is None:
+        codes = set()
+        for entry in CUDA_GATED_DECISIONS:
+            module, name = entry.split(":")
+            codes.add(getattr(importlib.import_module(module), name).__code__)
+        _state["codes"] = frozenset(codes)
+    return _state["codes"]
+
+
+def _platform_class():
+    if _state["cls"] is not None:
+        return _state["cls"]
+    cuda = _cuda_platform_module()
+    from vllm.platforms.interface import DeviceCapability
+
+    class EmulatedCudaPlatform(cuda.CudaPlatformBase):
+        """vLLM's CUDA platform with the device facts of :attr:`gpu`."""
+
+        gpu: GPU
+
+        def is_cuda(self) -> bool:
+            return sys._getframe(1).f_code in _gated_codes()
+
+        def is_cuda_alike(self) -> bool:
+            return sys._getframe(1).f_code in _gated_codes()
+
+        @classmethod
+        def get_device_capability(cls, device_id: int = 0):
+            return DeviceCapability(cls.gpu.major, cls.gpu.minor)
+
+        @classmethod
+        def get_device_name(cls, device_id: int = 0) -> str:
+            return cls.gpu.device_name
+
+        @classmethod
+        def get_device_total_memory(cls, device_id: int = 0) -> int:
+            return cls.gpu.memory_bytes
+
+        @classmethod
+        def get_cuda_runtime_major(cls) -> int:
+            return cls.gpu.cuda_runtime_major
+
+        @classmethod
+        def num_compute_units(cls, device_id: int = 0) -> int:
+            return cls.gpu.sm_count
+
+        @classmethod
+        def is_fully_connected(cls, device_ids) -> bool:
+            return True
+
+        @classmethod
+        def device_count(cls) -> int:
+            return 1
+
+        @classmethod
+        def import_kernels(cls) -> None:
+            return None
+
+        @classmethod
+        def current_device(cls):
+            return torch.device("meta")
+
+        @classmethod
+        def is_integrated_gpu(cls, device_id: int = 0) -> bool:
+            return False
+
+    _state["cls"] = EmulatedCudaPlatform
+    return EmulatedCudaPlatform
+
+
+class _DeviceTensorsOnMeta(TorchFunctionMode):
+    """Tensors a layer would place on ``cuda`` at construction go to ``meta``."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        dev = kwargs.get("device")
+        if dev is not None and torch.device(dev).type == "cuda":
+            kwargs = {**kwargs, "device": torch.device("meta")}
+        return func(*args, **kwargs)
+
+
+def _flash_attn_interface():
+    """vLLM's FlashAttention interface module, imported even when its
+    extensions cannot load (its package ``__init__`` refuses then)."""
+    name = "vllm.vllm_flash_attn.flash_attn_interface"
+    if name not in sys.modules:
+        with contextlib.suppress(ImportError):
+            importlib.import_module("vllm.vllm_flash_attn")
+    return sys.modules.get(name)
+
+
+def _shipped(module, ext: str) -> bool:
+    return any(
+        f.startswith(ext + ".") and f.endswith(".so")
+        for f in os.listdir(os.path.dirname(module.__file__))
+    )
+
+
+_MISSING = object()
+
+
+def _current(obj, name):
+    """An attribute's own value: a module's or class's entry (not one found by
+    inheritance or a module ``__getattr__``), or an instance attribute."""
+    if name != "__class__" and isinstance(obj, (types.ModuleType, type)):
+        return vars(obj).get(name, _MISSING)
+    return getattr(obj, name)
+
+
+@contextlib.contextmanager
+def _attributes(pairs) -> Iterator[None]:
+    """Set ``(object, name, value)`` attributes, restore them on exit (an
+    attribute that was not there is removed again)."""
+    saved = [(obj, name, _current(obj, name)) for obj, name, _ in pairs]
+    try:
+        for obj, name, value in pairs:
+            setattr(obj, name, value)
+        yield
+    finally:
+        for obj, name, value in reversed(saved):
+            if value is _MISSING:
+                with contextlib.suppress(AttributeError):
+                    delattr(obj, name)
+            else:
+                setattr(obj, name, value)
+
+
+def _clear_capability_caches() -> None:
+    from vllm.v1.attention import selector
+
+    selector._cached_get_attn_backend.cache_clear()
+    with contextlib.suppress(ImportError):
+        flashinfer_utils = importlib.import_module("vllm.utils.flashinfer")
+        for value in vars(flashinfer_utils).values():
+            clear = getattr(value, "cache_clear", None)
+            if callable(clear):
+                clear()
+
+
+@contextlib.contextmanager
+def emulate(gpu: GPU) -> Iterator[None]:
+    """Run the enclosed vLLM code as vLLM 0.33 runs on ``gpu``.
+
+    Re-entrant and serialised: one GPU is emulated at a time in a process.
+    """
+    import vllm.config.vllm as config_vllm
+    import vllm.platforms as platforms
+
+    with _LOCK:
+        cls = _platform_class()
+        _gated_codes()  # import the gated modules before the platform changes
+        platform = platforms.current_platform
+        pairs = [
+            (cls, "gpu", gpu),
+            (platform, "__class__", cls),
+            (config_vllm, "HAS_TRITON", True),
+        ]
+        fai = _flash_attn_interface()
+        if fai is not None:
+            pairs += [
+                (fai, "FA2_AVAILABLE", fai.FA2_AVAILABLE or _shipped(fai, "_vllm_fa2_C")),
+                (fai, "FA3_AVAILABLE", fai.FA3_AVAILABLE or _shipped(fai, "_vllm_fa3_C")),
+            ]
+        with contextlib.suppress(ImportError):
+            fi_backend = importlib.import_module("vllm.v1.attention.backends.flashinfer")
+            pairs.append((fi_backend, "get_device_sm_count", lambda device=None: gpu.sm_count))
+        if _state["gpu"] != gpu:
+            _clear_capability_caches()
+            _state["gpu"] = gpu
+        with _attributes(pairs), _DeviceTensorsOnMeta():
+            yield
+
+
+__all__ = ["CUDA_GATED_DECISIONS", "emulate"]

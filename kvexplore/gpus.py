@@ -1,0 +1,165 @@
+"""The GPUs kvexplore answers for.
+
+vLLM 0.33 decides parts of the KV cache layout from the device: the attention
+backend it selects (``CudaPlatformBase.get_attn_backend_cls`` ranks backends by
+compute capability), the Gated-DeltaNet prefill kernel
+(``qwen_gdn_linear_attn.py: _resolve_gdn_prefill_backend``: FlashInfer on SM
+9.0, and on SM 10.x / 12.x when ``linear_key_head_dim == 128`` and the CUDA
+runtime is >= 13), and from that the Mamba prefill checkpoint alignment that
+``_align_hybrid_block_size`` folds into the block size.  A plan therefore names
+a GPU; :func:`resolve_gpu` turns a name or a compute capability into one row
+of this table.
+
+The CUDA runtime major is the one the pinned wheels ship (torch 2.14 + vLLM
+0.33.0 are built against CUDA 13).  Memory is the card's nominal size; SM
+counts are the shipping configurations (vLLM's FlashInfer backend reads the
+SM count when it sets up its decode work buffers).
+
+>>> resolve_gpu("H100").compute_capability
+'9.0'
+>>> resolve_gpu("8.0").name
+'A100'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from kvexplore.errors import KVExploreError
+
+#: The GPU a plan answers for when none is named.
+DEFAULT_GPU = "H100"
+
+#: CUDA runtime major of the pinned wheels (``torch.version.cuda`` = 13.0).
+CUDA_RUNTIME_MAJOR = 13
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPU:
+    """One NVIDIA GPU: what vLLM's CUDA platform would report for it."""
+
+    name: str
+    device_name: str
+    major: int
+    minor: int
+    memory_gib: int
+    sm_count: int
+    cuda_runtime_major: int = CUDA_RUNTIME_MAJOR
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def compute_capability(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.memory_gib << 30
+
+    def __str__(self) -> str:
+        return f"{self.name} (SM {self.compute_capability})"
+
+
+_GPUS: tuple[GPU, ...] = (
+    GPU(name="A100", device_name="NVIDIA A100-SXM4-80GB", major=8, minor=0,
+        memory_gib=80, sm_count=108, aliases=("A100-80GB", "A100-SXM4-80GB")),
+    GPU(name="A10G", device_name="NVIDIA A10G", major=8, minor=6,
+        memory_gib=24, sm_count=80),
+    GPU(name="RTX 3090", device_name="NVIDIA GeForce RTX 3090", major=8, minor=6,
+        memory_gib=24, sm_count=82, aliases=("3090", "RTX3090")),
+    GPU(name="L4", device_name="NVIDIA L4", major=8, minor=9,
+        memory_gib=24, sm_count=58),
+    GPU(name="L40S", device_name="NVIDIA L40S", major=8, minor=9,
+        memory_gib=48, sm_count=142),
+    GPU(name="RTX 4090", device_name="NVIDIA GeForce RTX 4090", major=8, minor=9,
+        memory_gib=24, sm_count=128, aliases=("4090", "RTX4090")),
+    GPU(name="H100", device_name="NVIDIA H100 80GB HBM3", major=9, minor=0,
+        memory_gib=80, sm_count=132, aliases=("H100-SXM", "H100-80GB")),
+    GPU(name="H200", device_name="NVIDIA H200", major=9, minor=0,
+        memory_gib=141, sm_count=132),
+    GPU(name="B200", device_name="NVIDIA B200", major=10, minor=0,
+        memory_gib=180, sm_count=148),
+    GPU(name="RTX 5090", device_name="NVIDIA GeForce RTX 5090", major=12, minor=0,
+        memory_gib=32, sm_count=170, aliases=("5090", "RTX5090")),
+    GPU(name="RTX PRO 6000", device_name="NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        major=12, minor=0, memory_gib=96, sm_count=188, aliases=("RTX-PRO-6000",)),
+)
+
+
+def _key(text: str) -> str:
+    return "".join(ch for ch in text.lower() if ch.isalnum())
+
+
+_BY_NAME = {_key(alias): g for g in _GPUS for alias in (g.name, *g.aliases)}
+
+
+def gpus() -> pd.DataFrame:
+    """The GPUs kvexplore can answer for, one row each.
+
+    Columns: ``gpu`` (the name ``plan(gpu=...)`` takes), ``device_name`` (what
+    ``torch.cuda.get_device_name`` reports), ``compute_capability``,
+    ``memory_gib`` (nominal), ``sm_count`` and ``cuda_runtime_major`` (the
+    runtime kvexplore assumes, that of the pinned wheels).
+    """
+    return pd.DataFrame(
+        [
+            {
+                "gpu": g.name,
+                "device_name": g.device_name,
+                "compute_capability": g.compute_capability,
+                "memory_gib": g.memory_gib,
+                "sm_count": g.sm_count,
+                "cuda_runtime_major": g.cuda_runtime_major,
+            }
+            for g in _GPUS
+        ]
+    )
+
+
+def _parse_capability(text: str) -> tuple[int, int] | None:
+    parts = text.strip().lower().removeprefix("sm").strip(" _").split(".")
+    if len(parts) == 2 and all(p.isdigit() for p in parts):
+        return int(parts[0]), int(parts[1])
+    if len(parts) == 1 and parts[0].isdigit() and len(parts[0]) in (2, 3):
+        return int(parts[0][:-1]), int(parts[0][-1])
+    return None
+
+
+def resolve_gpu(gpu: str | GPU) -> GPU:
+    """The :class:`GPU` for a name (``"H100"``, ``"rtx 4090"``) or a compute
+    capability (``"9.0"``, ``"sm90"``: the first card of the table with it).
+
+    A capability with no card in the table cannot be emulated: vLLM reads more
+    of the device than its capability (SM count, memory), and kvexplore only
+    answers for devices whose facts it holds.
+    """
+    if isinstance(gpu, GPU):
+        return gpu
+    if not isinstance(gpu, str) or not gpu.strip():
+        raise KVExploreError(
+            f"gpu={gpu!r} is invalid; expected a GPU name ({', '.join(g.name for g in _GPUS)}) "
+            "or a compute capability such as '9.0'"
+        )
+    hit = _BY_NAME.get(_key(gpu))
+    if hit is not None:
+        return hit
+    cap = _parse_capability(gpu)
+    if cap is not None:
+        for g in _GPUS:
+            if (g.major, g.minor) == cap:
+                return g
+        known = sorted({g.compute_capability for g in _GPUS})
+        raise KVExploreError(
+            f"gpu={gpu!r}: compute capability {cap[0]}.{cap[1]} cannot be emulated; "
+            f"kvexplore emulates the capabilities of the GPUs in kvexplore.gpus() "
+            f"({', '.join(known)}), because vLLM also reads the device's SM count and "
+            "memory, which a bare capability does not give"
+        )
+    raise KVExploreError(
+        f"unknown gpu {gpu!r}; expected one of {[g.name for g in _GPUS]} "
+        "or a compute capability such as '9.0' (see kvexplore.gpus())"
+    )
+
+
+__all__ = ["CUDA_RUNTIME_MAJOR", "DEFAULT_GPU", "GPU", "gpus", "resolve_gpu"]

@@ -1,0 +1,225 @@
+"""What vLLM 0.33's GPU worker and engine core run before the KV cache exists.
+
+:func:`build_model` runs, in vLLM's order and with vLLM's own code, under the
+named GPU's emulation (:mod:`kvexplore.emulation`):
+
+1. ``EngineArgs(...).create_engine_config()``: the real ``VllmConfig``, the
+   per-model config hooks included (``vllm/model_executor/models/config.py``).
+2. The worker's model build (``vllm/model_executor/model_loader/utils.py:
+   initialize_model``) under ``set_current_vllm_config``, the model dtype and
+   ``torch.device("meta")``: no weights and no device memory.  The layers
+   register themselves in ``compilation_config.static_forward_context``, and
+   decide what they decide on the device (attention backend, GDN prefill
+   kernel, prefill checkpoint alignment).
+3. ``current_platform.update_block_size_for_backend`` (the executor runs it
+   right after ``load_model``): the block size and the Mamba page padding.
+4. The model runner's ``get_kv_cache_spec`` (Model Runner V2:
+   ``vllm/v1/worker/gpu/attn_utils.py``; V1: ``GPUModelRunner``): one spec per
+   layer, as each layer's own ``get_kv_cache_spec`` builds it.
+5. The engine core's ``_initialize_kv_caches`` up to memory profiling:
+   ``resolve_kv_cache_layout`` with the layouts every backend supports,
+   ``get_global_kv_cache_groups``, ``adjust_dcp_kv_cache_interleave_size`` and
+   ``validate_block_size``.
+
+Tensor parallelism runs in one process: a single-rank gloo group whose
+tensor- and decode-context-parallel coordinators report the requested world
+sizes while the model is built (rank 0's view, which every rank shares for the
+KV cache).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import torch
+
+from kvexplore.emulation import _attributes, emulate
+from kvexplore.errors import KVExploreError
+from kvexplore.gpus import GPU
+
+_DIST_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuiltModel:
+    """The model-dependent half of a plan: everything before memory is known.
+
+    ``vllm_config`` is the engine's ``VllmConfig`` after the build (block size
+    aligned, layout resolved); ``layer_specs`` is what the runner reports;
+    ``layer_classes`` names each layer's vLLM class; ``backends`` maps each
+    attention layer to its selected backend class; ``decisions`` holds the
+    GPU-dependent choices the layers made (``gdn_prefill_backend`` ...).
+    """
+
+    vllm_config: Any
+    gpu: GPU
+    layer_specs: MappingProxyType
+    layer_classes: MappingProxyType
+    backends: MappingProxyType
+    groups: tuple
+    requested_block_size: int | None
+    decisions: MappingProxyType
+    weight_bytes: int
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ensure_distributed() -> None:
+    """A one-process gloo group, as the single-GPU executor creates."""
+    import torch.distributed as dist
+    from vllm.distributed.parallel_state import init_distributed_environment
+
+    with _DIST_LOCK:
+        if dist.is_initialized():
+            return
+        init_distributed_environment(
+            world_size=1,
+            rank=0,
+            distributed_init_method=f"tcp://127.0.0.1:{_free_port()}",
+            local_rank=0,
+            backend="gloo",
+        )
+
+
+@contextlib.contextmanager
+def _parallel_groups(vc):
+    """vLLM's model-parallel groups, with rank 0's view of TP and DCP sizes."""
+    from vllm.distributed import parallel_state as ps
+
+    _ensure_distributed()
+    if ps._TP is None:
+        ps.initialize_model_parallel(1, 1)
+    pc = vc.parallel_config
+    pairs = [
+        (ps.get_tp_group(), "world_size", pc.tensor_parallel_size),
+        (ps.get_dcp_group(), "world_size", pc.decode_context_parallel_size),
+    ]
+    with _attributes(pairs):
+        yield
+
+
+def _engine_config(model_dir: str, kwargs: dict):
+    from vllm.engine.arg_utils import EngineArgs
+
+    args = EngineArgs(
+        model=model_dir,
+        tokenizer=model_dir,
+        skip_tokenizer_init=True,
+        load_format="dummy",
+        **kwargs,
+    )
+    return args.create_engine_config()
+
+
+def _runner_specs(vc) -> dict:
+    from vllm.config import set_current_vllm_config
+
+    with set_current_vllm_config(vc):
+        if vc.use_v2_model_runner:
+            from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
+
+            return get_kv_cache_spec(vc)
+        from types import SimpleNamespace
+
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+        runner = SimpleNamespace(vllm_config=vc, shared_kv_cache_layers={})
+        return GPUModelRunner.get_kv_cache_spec(runner)
+
+
+def _gdn_decision(model) -> dict[str, str]:
+    """The GDN prefill kernel and checkpoint alignment the built layers chose."""
+    out: dict[str, str] = {}
+    for module in model.modules():
+        backend = getattr(module, "prefill_backend", None) or getattr(
+            module, "gdn_prefill_backend", None
+        )
+        if isinstance(backend, str):
+            out["gdn_prefill_backend"] = backend
+            break
+    return out
+
+
+def build_model(
+    model_dir: str, gpu: GPU, engine_kwargs: dict, kv_cache_layout: str | None
+) -> BuiltModel:
+    """Build the model on the meta device as vLLM 0.33's worker would on ``gpu``."""
+    import vllm.envs as envs
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader.utils import (
+        get_model_architecture,
+        initialize_model,
+    )
+    from vllm.platforms import current_platform
+    from vllm.distributed.kv_transfer.kv_connector.utils import (
+        get_current_attn_backends,
+    )
+    from vllm.utils.torch_utils import set_default_torch_dtype
+    from vllm.v1.attention.backends.utils import (
+        get_supported_kv_cache_layouts,
+        resolve_kv_cache_layout,
+    )
+    from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups
+
+    vllm_logger = logging.getLogger("vllm")
+    level = vllm_logger.level
+    vllm_logger.setLevel(logging.ERROR)
+    try:
+        with emulate(gpu):
+            vc = _engine_config(model_dir, engine_kwargs)
+            requested_block = vc.cache_config.block_size
+            user_block = vc.cache_config.user_specified_block_size
+            with set_current_vllm_config(vc), _parallel_groups(vc):
+                model_class = get_model_architecture(vc.model_config)[0]
+                with set_default_torch_dtype(vc.model_config.dtype), torch.device("meta"):
+                    model = initialize_model(vc, model_class=model_class)
+                weight_bytes = sum(
+                    p.numel() * p.element_size() for p in model.parameters()
+                )
+                current_platform.update_block_size_for_backend(vc)
+                specs = _runner_specs(vc)
+                ctx = vc.compilation_config.static_forward_context
+                backends = {}
+                for name in specs:
+                    get_backend = getattr(ctx[name], "get_attn_backend", None)
+                    if get_backend is not None:
+                        backends[name] = get_backend()
+                attention_backends = get_current_attn_backends(vc)
+                supported = [
+                    layout.name
+                    for layout in get_supported_kv_cache_layouts(attention_backends)
+                ]
+                with _attributes([(envs, "VLLM_KV_CACHE_LAYOUT", kv_cache_layout)]):
+                    resolve_kv_cache_layout(vc, [supported], specs.values())
+                groups = get_global_kv_cache_groups(vc, [specs])
+                vc.adjust_dcp_kv_cache_interleave_size(groups)
+                vc.validate_block_size()
+                decisions = _gdn_decision(model)
+                classes = {name: type(ctx[name]).__name__ for name in specs}
+                del model
+    finally:
+        vllm_logger.setLevel(level)
+    return BuiltModel(
+        vllm_config=vc,
+        gpu=gpu,
+        layer_specs=MappingProxyType(dict(specs)),
+        layer_classes=MappingProxyType(classes),
+        backends=MappingProxyType(backends),
+        groups=tuple(groups),
+        requested_block_size=None if user_block else requested_block,
+        decisions=MappingProxyType(decisions),
+        weight_bytes=int(weight_bytes),
+    )
+
+
+__all__ = ["BuiltModel", "build_model", "KVExploreError"]

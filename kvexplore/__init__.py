@@ -1,12 +1,14 @@
 """kvexplore: explore how vLLM 0.33 lays out the KV cache of hybrid models.
 
 >>> import kvexplore
->>> p = kvexplore.plan("Qwen/Qwen3.5-0.8B")
->>> p.block_size
+>>> kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="A100").block_size
 544
+>>> kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="H100").block_size
+576
 """
 
 from kvexplore.errors import KVExploreError
+from kvexplore.gpus import DEFAULT_GPU, GPU, gpus
 from kvexplore.models import (
     DEFAULT_MODEL,
     LayerInfo,
@@ -15,12 +17,15 @@ from kvexplore.models import (
     catalog_names,
     load_model_config,
 )
-from kvexplore.planner import Plan, clear_plan_cache, plan
+from kvexplore.planner import Admission, Plan, clear_plan_cache, plan
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_GPU",
     "DEFAULT_MODEL",
+    "GPU",
+    "Admission",
     "KVExploreError",
     "LayerInfo",
     "ModelSource",
@@ -28,6 +33,7 @@ __all__ = [
     "catalog",
     "catalog_names",
     "clear_plan_cache",
+    "gpus",
     "load_model_config",
     "plan",
 ]

@@ -1,10 +1,12 @@
 """``kvexplore`` command line: the Python API, one subcommand per function.
 
-    kvexplore catalog
-    kvexplore plan MODEL [--tp N --dcp N --block-size N --kv-cache-dtype D --backend B --json]
+    kvexplore catalog [--gpu G]
+    kvexplore gpus
+    kvexplore plan MODEL [--gpu G --tp N --dcp N --block-size N --kv-cache-dtype D --backend B --json]
     kvexplore offload MODEL [--tp N --dcp N --extra JSON --json]
     kvexplore sweep MODEL --tp 1,2,4,8 [--dcp 1,2 --block-size none,64 --csv out.csv]
 
+``--gpu`` names the GPU the answer is for (``kvexplore gpus``; default H100).
 Flags mirror vLLM's engine arguments (``--tensor-parallel-size`` / ``--tp``,
 ``--decode-context-parallel-size`` / ``--dcp``, ``--block-size``,
 ``--kv-cache-dtype``, ``--attention-backend`` / ``--backend``, ...).  Errors
@@ -28,6 +30,7 @@ def _quiet() -> None:
 def _add_plan_args(p: argparse.ArgumentParser, *, lists: bool = False) -> None:
     kind = str if lists else int
     p.add_argument("model", help="catalog id (see `kvexplore catalog`), config.json or its directory")
+    p.add_argument("--gpu", default=None, help="GPU name or compute capability (see `kvexplore gpus`)")
     p.add_argument("--tp", "--tensor-parallel-size", dest="tensor_parallel_size", type=kind, default=None)
     p.add_argument("--dcp", "--decode-context-parallel-size", dest="decode_context_parallel_size", type=kind, default=None)
     p.add_argument("--block-size", dest="block_size", type=str, default=None)
@@ -39,14 +42,29 @@ def _add_plan_args(p: argparse.ArgumentParser, *, lists: bool = False) -> None:
     p.add_argument("--max-model-len", dest="max_model_len", type=int, default=None)
     p.add_argument("--num-blocks", dest="num_blocks", type=int, default=None)
     p.add_argument("--kv-cache-memory-bytes", dest="kv_cache_memory_bytes", type=int, default=None)
+    p.add_argument("--kv-cache-layout", dest="kv_cache_layout", default=None)
     p.add_argument("--no-enable-prefix-caching", dest="enable_prefix_caching", action="store_false", default=None)
+    if not lists:
+        p.add_argument("--speculative-config", "-sc", dest="speculative_config", type=_json_object, default=None,
+                       help='as vLLM takes it, e.g. \'{"method": "mtp", "num_speculative_tokens": 2}\'')
 
 
 _PLAN_KEYS = (
-    "tensor_parallel_size", "decode_context_parallel_size", "block_size", "dtype",
+    "gpu", "tensor_parallel_size", "decode_context_parallel_size", "block_size", "dtype",
     "kv_cache_dtype", "attention_backend", "mamba_cache_mode", "mamba_ssm_cache_dtype",
     "max_model_len", "num_blocks", "kv_cache_memory_bytes", "enable_prefix_caching",
+    "kv_cache_layout", "speculative_config",
 )
+
+
+def _json_object(value: str) -> dict:
+    try:
+        out = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"{value!r} is not JSON: {exc.msg}") from None
+    if not isinstance(out, dict):
+        raise argparse.ArgumentTypeError(f"{value!r} must be a JSON object")
+    return out
 
 
 def _block_size(value: str | None):
@@ -75,7 +93,18 @@ def _print_table(df: pd.DataFrame) -> None:
 def cmd_catalog(ns) -> int:
     from kvexplore.models import catalog
 
-    df = catalog()
+    df = catalog(**({"gpu": ns.gpu} if ns.gpu else {}))
+    if ns.json:
+        print(df.to_json(orient="records", indent=2))
+    else:
+        _print_table(df)
+    return 0
+
+
+def cmd_gpus(ns) -> int:
+    from kvexplore.gpus import gpus
+
+    df = gpus()
     if ns.json:
         print(df.to_json(orient="records", indent=2))
     else:
@@ -151,6 +180,8 @@ def cmd_sweep(ns) -> int:
             axes[key] = _split(raw, _block_size)
         elif key == "enable_prefix_caching":
             axes[key] = [raw]
+        elif key == "gpu":
+            axes[key] = [part.strip() for part in raw.split(",")]
         else:
             axes[key] = _split(raw, str)
     df = sweep(ns.model, **axes)
@@ -168,8 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kvexplore", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("catalog", help="list the bundled model configs")
+    c.add_argument("--gpu", default=None)
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_catalog)
+    g = sub.add_parser("gpus", help="the GPUs kvexplore answers for")
+    g.add_argument("--json", action="store_true")
+    g.set_defaults(func=cmd_gpus)
     p = sub.add_parser("plan", help="the KV cache vLLM 0.33 builds for MODEL")
     _add_plan_args(p)
     p.add_argument("--json", action="store_true")

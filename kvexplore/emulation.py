@@ -16,9 +16,12 @@ the duration of a ``with`` block, and restores it afterwards:
   ``CudaPlatformBase.get_attn_backend_cls``, ``check_and_update_config``,
   ``supported_dtypes``) is vLLM's own code.
 - ``is_cuda()`` answers True only when asked by the decision functions that
-  gate a layout choice on it (:data:`CUDA_GATED_DECISIONS`), and False
-  elsewhere, so no layer tries to launch a CUDA kernel or allocate device
-  memory while it is built on the meta device.
+  gate a layout choice on it (:data:`CUDA_GATED_DECISIONS`) or by vLLM's
+  compute-kernel pickers for MoE and quantized linear layers
+  (:data:`CUDA_GATED_MODULES`: they choose kernels, not the cache layout, but
+  refuse to build a layer without a CUDA answer), and False elsewhere, so no
+  layer tries to launch a CUDA kernel or allocate device memory while it is
+  built on the meta device.
 - availability probes that need ``libcuda`` to load a shipped extension are
   answered as the GPU machine would: FlashAttention 2/3 are available when the
   wheel ships their extensions (``vllm_flash_attn/flash_attn_interface.py``),
@@ -53,6 +56,15 @@ CUDA_GATED_DECISIONS = (
     "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn:_resolve_gdn_prefill_backend",
     # FLASH_ATTN_MLA availability (MLA backend choice on SM 9.0)
     "vllm.v1.attention.backends.fa_utils:flash_attn_supports_mla",
+    # FlashAttention as an MLA prefill backend
+    "vllm.v1.attention.backends.fa_utils:is_flash_attn_varlen_func_available",
+)
+
+#: Modules whose ``is_cuda()`` questions pick compute kernels (MoE experts,
+#: quantized GEMMs) for the GPU.
+CUDA_GATED_MODULES = (
+    "vllm.model_executor.layers.fused_moe",
+    "vllm.model_executor.kernels",
 )
 
 _LOCK = threading.RLock()
@@ -82,6 +94,12 @@ def _gated_codes() -> frozenset:
     return _state["codes"]
 
 
+def _asked_by_gated(frame) -> bool:
+    if frame.f_code in _gated_codes():
+        return True
+    return frame.f_globals.get("__name__", "").startswith(CUDA_GATED_MODULES)
+
+
 def _platform_class():
     if _state["cls"] is not None:
         return _state["cls"]
@@ -94,10 +112,10 @@ def _platform_class():
         gpu: GPU
 
         def is_cuda(self) -> bool:
-            return sys._getframe(1).f_code in _gated_codes()
+            return _asked_by_gated(sys._getframe(1))
 
         def is_cuda_alike(self) -> bool:
-            return sys._getframe(1).f_code in _gated_codes()
+            return _asked_by_gated(sys._getframe(1))
 
         @classmethod
         def get_device_capability(cls, device_id: int = 0):
@@ -242,8 +260,31 @@ def emulate(gpu: GPU) -> Iterator[None]:
         if _state["gpu"] != gpu:
             _clear_capability_caches()
             _state["gpu"] = gpu
-        with _attributes(pairs), _DeviceTensorsOnMeta():
+        with _attributes(pairs), _attributes(_fa_utils_cuda_names()), _DeviceTensorsOnMeta():
             yield
 
 
-__all__ = ["CUDA_GATED_DECISIONS", "emulate"]
+def _fa_utils_cuda_names() -> list:
+    """The names ``fa_utils`` imports at module level on CUDA only
+    (``vllm/v1/attention/backends/fa_utils.py``: ``if current_platform.is_cuda():``),
+    which backends that module serves (MLA prefill) import from it."""
+    fa_utils = importlib.import_module("vllm.v1.attention.backends.fa_utils")
+    names = (
+        "compile_flash_attn_varlen_func_from_specs",
+        "flash_attn_varlen_func",
+        "get_scheduler_metadata",
+    )
+    if all(hasattr(fa_utils, n) for n in names):
+        return []
+    try:
+        vfa = importlib.import_module("vllm.vllm_flash_attn")
+    except ImportError:
+        return []
+    from vllm import _custom_ops
+
+    pairs = [(fa_utils, n, getattr(vfa, n)) for n in names]
+    pairs.append((fa_utils, "reshape_and_cache_flash", _custom_ops.reshape_and_cache_flash))
+    return pairs
+
+
+__all__ = ["CUDA_GATED_DECISIONS", "CUDA_GATED_MODULES", "emulate"]

@@ -14,6 +14,9 @@ plan alone ...), and :meth:`ExplorerState.set` reports which panels changed so
 the widget re-renders only those.
 
 >>> s = ExplorerState("Qwen/Qwen3.5-0.8B")
+>>> s.plan.block_size  # on the default GPU, an H100
+576
+>>> _ = s.set(gpu="A100")
 >>> s.plan.block_size
 544
 >>> s.set(attention_backend="FLASHINFER", layer=3)  # doctest: +ELLIPSIS
@@ -34,19 +37,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvexplore.errors import KVExploreError
+from kvexplore.gpus import DEFAULT_GPU
 from kvexplore.models import DEFAULT_MODEL
 
 #: Controls and their defaults ("auto" = let vLLM choose).
 CONTROL_DEFAULTS: dict[str, Any] = {
     "model": DEFAULT_MODEL,
+    "gpu": DEFAULT_GPU,
     "tensor_parallel_size": 1,
     "decode_context_parallel_size": 1,
     "block_size": "auto",
     "kv_cache_dtype": "auto",
     "dtype": "auto",
-    "attention_backend": "FLASH_ATTN",
+    "attention_backend": "auto",
     "mamba_cache_mode": "auto",
-    "enable_prefix_caching": True,
+    "enable_prefix_caching": "auto",
     "registration": "unified",
     "layer": 0,
     "block": 0,
@@ -55,6 +60,7 @@ CONTROL_DEFAULTS: dict[str, Any] = {
 #: Controls that change the plan (the rest only pick what to look at).
 PLAN_CONTROLS = (
     "model",
+    "gpu",
     "tensor_parallel_size",
     "decode_context_parallel_size",
     "block_size",
@@ -98,16 +104,19 @@ def choices() -> dict[str, list]:
 
     from vllm.config.cache import CacheDType
 
-    from kvexplore.backends import ATTENTION_BACKENDS
+    from kvexplore.backends import COMMON_BACKENDS
+    from kvexplore.gpus import gpus
     from kvexplore.models import catalog_names
     from kvexplore.planner import MAMBA_CACHE_MODES, MODEL_DTYPES
     from kvexplore.registration import REGISTRATIONS
 
     return {
         "model": catalog_names(),
+        "gpu": gpus().gpu.tolist(),
         "kv_cache_dtype": list(get_args(CacheDType)),
         "dtype": list(MODEL_DTYPES),
-        "attention_backend": list(ATTENTION_BACKENDS),
+        "attention_backend": ["auto", *COMMON_BACKENDS],
+        "enable_prefix_caching": ["auto", True, False],
         "mamba_cache_mode": ["auto", *MAMBA_CACHE_MODES],
         "registration": list(REGISTRATIONS),
         "block_size": ["auto", "16", "32", "64", "128", "256", "544", "1088"],
@@ -172,7 +181,10 @@ class ExplorerState:
         """``kvexplore.plan`` keywords from the controls (raises on bad values)."""
         c = self.controls
         mode = c["mamba_cache_mode"]
+        backend = c["attention_backend"]
+        caching = c["enable_prefix_caching"]
         return {
+            "gpu": c["gpu"],
             "tensor_parallel_size": _as_int("tensor_parallel_size", c["tensor_parallel_size"]),
             "decode_context_parallel_size": _as_int(
                 "decode_context_parallel_size", c["decode_context_parallel_size"]
@@ -180,9 +192,9 @@ class ExplorerState:
             "block_size": _as_int("block_size", c["block_size"], auto=True),
             "kv_cache_dtype": c["kv_cache_dtype"],
             "dtype": c["dtype"],
-            "attention_backend": c["attention_backend"],
+            "attention_backend": None if backend in (None, "auto") else backend,
             "mamba_cache_mode": None if mode in (None, "auto") else mode,
-            "enable_prefix_caching": c["enable_prefix_caching"],
+            "enable_prefix_caching": None if caching in (None, "auto") else caching,
         }
 
     def _memoised(self, key: tuple, build: Callable[[], Any]) -> Any:

@@ -665,7 +665,6 @@ def _plan_vllm_config(src: ModelSource, built, r: dict):
         mc = vc.model_config
         mc.original_max_model_len = m
         mc.max_model_len = mc.get_and_verify_max_len(m)
-        vc.scheduler_config.max_model_len = mc.max_model_len
     vc.cache_config.num_gpu_blocks_override = (
         r["num_blocks"] or (None if r["kv_cache_memory_bytes"] else DEFAULT_NUM_BLOCKS)
     )

@@ -89,10 +89,8 @@ class Explorer(widgets.VBox):
             "dtype": dropdown("dtype", "model dtype"),
             "attention_backend": dropdown("attention_backend", "backend"),
             "mamba_cache_mode": dropdown("mamba_cache_mode", "Mamba cache"),
-            "enable_prefix_caching": widgets.Checkbox(
-                value=bool(c["enable_prefix_caching"]), description="prefix caching", indent=False,
-                layout=widgets.Layout(width="150px"),
-            ),
+            "gpu": dropdown("gpu", "GPU"),
+            "enable_prefix_caching": dropdown("enable_prefix_caching", "prefix caching"),
             "registration": dropdown("registration", "registration"),
             "layer": widgets.IntText(value=int(c["layer"]), description="layer", layout=lay, style=style),
             "block": widgets.IntText(value=int(c["block"]), description="block", layout=lay, style=style),
@@ -123,7 +121,7 @@ class Explorer(widgets.VBox):
         self.tabs = widgets.Tab(children=tabs, titles=[_TITLES[n] for n in PANELS])
         ctl = self.controls
         rows = [
-            widgets.HBox([ctl["model"], ctl["registration"]]),
+            widgets.HBox([ctl["model"], ctl["gpu"], ctl["registration"]]),
             widgets.HBox([ctl["tensor_parallel_size"], ctl["decode_context_parallel_size"], ctl["block_size"]]),
             widgets.HBox([ctl["attention_backend"], ctl["kv_cache_dtype"], ctl["dtype"]]),
             widgets.HBox([ctl["mamba_cache_mode"], ctl["enable_prefix_caching"], ctl["layer"], ctl["block"]]),

@@ -97,8 +97,10 @@ def _parallel_groups(vc):
     from vllm.distributed import parallel_state as ps
 
     _ensure_distributed()
-    if ps._TP is None:
-        ps.initialize_model_parallel(1, 1)
+    # initialize_model_parallel reads the current config (e.g. whether the
+    # model has experts, which decides the expert-parallel group)
+    ps.destroy_model_parallel()
+    ps.initialize_model_parallel(1, 1)
     pc = vc.parallel_config
     pairs = [
         (ps.get_tp_group(), "world_size", pc.tensor_parallel_size),

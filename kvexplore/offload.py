@@ -26,12 +26,12 @@ fails on the same rule):
 7. ``replicated_layout``, ``is_parallelism_agnostic`` and the
    ``canonical_layout`` gate.
 
-Worked example (GUIDE section 4), Qwen3.5-0.8B at TP 4 with DCP 2: the
+Worked example (GUIDE section 4), Qwen3.5-0.8B on an A100 at TP 4 with DCP 2: the
 attention group spans 272 x 2 tokens per block, the GDN groups 272, so the
 hash unit is their gcd and a chunk given in tokens cannot be expressed:
 
 >>> from kvexplore import plan
->>> r = offload_config(plan("Qwen/Qwen3.5-0.8B", tensor_parallel_size=4,
+>>> r = offload_config(plan("Qwen/Qwen3.5-0.8B", gpu="A100", tensor_parallel_size=4,
 ...                         decode_context_parallel_size=2))
 >>> [g.tokens_per_block for g in r.config.groups], r.config.cache.tokens_per_hash
 ([272, 272, 272, 544], 272)

@@ -523,7 +523,7 @@ def plan(
     except (KVExploreError, ImportError):
         raise
     except Exception as exc:  # vLLM's own checks carry the numbers
-        raise _vllm_error(src, gpu_obj, exc) from exc
+        raise _vllm_error(src, gpu_obj, exc, r) from exc
     with _PLAN_LOCK:
         _PLAN_CACHE[key] = (src, result)  # the reference keeps id(src) unique
         while len(_PLAN_CACHE) > _PLAN_CACHE_SIZE:
@@ -591,15 +591,35 @@ def _validate_request(r: dict) -> None:
         )
 
 
-def _vllm_error(src: ModelSource, gpu: GPU, exc: BaseException) -> KVExploreError:
-    """vLLM's reason, in one line, with the model and GPU named."""
+_DEFAULTS = {
+    "tensor_parallel_size": 1, "decode_context_parallel_size": 1, "dtype": "auto",
+    "kv_cache_dtype": "auto", "mamba_ssm_cache_dtype": "auto",
+}
+
+
+def _vllm_error(src: ModelSource, gpu: GPU, exc: BaseException, r: dict) -> KVExploreError:
+    """vLLM's reason, in one line, with the model, GPU and inputs named."""
     msg = " ".join(str(exc).split()) or type(exc).__name__
     msg = re.sub(r"\s*For further information visit \S+", "", msg)
+    msg = re.sub(r"\s*\[type=value_error, input_value=.*?input_type=\w+\]", "", msg)
     if len(msg) > 900:
         msg = msg[:900] + " ..."
+    given = ", ".join(
+        f"{k}={v!r}" for k, v in r.items()
+        if k not in ("gpu", "num_blocks", "kv_cache_memory_bytes") and v is not None
+        and _DEFAULTS.get(k) != v
+    )
+    if isinstance(exc, ZeroDivisionError) and r["decode_context_parallel_size"] > 1:
+        msg = (
+            f"{msg}: decode_context_parallel_size={r['decode_context_parallel_size']} "
+            "shards each rank's attention KV heads, and this model has none to shard "
+            f"at tensor_parallel_size={r['tensor_parallel_size']}; expected "
+            "decode_context_parallel_size=1"
+        )
     return KVExploreError(
-        f"vLLM 0.33 rejects this configuration of {src.name} ({src.architecture}) "
-        f"on {gpu}: {type(exc).__name__}: {msg}"
+        f"vLLM 0.33 rejects {src.name} ({src.architecture}) on {gpu}"
+        + (f" with {given}" if given else "")
+        + f": {type(exc).__name__}: {msg}"
     )
 
 
@@ -633,7 +653,7 @@ def _built_model(src: ModelSource, gpu: GPU, request: tuple, r: dict):
     except (KVExploreError, ImportError):
         raise
     except Exception as exc:  # vLLM and transformers raise many types
-        raise _vllm_error(src, gpu, exc) from exc
+        raise _vllm_error(src, gpu, exc, r) from exc
     with _PLAN_LOCK:
         _BUILD_CACHE[key] = (src, built)  # the reference keeps id(src) unique
         while len(_BUILD_CACHE) > _BUILD_CACHE_SIZE:

@@ -8,11 +8,11 @@ every row through :func:`kvexplore.offload.offload_config`'s derivation, and
 returns a pandas DataFrame.  A combination vLLM rejects (in planning or in
 ``build_offloading_config``) is a row whose ``error`` column holds the reason.
 
->>> df = sweep("Qwen/Qwen3.5-0.8B", tensor_parallel_size=[1, 4],
+>>> df = sweep("Qwen/Qwen3.5-0.8B", gpu="A100", tensor_parallel_size=[1, 4],
 ...            decode_context_parallel_size=[1, 2])
 >>> df.tokens_per_block.tolist()
 [(544, 544, 544, 544), None, (272, 272, 272, 272), (272, 272, 272, 544)]
->>> df.error[1].startswith("vLLM's ParallelConfig rejects tensor_parallel_size=1")
+>>> "tp_size=1 must be divisible by dcp_size=2" in df.error[1]
 True
 """
 

@@ -26,7 +26,7 @@ the legacy registration each kernel page is ``[2, 32, 2, 256]``: all K, then
 all V.
 
 >>> from kvexplore import plan
->>> p = plan("Qwen/Qwen3.5-0.8B", attention_backend="FLASHINFER")
+>>> p = plan("Qwen/Qwen3.5-0.8B", gpu="A100", attention_backend="FLASHINFER")
 >>> lay = page_layout(p, 3)
 >>> lay.kernel_pages, [s.label for s in lay.segments][:2]
 (17, ['K|V p0', 'K|V p1'])

@@ -30,7 +30,7 @@ CASES = [(name, tp) for name in catalog_names() for tp in (1, 4)]
 @functools.cache
 def planned(name: str, tp: int):
     try:
-        return plan(name, tensor_parallel_size=tp, num_blocks=NUM_BLOCKS), None
+        return plan(name, tensor_parallel_size=tp, num_blocks=NUM_BLOCKS, gpu="A100"), None
     except ValueError as exc:  # e.g. heads that do not split 4 ways
         return None, exc
 

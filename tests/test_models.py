@@ -35,7 +35,7 @@ def test_forms_agree(tmp_path):
     by_dict = load_model_config(original)
     assert original == src.config  # caller's dict untouched
     for other in (by_dir, by_file, by_dict):
-        assert kvexplore.plan(other).block_size == 544
+        assert kvexplore.plan(other, gpu="A100").block_size == 544
 
 
 def test_pretrained_config_form():
@@ -43,7 +43,7 @@ def test_pretrained_config_form():
         num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
         hidden_size=512, architectures=["LlamaForCausalLM"],
     )
-    p = kvexplore.plan(load_model_config(cfg))
+    p = kvexplore.plan(load_model_config(cfg), gpu="A100")
     assert p.block_size == 16
     assert len(p.layer_specs) == 2
 
@@ -77,7 +77,7 @@ def test_missing_field_names_field_and_architecture():
     cfg = json.loads(json.dumps(load_model_config(QWEN).config))
     del cfg["model_type"]
     with pytest.raises(KVExploreError) as info:
-        kvexplore.plan(cfg)
+        kvexplore.plan(cfg, gpu="A100")
     msg = str(info.value)
     assert "model_type" in msg and "Qwen3_5ForConditionalGeneration" in msg
 
@@ -86,7 +86,7 @@ def test_wrong_type_names_field_and_architecture():
     cfg = json.loads(json.dumps(load_model_config(QWEN).config))
     cfg["text_config"]["linear_num_value_heads"] = "sixteen"
     with pytest.raises(KVExploreError) as info:
-        kvexplore.plan(cfg)
+        kvexplore.plan(cfg, gpu="A100")
     msg = str(info.value)
     assert "linear_num_value_heads" in msg and "expected int" in msg
     assert "Qwen3_5ForConditionalGeneration" in msg
@@ -96,7 +96,7 @@ def test_unsupported_architecture():
     cfg = {"architectures": ["NoSuchModelForCausalLM"], "model_type": "llama",
            "num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64}
     with pytest.raises(KVExploreError, match="NoSuchModelForCausalLM"):
-        kvexplore.plan(cfg)
+        kvexplore.plan(cfg, gpu="A100")
 
 
 def test_model_config_carries_the_served_id():

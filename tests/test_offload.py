@@ -28,14 +28,14 @@ OSS = "openai/gpt-oss-20b"
 def test_returns_vllms_dataclass():
     from vllm.v1.kv_offload.config import OffloadingConfig
 
-    r = offload_config(kvexplore.plan(QWEN))
+    r = offload_config(kvexplore.plan(QWEN, gpu="A100"))
     assert isinstance(r, OffloadResult)
     assert type(r.config) is OffloadingConfig
 
 
 def test_worked_example_tp4_dcp2():
     r = offload_config(
-        kvexplore.plan(QWEN, tensor_parallel_size=4, decode_context_parallel_size=2)
+        kvexplore.plan(QWEN, tensor_parallel_size=4, decode_context_parallel_size=2, gpu="A100")
     )
     c = r.config
     assert [g.group_id for g in c.groups] == [0, 1, 2, 3]
@@ -54,7 +54,7 @@ def test_worked_example_tp4_dcp2():
 
 
 def test_worked_example_tp1_block_size_chunk():
-    p = kvexplore.plan(QWEN)
+    p = kvexplore.plan(QWEN, gpu="A100")
     r = offload_config(p, extra_config={"block_size": 1088})
     assert r.config.cache.blocks_per_chunk == 2
     assert r.rule("cache.blocks_per_chunk") == (
@@ -66,12 +66,12 @@ def test_worked_example_tp1_block_size_chunk():
 
 
 def test_agnostic_reason_names_heads_per_rank_times_tp():
-    r = offload_config(kvexplore.plan(LLAMA, tensor_parallel_size=16))
+    r = offload_config(kvexplore.plan(LLAMA, tensor_parallel_size=16, gpu="A100"))
     assert r.config.parallel.is_parallelism_agnostic is False
     assert "1 KV heads per rank x TP 16 = 16 != 8 total KV heads" in r.rule(
         "parallel.is_parallelism_agnostic"
     )
-    ok = offload_config(kvexplore.plan(LLAMA, tensor_parallel_size=4))
+    ok = offload_config(kvexplore.plan(LLAMA, tensor_parallel_size=4, gpu="A100"))
     assert ok.config.parallel.is_parallelism_agnostic is True
     assert "2 KV heads per rank x TP 4 = 8 == 8 total KV heads" in ok.rule(
         "parallel.is_parallelism_agnostic"
@@ -79,7 +79,7 @@ def test_agnostic_reason_names_heads_per_rank_times_tp():
 
 
 def test_agnostic_false_for_v2_runner_and_pcp():
-    p = kvexplore.plan(LLAMA, tensor_parallel_size=4)
+    p = kvexplore.plan(LLAMA, tensor_parallel_size=4, gpu="A100")
     r = offload_config(p, use_v2_model_runner=True, prefill_context_parallel_size=2)
     assert r.config.parallel.is_parallelism_agnostic is False
     why = r.rule("parallel.is_parallelism_agnostic")
@@ -88,7 +88,7 @@ def test_agnostic_false_for_v2_runner_and_pcp():
 
 
 def test_mla_replicated_layout_and_what_breaks_it():
-    p = kvexplore.plan(DSV3, tensor_parallel_size=8)
+    p = kvexplore.plan(DSV3, tensor_parallel_size=8, gpu="A100")
     assert p.kv_cache_config.kv_tp_replicas == 8
     r = offload_config(p)
     assert r.config.replicated_layout is True
@@ -104,7 +104,7 @@ def test_mla_replicated_layout_and_what_breaks_it():
         assert reason in r.rule("replicated_layout"), (kw, r.rule("replicated_layout"))
     # DCP shards the tokens: no longer replicated
     d = offload_config(
-        kvexplore.plan(DSV3, tensor_parallel_size=8, decode_context_parallel_size=2)
+        kvexplore.plan(DSV3, tensor_parallel_size=8, decode_context_parallel_size=2, gpu="A100")
     )
     assert d.config.replicated_layout is False
     assert "DCP 2 != 1" in d.rule("replicated_layout")
@@ -113,7 +113,7 @@ def test_mla_replicated_layout_and_what_breaks_it():
 def test_canonical_layout_gate():
     # MLA: certifiable, so agnostic and (pure MLA, one node, mp) replicated
     r = offload_config(
-        kvexplore.plan(DSV3, tensor_parallel_size=8),
+        kvexplore.plan(DSV3, tensor_parallel_size=8, gpu="A100"),
         extra_config={"canonical_layout": True},
     )
     assert r.config.canonical_layout is True
@@ -121,25 +121,25 @@ def test_canonical_layout_gate():
     assert r.config.replicated_layout is True
     # sliding window + full attention with sharded heads: agnostic, not replicated
     g = offload_config(
-        kvexplore.plan(OSS, tensor_parallel_size=8),
+        kvexplore.plan(OSS, tensor_parallel_size=8, gpu="A100"),
         extra_config={"canonical_layout": True},
     )
     assert g.config.parallel.is_parallelism_agnostic is True
     assert g.config.replicated_layout is False
     # Mamba layers cannot be certified
-    q = offload_config(kvexplore.plan(QWEN), extra_config={"canonical_layout": True})
+    q = offload_config(kvexplore.plan(QWEN, gpu="A100"), extra_config={"canonical_layout": True})
     assert q.config.parallel.is_parallelism_agnostic is False
     assert "MambaSpec is not an attention spec" in q.rule(
         "parallel.is_parallelism_agnostic"
     )
     # a truthy string switches it on, as bool() does in vLLM
-    s = offload_config(kvexplore.plan(LLAMA), extra_config={"canonical_layout": "no"})
+    s = offload_config(kvexplore.plan(LLAMA, gpu="A100"), extra_config={"canonical_layout": "no"})
     assert s.config.canonical_layout is True
     assert "bool('no')" in s.rule("canonical_layout")
 
 
 def test_sliding_window_chunks():
-    p = kvexplore.plan(OSS)
+    p = kvexplore.plan(OSS, gpu="A100")
     one = offload_config(p)
     assert [g.sliding_window_size_in_chunks for g in one.config.groups] == [8, None]
     four = offload_config(p, extra_config={"blocks_per_chunk": 4})
@@ -148,7 +148,7 @@ def test_sliding_window_chunks():
 
 
 def test_parallel_section():
-    p = kvexplore.plan(LLAMA, tensor_parallel_size=2)
+    p = kvexplore.plan(LLAMA, tensor_parallel_size=2, gpu="A100")
     r = offload_config(
         p,
         pipeline_parallel_size=2,
@@ -172,8 +172,8 @@ def test_parallel_section():
 
 
 def test_model_section_dtype():
-    assert offload_config(kvexplore.plan(LLAMA)).config.model.dtype == "bfloat16"
-    fp8 = offload_config(kvexplore.plan(LLAMA, kv_cache_dtype="fp8"))
+    assert offload_config(kvexplore.plan(LLAMA, gpu="A100")).config.model.dtype == "bfloat16"
+    fp8 = offload_config(kvexplore.plan(LLAMA, kv_cache_dtype="fp8", gpu="A100"))
     assert fp8.config.model.dtype == "fp8"
     assert fp8.config.model.max_model_len == 131072
 
@@ -202,7 +202,7 @@ def test_model_section_dtype():
 )
 def test_extra_config_errors(extra, code, facts):
     with pytest.raises(ValueError) as info:
-        offload_config(kvexplore.plan(QWEN), extra_config=extra)
+        offload_config(kvexplore.plan(QWEN, gpu="A100"), extra_config=extra)
     assert isinstance(info.value, OffloadConfigError)
     assert info.value.code == code
     for fact in facts:
@@ -210,7 +210,7 @@ def test_extra_config_errors(extra, code, facts):
 
 
 def test_block_size_needs_one_tokens_per_block():
-    p = kvexplore.plan(QWEN, tensor_parallel_size=4, decode_context_parallel_size=2)
+    p = kvexplore.plan(QWEN, tensor_parallel_size=4, decode_context_parallel_size=2, gpu="A100")
     with pytest.raises(
         OffloadConfigError, match=r"\{0: 272, 1: 272, 2: 272, 3: 544\}"
     ) as info:
@@ -226,7 +226,7 @@ def test_block_size_needs_one_tokens_per_block():
 
 
 def test_tokens_per_hash_error_without_prefix_caching():
-    p = kvexplore.plan(QWEN, enable_prefix_caching=False)
+    p = kvexplore.plan(QWEN, enable_prefix_caching=False, gpu="A100")
     with pytest.raises(OffloadConfigError) as info:
         offload_config(p)
     assert info.value.code == "tokens_per_hash"
@@ -236,16 +236,16 @@ def test_tokens_per_hash_error_without_prefix_caching():
 
 def test_cross_attention_is_unsupported():
     with pytest.raises(OffloadConfigError, match="CrossAttentionSpec") as info:
-        offload_config(kvexplore.plan("openai/whisper-small"))
+        offload_config(kvexplore.plan("openai/whisper-small", gpu="A100"))
     assert info.value.code == "unsupported_spec"
 
 
 def test_zero_block_size_with_sliding_window():
     with pytest.raises(OffloadConfigError) as info:
-        offload_config(kvexplore.plan(OSS), extra_config={"block_size": 0})
+        offload_config(kvexplore.plan(OSS, gpu="A100"), extra_config={"block_size": 0})
     assert info.value.code == "zero_chunk"
     # without a window vLLM accepts it and derives 0 blocks per chunk
-    r = offload_config(kvexplore.plan(LLAMA), extra_config={"block_size": 0})
+    r = offload_config(kvexplore.plan(LLAMA, gpu="A100"), extra_config={"block_size": 0})
     assert r.config.cache.blocks_per_chunk == 0
     assert "accepts" in r.rule("cache.blocks_per_chunk")
 
@@ -277,9 +277,9 @@ def test_zero_block_size_with_sliding_window():
     ],
 )
 def test_input_errors_are_value_errors(kw, match):
-    p = kvexplore.plan(LLAMA, tensor_parallel_size=4)
+    p = kvexplore.plan(LLAMA, tensor_parallel_size=4, gpu="A100")
     if "expected DCP" in match:
-        p = kvexplore.plan(DSV3, tensor_parallel_size=4, decode_context_parallel_size=4)
+        p = kvexplore.plan(DSV3, tensor_parallel_size=4, decode_context_parallel_size=4, gpu="A100")
     with pytest.raises(KVExploreError, match=match):
         offload_config(p, **kw)
 
@@ -292,7 +292,7 @@ def test_non_plan_is_rejected():
 def test_extra_config_is_never_mutated():
     extra = {"block_size": 1088, "canonical_layout": True, "nested": {"a": [1]}}
     snapshot = copy.deepcopy(extra)
-    r = offload_config(kvexplore.plan(QWEN), extra_config=extra)
+    r = offload_config(kvexplore.plan(QWEN, gpu="A100"), extra_config=extra)
     assert extra == snapshot
     extra["block_size"] = 544  # the result does not alias the caller's dict
     assert r.config.extra_config["block_size"] == 1088
@@ -304,7 +304,7 @@ def test_extra_config_is_never_mutated():
 
 def test_explain_reasons_table_and_exports():
     r = offload_config(
-        kvexplore.plan(QWEN, tensor_parallel_size=4),
+        kvexplore.plan(QWEN, tensor_parallel_size=4, gpu="A100"),
         extra_config={"blocks_per_chunk": 3},
     )
     text = r.explain()
@@ -344,12 +344,12 @@ def test_explain_reasons_table_and_exports():
 
 
 def test_rule_for_unknown_field():
-    r = offload_config(kvexplore.plan(LLAMA))
+    r = offload_config(kvexplore.plan(LLAMA, gpu="A100"))
     with pytest.raises(KVExploreError, match="not a field"):
         r.rule("tokens_per_chunk")
     # with one group the short name is unique, with four it is ambiguous
     assert r.rule("tokens_per_block") == r.rule("groups[0].tokens_per_block")
-    q = offload_config(kvexplore.plan(QWEN))
+    q = offload_config(kvexplore.plan(QWEN, gpu="A100"))
     with pytest.raises(KVExploreError, match="not a field"):
         q.rule("tokens_per_block")
     # a unique last component names the nested field
@@ -361,7 +361,7 @@ def test_rule_for_unknown_field():
 
 def test_to_dict_handles_non_json_extra_values():
     r = offload_config(
-        kvexplore.plan(LLAMA), extra_config={"obj": object(), "t": (1, 2)}
+        kvexplore.plan(LLAMA, gpu="A100"), extra_config={"obj": object(), "t": (1, 2)}
     )
     d = json.loads(json.dumps(r.to_dict()))
     assert d["extra_config"]["t"] == [1, 2]

@@ -12,7 +12,7 @@ QWEN = "Qwen/Qwen3.5-0.8B"
 
 
 def test_worked_example_tp1():
-    p = plan(QWEN, num_blocks=64)
+    p = plan(QWEN, num_blocks=64, gpu="A100")
     assert p.block_size == 544
     assert p.attention_page_bytes_per_token == 2048
     assert p.mamba_page_size == 1_085_440
@@ -21,13 +21,13 @@ def test_worked_example_tp1():
     kinds = p.group_table.kind.value_counts().to_dict()
     assert kinds == {"mamba": 3, "full_attention": 1}
     assert (p.group_table.layers == 6).all()
-    assert p.derivation["block_size"] == "544 = 16 x cdiv(1085440, 16 x 2048)"
+    assert p.derivation["block_size"].startswith("544 = 16 x cdiv(1085440, 16 x 2048)  (A100: ")
     # the Qwen3.5 hook lifts HF mamba_ssm_dtype into the cache config
     assert p.cache_config.mamba_ssm_cache_dtype == "float32"
 
 
 def test_worked_example_tensors():
-    p = plan(QWEN, num_blocks=64)
+    p = plan(QWEN, num_blocks=64, gpu="A100")
     tensors = p.kv_cache_config.kv_cache_tensors
     assert len(tensors) == 4
     assert {t.size for t in tensors} == {427_819_008}
@@ -38,16 +38,16 @@ def test_worked_example_tensors():
 
 def test_kernel_block_depends_on_backend():
     # FLASHINFER advertises [16, 32, 64]: 32 is the largest dividing 544
-    fi = plan(QWEN, attention_backend="FLASHINFER")
+    fi = plan(QWEN, attention_backend="FLASHINFER", gpu="A100")
     attn = [g for g, k in zip(fi.kernel_block_sizes, fi.group_table.kind, strict=True) if k == "full_attention"]
     assert attn == [32] and 544 // 32 == 17
     # FLASH_ATTN advertises MultipleOf(16): the 544-token block runs unsplit
-    fa = plan(QWEN)
+    fa = plan(QWEN, gpu="A100")
     assert set(fa.kernel_block_sizes) == {544}
 
 
 def test_tp4_gives_272():
-    p = plan(QWEN, tensor_parallel_size=4)
+    p = plan(QWEN, tensor_parallel_size=4, gpu="A100")
     assert p.block_size == 272
     spec = next(s for s in p.layer_specs.values() if hasattr(s, "num_kv_heads"))
     assert spec.num_kv_heads == 1
@@ -55,12 +55,12 @@ def test_tp4_gives_272():
 
 def test_without_hook_the_answer_would_be_288():
     # The trap in GUIDE section 4: a bf16 SSM state gives 288.
-    p = plan(QWEN, mamba_ssm_cache_dtype="bfloat16")
+    p = plan(QWEN, mamba_ssm_cache_dtype="bfloat16", gpu="A100")
     assert p.block_size == 288
 
 
 def test_unified_registration_shapes():
-    p = plan(QWEN, num_blocks=64, attention_backend="FLASHINFER")
+    p = plan(QWEN, num_blocks=64, attention_backend="FLASHINFER", gpu="A100")
     kv = p.allocate()
     gdn = kv["language_model.model.layers.0.linear_attn"]
     assert tuple(gdn.shape) == (64, 1, 1, 1_085_440) and gdn.dtype == torch.int8
@@ -74,7 +74,7 @@ def test_unified_registration_shapes():
 
 
 def test_legacy_registration_shapes():
-    p = plan(QWEN, num_blocks=8, attention_backend="FLASHINFER")
+    p = plan(QWEN, num_blocks=8, attention_backend="FLASHINFER", gpu="A100")
     kv = p.allocate(registration="legacy")
     conv, ssm = kv["language_model.model.layers.0.linear_attn"]
     assert conv.storage_offset() == 0
@@ -89,17 +89,17 @@ def test_legacy_registration_shapes():
 
 
 def test_plan_is_frozen_and_replace_makes_a_new_plan():
-    p = plan(QWEN)
+    p = plan(QWEN, gpu="A100")
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.kernel_block_sizes = (1,)
     q = p.replace(tensor_parallel_size=2)
     assert q.parallel_config.tensor_parallel_size == 2
     assert p.parallel_config.tensor_parallel_size == 1
-    assert plan(QWEN) is p  # cached by inputs
+    assert plan(QWEN, gpu="A100") is p  # cached by inputs
 
 
 def test_memory_budget_gives_num_blocks():
-    p = plan(QWEN, kv_cache_memory_bytes=8 << 30, max_model_len=4096)
+    p = plan(QWEN, kv_cache_memory_bytes=8 << 30, max_model_len=4096, gpu="A100")
     assert p.num_blocks == (8 << 30) // p.bytes_per_block
     assert p.tokens_per_gib == ((1 << 30) // p.bytes_per_block) * 544
 
@@ -107,15 +107,15 @@ def test_memory_budget_gives_num_blocks():
 def test_specs_are_vllm_objects():
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, MambaSpec
 
-    p = plan(QWEN)
+    p = plan(QWEN, gpu="A100")
     assert isinstance(p.kv_cache_config, KVCacheConfig)
     kinds = {type(s) for s in p.layer_specs.values()}
     assert kinds == {FullAttentionSpec, MambaSpec}
 
 
 def test_fp8_halves_attention_page():
-    auto = plan(QWEN)
-    fp8 = plan(QWEN, kv_cache_dtype="fp8")
+    auto = plan(QWEN, gpu="A100")
+    fp8 = plan(QWEN, kv_cache_dtype="fp8", gpu="A100")
     assert fp8.attention_page_bytes_per_token * 2 == auto.attention_page_bytes_per_token
 
 
@@ -137,26 +137,29 @@ def test_fp8_halves_attention_page():
 )
 def test_bad_input_is_a_clear_value_error(kwargs, needle):
     with pytest.raises(ValueError) as info:
-        plan(QWEN, **kwargs)
+        plan(QWEN, **kwargs, gpu="A100")
     assert needle in str(info.value)
     assert isinstance(info.value, KVExploreError)
 
 
 def test_block_size_the_backend_rejects():
-    with pytest.raises(KVExploreError, match="No common block size for 24"):
-        plan("meta-llama/Llama-3.1-8B-Instruct", block_size=24)
+    """vLLM's selector refuses every backend for a 24-token block on an A100."""
+    with pytest.raises(KVExploreError, match="block_size=24.*block_size not supported"):
+        plan("meta-llama/Llama-3.1-8B-Instruct", block_size=24, gpu="A100")
 
 
-def test_memory_budget_too_small_names_the_numbers():
-    with pytest.raises(KVExploreError, match="max seq len|memory"):
-        plan(QWEN, kv_cache_memory_bytes=1 << 20)
+def test_memory_budget_too_small_is_vllms_refusal():
+    p = plan(QWEN, kv_cache_memory_bytes=1 << 30, gpu="A100")
+    assert not p.admission.ok
+    assert p.admission.available_bytes < p.admission.needed_bytes
+    assert "max seq len (262144)" in p.admission.message
 
 
 def test_catalog_plans_every_model():
     names = kvexplore.catalog_names()
     assert len(names) >= 12
     for name in names:
-        p = plan(name)
+        p = plan(name, gpu="A100")
         assert p.block_size > 0 and p.kv_cache_config.kv_cache_groups
         for gid, kb in enumerate(p.kernel_block_sizes):
             assert p.groups[gid].kv_cache_spec.block_size % kb == 0
@@ -166,8 +169,8 @@ def test_catalog_plans_every_model():
 
 
 def test_dcp_on_attention_free_model_is_a_value_error():
-    with pytest.raises(KVExploreError, match="attention-free"):
-        plan("state-spaces/mamba-130m-hf", tensor_parallel_size=2, decode_context_parallel_size=2)
+    with pytest.raises(KVExploreError, match="decode_context_parallel_size=2 shards"):
+        plan("state-spaces/mamba-130m-hf", tensor_parallel_size=2, decode_context_parallel_size=2, gpu="A100")
 
 
 def test_lazy_exports():
@@ -180,7 +183,7 @@ def test_lazy_exports():
 def test_capacity_is_group_aware():
     # 64 blocks; a 262,144-token request needs cdiv(262144, 544) = 482 attention
     # blocks plus 2 state snapshots in each of the 3 GDN groups (align mode).
-    p = plan(QWEN, num_blocks=64)
+    p = plan(QWEN, num_blocks=64, gpu="A100")
     assert p.model_config.max_model_len == 262_144
     assert p.max_concurrency == pytest.approx(64 / (482 + 3 * 2))
     assert p.kv_cache_size_tokens == int(64 / (482 + 3 * 2) * 262_144)

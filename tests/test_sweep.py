@@ -22,7 +22,7 @@ QWEN = "Qwen/Qwen3.5-0.8B"
 
 def test_rows_columns_and_order():
     df = sweep(
-        QWEN,
+        QWEN, gpu="A100",
         tensor_parallel_size=[1, 2, 4, 8],
         decode_context_parallel_size=[1, 2],
         extra_config=[None, {"blocks_per_chunk": 2}],
@@ -30,6 +30,7 @@ def test_rows_columns_and_order():
     assert len(df) == 4 * 2 * 2
     assert list(df.columns) == [
         "model",
+        "gpu",
         "tensor_parallel_size",
         "decode_context_parallel_size",
         "extra_config",
@@ -41,12 +42,15 @@ def test_rows_columns_and_order():
     assert (
         pd.isna(df.extra_config[0]) and df.extra_config[1] == '{"blocks_per_chunk": 2}'
     )
-    assert df.error.isna().sum() == 12  # TP 1 and TP 2 cannot take DCP 2 (4 rows)
+    # TP 1 and TP 2 cannot take DCP 2 (4 rows); vLLM's Qwen3.5 model cannot
+    # split its vision tower's 12 heads over TP 8 (4 rows)
+    assert df.error.isna().sum() == 8
+    assert df[df.tensor_parallel_size == 8].error.str.contains("12 is not divisible by 8").all()
 
 
 def test_invalid_combinations_are_rows_not_exceptions():
     df = sweep(
-        QWEN,
+        QWEN, gpu="A100",
         tensor_parallel_size=[1, 2, 4],
         decode_context_parallel_size=[1, 2],
         extra_config=[{"block_size": 544}, {"block_size": 545}],
@@ -78,7 +82,7 @@ def test_rows_equal_offload_config():
     for row in df.itertuples():
         p = kvexplore.plan(
             "deepseek-ai/DeepSeek-V3", tensor_parallel_size=row.tensor_parallel_size
-        )
+        , gpu="A100")
         r = offload_config(
             p,
             pipeline_parallel_size=row.pipeline_parallel_size,
@@ -113,7 +117,7 @@ def test_plans_are_reused(monkeypatch):
 
     monkeypatch.setattr(sweep_module, "make_plan", counting)
     df = sweep(
-        QWEN,
+        QWEN, gpu="A100",
         tensor_parallel_size=[1, 4],
         pipeline_parallel_size=[1, 2, 4],
         rank=[0],
@@ -125,7 +129,7 @@ def test_plans_are_reused(monkeypatch):
 
 def test_scalars_are_fixed_and_ranges_are_axes():
     df = sweep(
-        QWEN, tensor_parallel_size=4, kv_cache_dtype=("auto", "fp8"), rank=range(3)
+        QWEN, gpu="A100", tensor_parallel_size=4, kv_cache_dtype=("auto", "fp8"), rank=range(3)
     )
     assert len(df) == 6
     assert set(df.tensor_parallel_size) == {4}
@@ -138,7 +142,7 @@ def test_scalars_are_fixed_and_ranges_are_axes():
 
 
 def test_bad_offload_inputs_become_rows():
-    df = sweep(QWEN, rank=[0, 5], distributed_executor_backend=["mp", "slurm"])
+    df = sweep(QWEN, gpu="A100", rank=[0, 5], distributed_executor_backend=["mp", "slurm"])
     assert pd.isna(df.error.tolist()[0])
     assert "distributed_executor_backend='slurm'" in df.error.tolist()[1]
     assert "rank=5" in df.error.tolist()[2]
@@ -146,15 +150,15 @@ def test_bad_offload_inputs_become_rows():
 
 def test_usage_errors_raise():
     with pytest.raises(KVExploreError, match="unknown keyword"):
-        sweep(QWEN, tensor_parallel=[1, 2])
+        sweep(QWEN, gpu="A100", tensor_parallel=[1, 2])
     with pytest.raises(KVExploreError, match="empty axis"):
-        sweep(QWEN, tensor_parallel_size=[])
+        sweep(QWEN, gpu="A100", tensor_parallel_size=[])
     with pytest.raises(ValueError):
         sweep("/no/such/dir/config.json", tensor_parallel_size=[1])
 
 
 def test_no_axes_is_one_row():
-    df = sweep(QWEN)
+    df = sweep(QWEN, gpu="A100")
     assert len(df) == 1
     assert df.tokens_per_block[0] == (544, 544, 544, 544)
 

@@ -14,12 +14,12 @@ QWEN = "Qwen/Qwen3.5-0.8B"
 
 @pytest.fixture(scope="module")
 def fi():
-    return kvexplore.plan(QWEN, attention_backend="FLASHINFER")
+    return kvexplore.plan(QWEN, attention_backend="FLASHINFER", gpu="A100")
 
 
 @pytest.fixture(scope="module")
 def fa():
-    return kvexplore.plan(QWEN)
+    return kvexplore.plan(QWEN, gpu="A100")
 
 
 class _Seg:
@@ -117,7 +117,7 @@ def test_block_offset_and_text_is_deterministic(fi):
 
 
 def test_mla_page(fa):
-    ds = kvexplore.plan("deepseek-ai/DeepSeek-V3")
+    ds = kvexplore.plan("deepseek-ai/DeepSeek-V3", gpu="A100")
     lay = viz.page_layout(ds, 0)
     assert lay.kind == "mla_attention"
     assert [s.kind for s in lay.segments] == ["latent"]
@@ -126,7 +126,7 @@ def test_mla_page(fa):
 
 
 def test_sliding_window_page_is_labelled():
-    g = kvexplore.plan("google/gemma-3-1b-it")
+    g = kvexplore.plan("google/gemma-3-1b-it", gpu="A100")
     pos = next(i for i, info in enumerate(g.layers) if info.kind == "sliding_window")
     lay = viz.page_layout(g, pos)
     assert lay.spec == "SlidingWindowSpec"
@@ -167,7 +167,7 @@ def test_page_map_figure_segments(fi):
 
 
 def test_figure_rectangles_are_capped():
-    nem = kvexplore.plan("nvidia/Nemotron-H-56B-Base-8K", attention_backend="FLASHINFER")
+    nem = kvexplore.plan("nvidia/Nemotron-H-56B-Base-8K", attention_backend="FLASHINFER", gpu="A100")
     pos = next(i for i, info in enumerate(nem.layers) if info.kind != "mamba")
     lay = viz.page_layout(nem, pos, registration="legacy")
     assert len(lay.segments) == 2 * lay.kernel_pages > viz.MAX_DRAWN_SEGMENTS

@@ -231,10 +231,13 @@ def _clear_capability_caches() -> None:
 
 
 @contextlib.contextmanager
-def emulate(gpu: GPU) -> Iterator[None]:
+def emulate(gpu: GPU, *, meta_tensors: bool = True) -> Iterator[None]:
     """Run the enclosed vLLM code as vLLM 0.33 runs on ``gpu``.
 
-    Re-entrant and serialised: one GPU is emulated at a time in a process.
+    ``meta_tensors=False`` leaves tensors placed on ``cuda`` alone (for code
+    that builds no layer, such as the engine core's cache planning: the
+    interception costs microseconds per tensor).  Re-entrant and serialised:
+    one GPU is emulated at a time in a process.
     """
     import vllm.config.vllm as config_vllm
     import vllm.platforms as platforms
@@ -260,7 +263,8 @@ def emulate(gpu: GPU) -> Iterator[None]:
         if _state["gpu"] != gpu:
             _clear_capability_caches()
             _state["gpu"] = gpu
-        with _attributes(pairs), _attributes(_fa_utils_cuda_names()), _DeviceTensorsOnMeta():
+        meta = _DeviceTensorsOnMeta() if meta_tensors else contextlib.nullcontext()
+        with _attributes(pairs), _attributes(_fa_utils_cuda_names()), meta:
             yield
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import math
 import re
 import threading
@@ -85,19 +86,49 @@ class Admission:
     ``max_model_len`` tokens? (``kv_cache_planning.py:
     _check_enough_kv_cache_memory``, called by ``get_kv_cache_configs``).
 
-    ``message`` is vLLM's own error text when it would refuse to start;
-    ``estimated_max_model_len`` is the estimate that message quotes
-    (``_estimate_max_model_len_from_groups``). ``auto_fit_from`` is the model's
-    length when ``max_model_len=-1`` made vLLM shrink it to fit.
+    ``message`` is vLLM's own error text when it would refuse to start, and
+    ``estimated_max_model_len`` the estimate that message quotes
+    (``_estimate_max_model_len_from_groups``, a binary search run on first
+    access). ``auto_fit_from`` is the model's length when
+    ``max_model_len=-1`` made vLLM shrink it to fit.
     """
 
     ok: bool
     max_model_len: int
     needed_bytes: int
     available_bytes: int
-    estimated_max_model_len: int | None = None
-    message: str | None = None
     auto_fit_from: int | None = None
+    _estimate: Any = field(default=None, repr=False, compare=False)
+    _check: Any = field(default=None, repr=False, compare=False)
+
+    @cached_property
+    def estimated_max_model_len(self) -> int | None:
+        if self.ok or self._estimate is None or self.available_bytes <= 0:
+            return None
+        est = self._estimate(self.available_bytes)
+        return est if est > 0 else None
+
+    @cached_property
+    def message(self) -> str | None:
+        if self.ok:
+            return None
+        estimate = self.estimated_max_model_len or 0
+        try:
+            self._check(
+                self.available_bytes, lambda: self.needed_bytes, self.max_model_len,
+                lambda _available: estimate,
+            )
+        except ValueError as exc:
+            return " ".join(str(exc).split())
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok, "max_model_len": self.max_model_len,
+            "needed_bytes": self.needed_bytes, "available_bytes": self.available_bytes,
+            "estimated_max_model_len": self.estimated_max_model_len,
+            "auto_fit_from": self.auto_fit_from, "message": self.message,
+        }
 
     def text(self) -> str:
         if self.ok:
@@ -142,8 +173,19 @@ class Plan:
     mamba_page_size: int | None
     admission: Admission | None = field(repr=False)
     decisions: MappingProxyType = field(repr=False)
-    derivation: MappingProxyType = field(repr=False)
     weight_bytes: int = field(repr=False)
+    built: Any = field(repr=False, compare=False)
+
+    @cached_property
+    def derivation(self) -> MappingProxyType:
+        """How each size and GPU-dependent decision came about, by name."""
+        return MappingProxyType(
+            _derivation(
+                self.vllm_config, self.built, self.gpu, self.backend,
+                self.attention_page_bytes_per_token, self.mamba_page_size,
+                self.kv_cache_config, self.kernel_block_sizes, self.admission,
+            )
+        )
 
     # -- inputs ---------------------------------------------------------------
     @property
@@ -333,7 +375,7 @@ class Plan:
         ]
         out["derivation"] = dict(self.derivation)
         if self.admission is not None:
-            out["admission"] = dataclasses.asdict(self.admission)
+            out["admission"] = self.admission.to_dict()
         return out
 
     def allocate(self, device="cpu", registration: str = "unified"):
@@ -704,29 +746,19 @@ def _kv_cache_config(vc, built, r: dict):
 
     def check(available, get_needed, max_model_len, estimate):
         needed = get_needed()
-        try:
-            original(available, lambda: needed, max_model_len, estimate)
-        except ValueError as exc:
-            estimated = estimate(available) if available > 0 else 0
-            seen.append(
-                Admission(
-                    ok=False, max_model_len=max_model_len, needed_bytes=needed,
-                    available_bytes=available,
-                    estimated_max_model_len=estimated if estimated > 0 else None,
-                    message=" ".join(str(exc).split()),
-                )
+        seen.append(
+            Admission(
+                ok=needed <= available and available > 0, max_model_len=max_model_len,
+                needed_bytes=needed, available_bytes=available,
+                _estimate=estimate, _check=original,
             )
-        else:
-            seen.append(
-                Admission(
-                    ok=True, max_model_len=max_model_len, needed_bytes=needed,
-                    available_bytes=available,
-                )
-            )
+        )
 
     specs = dict(built.layer_specs)
     memory = r["kv_cache_memory_bytes"] or 1  # num_gpu_blocks_override decides
-    with emulate(built.gpu), _attributes([(kcp, "_check_enough_kv_cache_memory", check)]):
+    with emulate(built.gpu, meta_tensors=False), _attributes(
+        [(kcp, "_check_enough_kv_cache_memory", check)]
+    ):
         cfg = kcp.get_kv_cache_configs(vc, [specs], [memory], list(built.groups))[0]
     cfg.kv_cache_layout = vc.cache_config.kv_cache_layout
     admission = seen[0] if seen else None
@@ -753,7 +785,7 @@ def _kernel_block_sizes(kv_cache_config, built) -> list[int]:
         attn_groups.append(list(by_backend.values()))
     from kvexplore.emulation import emulate
 
-    with emulate(built.gpu):
+    with emulate(built.gpu, meta_tensors=False):
         return prepare_kernel_block_sizes(kv_cache_config, attn_groups)
 
 
@@ -777,10 +809,6 @@ def _plan_from_build(src: ModelSource, gpu: GPU, request: tuple, r: dict, built)
         dataclasses.replace(mamba, page_size_padded=None).page_size_bytes if mamba else None
     )
     attn_page_1 = _attention_page_per_token(vc, attention_backend) if attention_backend else None
-    derivation = _derivation(
-        vc, built, gpu, attention_backend, attn_page_1, mamba_page, kv_cache_config,
-        kernel_block_sizes, admission,
-    )
     return Plan(
         model=src,
         gpu=gpu,
@@ -797,8 +825,8 @@ def _plan_from_build(src: ModelSource, gpu: GPU, request: tuple, r: dict, built)
         mamba_page_size=mamba_page,
         admission=admission,
         decisions=built.decisions,
-        derivation=MappingProxyType(derivation),
         weight_bytes=built.weight_bytes,
+        built=built,
     )
 
 

@@ -1,78 +1,136 @@
-"""plan() against vLLM's own path, per catalog model, side by side.
+"""plan() against vLLM's own path to the same specs, side by side.
 
-Prints, for every bundled model: the median uncached ``plan()`` time once the
-model's config is loaded, the median time of vLLM's own path to the same block
-size (``kvexplore.reference.vllm_alignment``: a fresh ``ModelConfig`` plus the
-hooks and ``Platform.update_block_size_for_backend``), and their ratio; then a
-1,000-plan sweep (uncached, varied TP / kv dtype / block size / backend).
+1. First plan of an architecture, in a fresh process (imports included):
+   ``kvexplore.plan(model, gpu=...)`` against the bare sequence vLLM's worker
+   and engine core run (``EngineArgs.create_engine_config``, model-parallel
+   groups, ``initialize_model`` on the meta device,
+   ``update_block_size_for_backend``, the runner's ``get_kv_cache_spec``,
+   ``resolve_kv_cache_layout``, ``get_global_kv_cache_groups``,
+   ``get_kv_cache_configs``), both under the
+   same GPU emulation; wall time and peak RSS of each process, and the ratio.
+2. In one process: a repeated plan (cache hit), a plan that changes only
+   ``num_blocks`` / ``max_model_len`` (the built model is reused), a plan that
+   needs a new build (new TP), medians.
 
-    python3 benchmarks/bench_plan.py [--repeats 15]
+    python3 benchmarks/bench_plan.py [--models all] [--gpu H100] [--repeats 30]
 """
 
 import argparse
-import itertools
-import logging
+import json
 import statistics
+import subprocess
+import sys
 import time
 
+OURS = r"""
+import json, resource, sys, time
+t = time.perf_counter()
 import kvexplore
-from kvexplore.reference import vllm_alignment
+p = kvexplore.plan(sys.argv[1], gpu=sys.argv[2], num_blocks=64)
+dt = time.perf_counter() - t
+print(json.dumps({"s": dt, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "block_size": p.block_size}))
+"""
 
-logging.getLogger("vllm").setLevel(logging.ERROR)
+VLLM = r"""
+import json, resource, sys, time
+t = time.perf_counter()
+import torch
+from kvexplore.emulation import emulate
+from kvexplore.gpus import resolve_gpu
+from kvexplore.models import load_model_config
+from vllm.config import set_current_vllm_config
+from vllm.distributed import parallel_state as ps
+from vllm.engine.arg_utils import EngineArgs
+from vllm.model_executor.model_loader.utils import get_model_architecture, initialize_model
+from vllm.platforms import current_platform
+from vllm.utils.torch_utils import set_default_torch_dtype
+from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
+from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
+from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
+from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
+d = str(load_model_config(sys.argv[1]).config_dir)
+with emulate(resolve_gpu(sys.argv[2])):
+    vc = EngineArgs(model=d, tokenizer=d, skip_tokenizer_init=True, load_format="dummy",
+                    num_gpu_blocks_override=64).create_engine_config()
+    with set_current_vllm_config(vc):
+        ps.init_distributed_environment(1, 0, "tcp://127.0.0.1:29533", 0, "gloo")
+        ps.initialize_model_parallel(1, 1)
+        with set_default_torch_dtype(vc.model_config.dtype), torch.device("meta"):
+            initialize_model(vc, model_class=get_model_architecture(vc.model_config)[0])
+        current_platform.update_block_size_for_backend(vc)
+        specs = get_kv_cache_spec(vc)
+        layouts = [m.name for m in get_supported_kv_cache_layouts(get_current_attn_backends(vc))]
+    resolve_kv_cache_layout(vc, [layouts], specs.values())
+    groups = get_global_kv_cache_groups(vc, [specs])
+    try:
+        get_kv_cache_configs(vc, [specs], [1], groups)
+    except ValueError:
+        pass  # the admission check: kvexplore keeps it as a verdict
+dt = time.perf_counter() - t
+print(json.dumps({"s": dt, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "block_size": vc.cache_config.block_size}))
+"""
+
+DEFAULT_MODELS = ("Qwen/Qwen3.5-0.8B", "nvidia/Nemotron-H-56B-Base-8K", "meta-llama/Llama-3.1-8B-Instruct")
+
+
+def fresh(code: str, model: str, gpu: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", code, model, gpu], capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def median_ms(fn, repeats):
     samples = []
-    for _ in range(repeats):
+    for i in range(repeats):
         t = time.perf_counter()
-        fn()
+        fn(i)
         samples.append(time.perf_counter() - t)
     return 1000 * statistics.median(samples)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--models", default=",".join(DEFAULT_MODELS),
+                    help="comma-separated catalog ids, or 'all'")
+    ap.add_argument("--gpu", default="H100")
+    ap.add_argument("--repeats", type=int, default=30)
     args = ap.parse_args()
-    print(f"{'model':42s} {'plan() ms':>10s} {'vLLM path ms':>13s} {'ratio':>8s}")
-    rows = []
-    for name in kvexplore.catalog_names():
-        src = kvexplore.load_model_config(name)
-        kvexplore.plan(src)  # first load: imports the model class
 
-        def ours(src=src):
-            kvexplore.clear_plan_cache()
-            kvexplore.plan(src)
+    import kvexplore
 
-        def theirs(src=src):
-            vllm_alignment(str(src.config_dir))
+    models = kvexplore.catalog_names() if args.models == "all" else args.models.split(",")
+    print(f"first plan of an architecture, fresh process, {args.gpu} (imports included)")
+    print(f"{'model':40s} {'plan() s':>9s} {'vLLM s':>8s} {'ratio':>6s} "
+          f"{'plan() MB':>10s} {'vLLM MB':>8s}  block")
+    ratios = []
+    for name in models:
+        a = fresh(OURS, name, args.gpu)
+        b = fresh(VLLM, name, args.gpu)
+        assert a["block_size"] == b["block_size"], (name, a, b)
+        ratios.append(a["s"] / b["s"])
+        print(f"{name:40s} {a['s']:9.2f} {b['s']:8.2f} {a['s'] / b['s']:5.2f}x "
+              f"{a['rss_mb']:10.0f} {b['rss_mb']:8.0f}  {a['block_size']}")
+    print(f"median ratio plan()/vLLM: {statistics.median(ratios):.2f}x (goal <= 1.2x; peak goal <= 1536 MB)")
 
-        a = median_ms(ours, args.repeats)
-        b = median_ms(theirs, max(3, args.repeats // 3))
-        rows.append((a, b))
-        print(f"{name:42s} {a:10.2f} {b:13.2f} {b / a:7.1f}x")
-    ours_med = statistics.median(r[0] for r in rows)
-    theirs_med = statistics.median(r[1] for r in rows)
-    print(f"{'median over catalog':42s} {ours_med:10.2f} {theirs_med:13.2f} {theirs_med / ours_med:7.1f}x")
-
-    src = kvexplore.load_model_config("Qwen/Qwen3.5-0.8B")
-    combos = list(itertools.product(
-        [1, 2], ["auto", "fp8"], [None, 16, 32, 64, 128, 256, 512],
-        ["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "CPU_ATTN"],
-        [True, False], range(1, 10),
-    ))[:1000]
-    kvexplore.clear_plan_cache()
-    t = time.perf_counter()
-    errors = 0
-    for tp, kvd, bs, be, prefix, nb in combos:
-        try:
-            kvexplore.plan(src, tensor_parallel_size=tp, kv_cache_dtype=kvd, block_size=bs,
-                           attention_backend=be, enable_prefix_caching=prefix, num_blocks=nb)
-        except ValueError:
-            errors += 1
-    dt = time.perf_counter() - t
-    print(f"1,000-plan sweep (Qwen3.5-0.8B, uncached): {dt:.2f} s "
-          f"({1000 * dt / len(combos):.2f} ms/plan, {errors} rejected; goal <= 5 s)")
+    print(f"\nin one process, Qwen/Qwen3.5-0.8B on {args.gpu}, medians of {args.repeats}")
+    kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu=args.gpu)
+    repeat = median_ms(lambda i: kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu=args.gpu), args.repeats)
+    blocks = median_ms(
+        lambda i: kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu=args.gpu, num_blocks=1000 + i),
+        args.repeats)
+    length = median_ms(
+        lambda i: kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu=args.gpu, max_model_len=4096 + 16 * i,
+                                 num_blocks=64), args.repeats)
+    build = median_ms(
+        lambda i: kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu=args.gpu, tensor_parallel_size=(1, 2, 4)[i % 3],
+                                 kv_cache_dtype=("auto", "fp8")[i // 3 % 2], block_size=16 * (1 + i)),
+        max(5, args.repeats // 3))
+    print(f"  repeated plan (cache hit):            {repeat:8.3f} ms (goal <= 1 ms)")
+    print(f"  new num_blocks (built model reused):  {blocks:8.3f} ms (goal <= 5 ms)")
+    print(f"  new max_model_len (built reused):     {length:8.3f} ms (goal <= 5 ms)")
+    print(f"  new build (TP / dtype / block size):  {build:8.1f} ms")
 
 
 if __name__ == "__main__":

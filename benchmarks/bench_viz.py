@@ -31,6 +31,7 @@ UPDATE_BUDGET_S = 0.100
 #: One user session: (control, value) in order.  Plan-changing controls come
 #: back to their defaults, so later visits hit the plan cache as in real use.
 SEQUENCE = [
+    ("gpu", "A100"),
     ("tensor_parallel_size", 2),
     ("layer", "attn"),
     ("attention_backend", "FLASHINFER"),
@@ -45,6 +46,7 @@ SEQUENCE = [
     ("layer", 0),
     ("dtype", "float16"),
     ("dtype", "auto"),
+    ("gpu", "H100"),
 ]
 
 
@@ -97,6 +99,8 @@ def bench_explorer(models: list[str]) -> bool:
 
     ok = True
     all_times = []
+    builds: list[float] = []
+    views: list[float] = []
     for name in models:
         t0 = time.perf_counter()
         ex = Explorer(name)
@@ -107,9 +111,12 @@ def bench_explorer(models: list[str]) -> bool:
         for control, value in SEQUENCE:
             if value == "attn":
                 value = attn
+            before = set(_built_keys())
             t = time.perf_counter()
             ex.controls[control].value = value
-            times.append(time.perf_counter() - t)
+            dt = time.perf_counter() - t
+            times.append(dt)
+            (builds if set(_built_keys()) - before else views).append(dt)
             errors += ex.state.error is not None
         med = statistics.median(times)
         all_times += times
@@ -118,7 +125,18 @@ def bench_explorer(models: list[str]) -> bool:
         print(f"explorer {name}: median {1000 * med:.1f} ms, max {1000 * max(times):.1f} ms over "
               f"{len(times)} changes ({errors} showed an error), first load {load:.1f} s {verdict}")
     print(f"explorer all models: median {1000 * statistics.median(all_times):.1f} ms")
+    if builds:
+        print(f"explorer changes that built a model: median {1000 * statistics.median(builds):.0f} ms "
+              f"over {len(builds)} (goal <= 500 ms)")
+    print(f"explorer changes that needed no build: median {1000 * statistics.median(views):.1f} ms "
+          f"over {len(views)} (goal <= 100 ms)")
     return ok
+
+
+def _built_keys():
+    from kvexplore import planner
+
+    return list(planner._BUILD_CACHE)
 
 
 def main(argv=None) -> int:

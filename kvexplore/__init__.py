@@ -84,6 +84,7 @@ _LAZY = {
     "Explorer": ("kvexplore.widgets", "Explorer"),
     "ExplorerState": ("kvexplore.explorer_logic", "ExplorerState"),
     "page_map": ("kvexplore.viz", "page_map"),
+    "page_layout": ("kvexplore.viz", "page_layout"),
     "page_map_text": ("kvexplore.viz", "page_map_text"),
     "buffer_map": ("kvexplore.viz", "buffer_map"),
     "buffer_map_text": ("kvexplore.viz", "buffer_map_text"),

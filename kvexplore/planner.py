@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import math
 import re
 import threading
@@ -1000,7 +999,8 @@ def _derivation(vc, built, gpu, backend, attn_page_1, mamba_page, kv_cache_confi
     if spec_cfg is not None and mamba_page is not None:
         out["num_speculative_blocks"] = (
             f"{spec_cfg.num_speculative_tokens}: Mamba state slots for "
-            f"{spec_cfg.num_speculative_tokens} draft tokens ({spec_cfg.method})"
+            f"{spec_cfg.num_speculative_tokens} draft tokens ({spec_cfg.method}); the "
+            "drafter's own layers are not built by kvexplore"
         )
     if admission is not None:
         out["admission"] = admission.text()

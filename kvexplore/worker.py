@@ -158,14 +158,14 @@ def build_model(
     """Build the model on the meta device as vLLM 0.33's worker would on ``gpu``."""
     import vllm.envs as envs
     from vllm.config import set_current_vllm_config
+    from vllm.distributed.kv_transfer.kv_connector.utils import (
+        get_current_attn_backends,
+    )
     from vllm.model_executor.model_loader.utils import (
         get_model_architecture,
         initialize_model,
     )
     from vllm.platforms import current_platform
-    from vllm.distributed.kv_transfer.kv_connector.utils import (
-        get_current_attn_backends,
-    )
     from vllm.utils.torch_utils import set_default_torch_dtype
     from vllm.v1.attention.backends.utils import (
         get_supported_kv_cache_layouts,

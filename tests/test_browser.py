@@ -7,7 +7,7 @@ changed in the page reaches the kernel and comes back as new panel HTML.
 The test starts its own JupyterLab on 127.0.0.1 (free port, random token,
 temporary root, empty user config/settings/workspaces so nothing of the
 user's leaks in), writes a notebook that displays
-``Explorer("Qwen/Qwen3.5-0.8B")``, runs it with "Run > Run All Cells", reads
+``Explorer("Qwen/Qwen3.5-0.8B", gpu="A100")``, runs it with "Run > Run All Cells", reads
 the plan and page-map panels, sets TP to 4 and checks that the block size
 goes 544 -> 272 in the plan table and that the page map changed.  A
 screenshot lands in ``$KVEXPLORE_ARTIFACTS`` (or the test's tmp dir).
@@ -91,7 +91,7 @@ def _notebook() -> str:
             "logging.getLogger('vllm').setLevel(logging.ERROR)\n"
             "import kvexplore\n"
             "print('kvexplore from', kvexplore.__file__)"),
-        nbformat.v4.new_code_cell(f"ex = kvexplore.Explorer({MODEL!r})\nex"),
+        nbformat.v4.new_code_cell(f"ex = kvexplore.Explorer({MODEL!r}, gpu=\"A100\")\nex"),
     ]
     nbformat.validate(nb)
     return nbformat.writes(nb)

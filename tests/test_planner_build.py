@@ -265,3 +265,18 @@ def test_no_temporary_directory_is_left_behind(tmp_path):
     code = "import kvexplore; kvexplore.load_model_config('Qwen/Qwen3.5-0.8B')"
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=300)
     assert list(tmp_path.glob("kvexplore-*")) == []
+
+
+def test_speculative_tokens_add_mamba_state_slots():
+    """MTP draft tokens give every GDN layer one state slot each
+    (MambaSpec.num_speculative_blocks), which can move the block size."""
+    base = kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="A100")
+    for n in (1, 3):
+        p = kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="A100",
+                           speculative_config={"method": "mtp", "num_speculative_tokens": n})
+        gdn = [s for s in p.layer_specs.values() if hasattr(s, "mamba_type")]
+        assert {s.num_speculative_blocks for s in gdn} == {n}
+        assert p.block_size >= base.block_size
+        assert "draft tokens" in p.derivation["num_speculative_blocks"]
+    with pytest.raises(kvexplore.KVExploreError, match="speculative_config"):
+        kvexplore.plan("Qwen/Qwen3.5-0.8B", speculative_config="mtp")

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import math
 import re
 import threading
@@ -190,7 +191,10 @@ class Plan:
     @property
     def inputs(self) -> dict[str, Any]:
         """The keyword arguments this plan was made with."""
-        return dict(self.request)
+        out = dict(self.request)
+        if out.get("speculative_config") is not None:
+            out["speculative_config"] = json.loads(out["speculative_config"])
+        return out
 
     def replace(self, **changes) -> Plan:
         """A new plan with some inputs changed (``plan(**inputs | changes)``)."""
@@ -544,7 +548,7 @@ def plan(
         ("mamba_ssm_cache_dtype", mamba_ssm_cache_dtype),
         ("max_model_len", max_model_len),
         ("attention_backend", attention_backend),
-        ("speculative_config", _freeze(speculative_config)),
+        ("speculative_config", _freeze(speculative_config)),  # JSON text: hashable
         ("num_blocks", num_blocks),
         ("kv_cache_memory_bytes", kv_cache_memory_bytes),
         ("kv_cache_layout", kv_cache_layout),
@@ -572,12 +576,15 @@ def plan(
     return result
 
 
-def _freeze(value):
-    if isinstance(value, dict):
-        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
-    if isinstance(value, list):
-        return tuple(_freeze(v) for v in value)
-    return value
+def _freeze(value: dict | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return json.dumps(value, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise KVExploreError(
+            f"speculative_config={value!r} is invalid; expected a JSON-like dict ({exc})"
+        ) from None
 
 
 def _check_int(name: str, value, *, minimum: int = 1, allow_none: bool = False) -> None:

@@ -278,5 +278,6 @@ def test_speculative_tokens_add_mamba_state_slots():
         assert {s.num_speculative_blocks for s in gdn} == {n}
         assert p.block_size >= base.block_size
         assert "draft tokens" in p.derivation["num_speculative_blocks"]
+        assert p.replace(num_blocks=4).layer_specs == p.layer_specs
     with pytest.raises(kvexplore.KVExploreError, match="speculative_config"):
         kvexplore.plan("Qwen/Qwen3.5-0.8B", speculative_config="mtp")

@@ -31,7 +31,11 @@ the duration of a ``with`` block, and restores it afterwards:
   capability probes) are cleared when the GPU changes.
 
 Device memory is never touched: tensors that vLLM's layers would place on the
-GPU at construction are created on PyTorch's meta device.
+GPU at construction are created on PyTorch's meta device, and the CUDA streams
+and events some layers create in ``__init__`` (Kimi-Linear's auxiliary
+stream) are inert stand-ins.  Triton's kernel-scratch allocator, which a layer
+may register at construction (``vllm/triton_utils/allocation.py``), is not
+registered: Triton is present on a GPU machine but only a placeholder here.
 """
 
 from __future__ import annotations
@@ -161,6 +165,16 @@ def _platform_class():
     return EmulatedCudaPlatform
 
 
+class _InertStream:
+    """``torch.cuda.Stream`` / ``Event`` made during a build: never used."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
 class _DeviceTensorsOnMeta(TorchFunctionMode):
     """Tensors a layer would place on ``cuda`` at construction go to ``meta``."""
 
@@ -260,6 +274,11 @@ def emulate(gpu: GPU, *, meta_tensors: bool = True) -> Iterator[None]:
         with contextlib.suppress(ImportError):
             fi_backend = importlib.import_module("vllm.v1.attention.backends.flashinfer")
             pairs.append((fi_backend, "get_device_sm_count", lambda device=None: gpu.sm_count))
+        if meta_tensors:
+            pairs += [(torch.cuda, "Stream", _InertStream), (torch.cuda, "Event", _InertStream)]
+            triton = importlib.import_module("vllm.triton_utils").triton
+            if not hasattr(triton, "set_allocator"):
+                pairs.append((triton, "set_allocator", lambda alloc_fn: None))
         if _state["gpu"] != gpu:
             _clear_capability_caches()
             _state["gpu"] = gpu

@@ -215,7 +215,7 @@ def _current(obj, name):
 
 
 @contextlib.contextmanager
-def _attributes(pairs) -> Iterator[None]:
+def patch_attributes(pairs) -> Iterator[None]:
     """Set ``(object, name, value)`` attributes, restore them on exit (an
     attribute that was not there is removed again)."""
     saved = [(obj, name, _current(obj, name)) for obj, name, _ in pairs]
@@ -283,7 +283,7 @@ def emulate(gpu: GPU, *, meta_tensors: bool = True) -> Iterator[None]:
             _clear_capability_caches()
             _state["gpu"] = gpu
         meta = _DeviceTensorsOnMeta() if meta_tensors else contextlib.nullcontext()
-        with _attributes(pairs), _attributes(_fa_utils_cuda_names()), meta:
+        with patch_attributes(pairs), patch_attributes(_fa_utils_cuda_names()), meta:
             yield
 
 
@@ -310,4 +310,4 @@ def _fa_utils_cuda_names() -> list:
     return pairs
 
 
-__all__ = ["CUDA_GATED_DECISIONS", "CUDA_GATED_MODULES", "emulate"]
+__all__ = ["CUDA_GATED_DECISIONS", "CUDA_GATED_MODULES", "emulate", "patch_attributes"]

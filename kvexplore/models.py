@@ -119,6 +119,12 @@ class ModelSource:
         archs = self.config.get("architectures") or []
         return archs[0] if archs else str(self.config.get("model_type"))
 
+    @property
+    def served_name(self) -> str | None:
+        """The id vLLM would serve this model as (``--model Qwen/Qwen3.5-0.8B``),
+        or None for a path, dict or config object."""
+        return None if self.name.startswith("<") or _looks_like_path(self.name) else self.name
+
     def __repr__(self) -> str:
         return f"ModelSource({self.name!r}, architecture={self.architecture!r})"
 

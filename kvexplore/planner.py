@@ -710,10 +710,6 @@ def _built_model(src: ModelSource, gpu: GPU, request: tuple, r: dict):
     return built
 
 
-def _looks_like_path(name: str) -> bool:
-    return name.startswith((".", "/", "~")) or name.endswith(".json") or name.count("/") != 1
-
-
 def _plan_vllm_config(src: ModelSource, built, r: dict):
     """A private copy of the built ``VllmConfig`` for this plan's memory inputs.
 
@@ -725,10 +721,10 @@ def _plan_vllm_config(src: ModelSource, built, r: dict):
     vc.model_config = copy.copy(vc.model_config)
     vc.cache_config = copy.copy(vc.cache_config)
     vc.scheduler_config = copy.copy(vc.scheduler_config)
-    if not src.name.startswith("<") and not _looks_like_path(src.name):
+    if src.served_name is not None:
         # vLLM knows a served model by the id it was started with
         # (``--model Qwen/Qwen3.5-0.8B``), which its OffloadingConfig reports.
-        vc.model_config.model = src.name
+        vc.model_config.model = src.served_name
     m = r["max_model_len"]
     if m is not None:
         mc = vc.model_config
@@ -745,7 +741,7 @@ def _kv_cache_config(vc, built, r: dict):
     of its admission check instead of raising it."""
     from vllm.v1.core import kv_cache_planning as kcp
 
-    from kvexplore.emulation import _attributes, emulate
+    from kvexplore.emulation import emulate, patch_attributes
 
     seen: list[Admission] = []
     original = kcp._check_enough_kv_cache_memory
@@ -763,7 +759,7 @@ def _kv_cache_config(vc, built, r: dict):
 
     specs = dict(built.layer_specs)
     memory = r["kv_cache_memory_bytes"] or 1  # num_gpu_blocks_override decides
-    with emulate(built.gpu, meta_tensors=False), _attributes(
+    with emulate(built.gpu, meta_tensors=False), patch_attributes(
         [(kcp, "_check_enough_kv_cache_memory", check), *_dtype_size_memo()]
     ):
         cfg = kcp.get_kv_cache_configs(vc, [specs], [memory], list(built.groups))[0]

@@ -8,9 +8,9 @@ and runs far more machinery; :class:`VllmConfigStandIn` carries vLLM's *real*
 ``ModelConfig``, ``CacheConfig`` and ``ParallelConfig`` plus the few other
 sub-configs those functions touch (GUIDE section 5).
 
-:class:`OfflinePlatform` is vLLM's ``Platform`` with one change:
-``_find_non_ssm_backends`` returns the backend chosen for the plan instead of
-walking instantiated attention layers (there are none offline).
+The offloading derivation (:mod:`kvexplore.offload`) uses it to hand vLLM's
+``build_offloading_config`` a plan's real sub-configs with the parallel and
+KV-transfer configs an offloading deployment adds.
 """
 
 from __future__ import annotations
@@ -20,15 +20,6 @@ from types import SimpleNamespace
 from typing import Any
 
 from vllm.config import VllmConfig
-from vllm.platforms.interface import Platform
-
-
-class OfflinePlatform(Platform):
-    """vLLM's base ``Platform`` with the attention backends given, not discovered."""
-
-    @classmethod
-    def _find_non_ssm_backends(cls, vllm_config):  # noqa: D401 - mirrors vLLM
-        return list(getattr(vllm_config, "attention_backends", []))
 
 
 class VllmConfigStandIn(SimpleNamespace):
@@ -100,17 +91,3 @@ def _cached_scheduler_config(max_model_len: int, is_encoder_decoder: bool):
     from vllm.config import SchedulerConfig
 
     return SchedulerConfig(max_model_len=max_model_len, is_encoder_decoder=is_encoder_decoder)
-
-
-def run_model_hooks(vllm_config: VllmConfigStandIn) -> None:
-    """Run vLLM's per-model config hooks, as ``VllmConfig.__post_init__`` does.
-
-    ``VllmConfig.try_verify_and_update_config`` guards itself with
-    ``model_config.config_updated``; the cached ``ModelConfig`` is shared by
-    many plans, so the guard is reset before each run (the hooks that touch
-    the model config are idempotent).
-    """
-    from vllm.config import VllmConfig
-
-    vllm_config.model_config.config_updated = False
-    VllmConfig.try_verify_and_update_config(vllm_config)

@@ -39,8 +39,7 @@ from typing import Any
 
 import torch
 
-from kvexplore.emulation import _attributes, emulate
-from kvexplore.errors import KVExploreError
+from kvexplore.emulation import emulate, patch_attributes
 from kvexplore.gpus import GPU
 
 _DIST_LOCK = threading.Lock()
@@ -106,7 +105,7 @@ def _parallel_groups(vc):
         (ps.get_tp_group(), "world_size", pc.tensor_parallel_size),
         (ps.get_dcp_group(), "world_size", pc.decode_context_parallel_size),
     ]
-    with _attributes(pairs):
+    with patch_attributes(pairs):
         yield
 
 
@@ -201,7 +200,7 @@ def build_model(
                     layout.name
                     for layout in get_supported_kv_cache_layouts(attention_backends)
                 ]
-                with _attributes([(envs, "VLLM_KV_CACHE_LAYOUT", kv_cache_layout)]):
+                with patch_attributes([(envs, "VLLM_KV_CACHE_LAYOUT", kv_cache_layout)]):
                     resolve_kv_cache_layout(vc, [supported], specs.values())
                 groups = get_global_kv_cache_groups(vc, [specs])
                 vc.adjust_dcp_kv_cache_interleave_size(groups)
@@ -224,4 +223,4 @@ def build_model(
     )
 
 
-__all__ = ["BuiltModel", "build_model", "KVExploreError"]
+__all__ = ["BuiltModel", "build_model"]

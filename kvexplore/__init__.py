@@ -13,11 +13,10 @@ from kvexplore.models import (
     DEFAULT_MODEL,
     LayerInfo,
     ModelSource,
-    catalog,
     catalog_names,
     load_model_config,
 )
-from kvexplore.planner import Admission, Plan, clear_plan_cache, plan
+from kvexplore.planner import Admission, Plan, catalog, clear_plan_cache, plan
 
 __version__ = "0.1.0"
 

@@ -91,7 +91,7 @@ def _print_table(df: pd.DataFrame) -> None:
 
 
 def cmd_catalog(ns) -> int:
-    from kvexplore.models import catalog
+    from kvexplore.planner import catalog
 
     df = catalog(**({"gpu": ns.gpu} if ns.gpu else {}))
     if ns.json:

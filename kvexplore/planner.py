@@ -57,6 +57,7 @@ from kvexplore.models import (
     SLIDING,
     LayerInfo,
     ModelSource,
+    catalog_names,
     load_model_config,
 )
 
@@ -1033,10 +1034,43 @@ def _derivation(vc, built, gpu, backend, attn_page_1, mamba_page, kv_cache_confi
     return out
 
 
+def catalog(gpu: str | GPU = DEFAULT_GPU) -> pd.DataFrame:
+    """The bundled models, one row each, as vLLM 0.33 builds them on ``gpu``.
+
+    Columns: ``model`` (Hugging Face id), ``architecture``, ``layers`` (the
+    kinds of the layers vLLM registers, with counts, e.g. ``"mamba x18,
+    full_attention x6"``), ``kv_heads``, ``head_size``, ``state`` (vLLM's
+    Mamba backend for the state layers, empty for attention-only models).
+    Every model is planned once (:func:`kvexplore.plan`, cached).
+    """
+    rows = []
+    for name in catalog_names():
+        p = plan(name, gpu=gpu)
+        counts: dict[str, int] = {}
+        for info in p.layers:
+            counts[info.kind] = counts.get(info.kind, 0) + 1
+        mamba = {
+            s.mamba_type.name for s in p.layer_specs.values() if hasattr(s, "mamba_type")
+        }
+        mc = p.model_config
+        rows.append(
+            {
+                "model": name,
+                "architecture": p.model.architecture,
+                "layers": ", ".join(f"{k} x{v}" for k, v in counts.items()),
+                "kv_heads": mc.get_total_num_kv_heads(),
+                "head_size": mc.get_head_size(),
+                "state": "/".join(sorted(mamba)),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 __all__ = [
     "DEFAULT_NUM_BLOCKS",
     "Admission",
     "Plan",
+    "catalog",
     "clear_plan_cache",
     "layer_kind",
     "plan",

@@ -896,10 +896,6 @@ _PREFILL_KERNELS = {"flashinfer": "FlashInfer", "triton": "Triton/FLA", "cutedsl
 
 def _derivation(vc, built, gpu, backend, attn_page_1, mamba_page, kv_cache_config,
                 kernel_block_sizes, admission) -> dict[str, str]:
-    from vllm.config.vllm import set_current_vllm_config
-    from vllm.model_executor.layers.mamba.abstract import (
-        get_mamba_prefill_checkpoint_alignment,
-    )
     from vllm.v1.kv_cache_interface import AttentionSpec
 
     out: dict[str, str] = {}
@@ -921,10 +917,7 @@ def _derivation(vc, built, gpu, backend, attn_page_1, mamba_page, kv_cache_confi
         )
         out["attention_backend"] = f"{', '.join(names)}: {how}"
     gdn = built.decisions.get("gdn_prefill_backend")
-    with set_current_vllm_config(vc):
-        checkpoint = (
-            get_mamba_prefill_checkpoint_alignment(vc) if mamba_page is not None else None
-        )
+    checkpoint = built.decisions.get("prefill_checkpoint_alignment")
     if gdn is not None:
         rule = {
             "flashinfer": "SM 9.0, or SM 10.x/12.x with linear_key_head_dim 128 and CUDA >= 13",

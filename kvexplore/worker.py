@@ -53,7 +53,10 @@ class BuiltModel:
     aligned, layout resolved); ``layer_specs`` is what the runner reports;
     ``layer_classes`` names each layer's vLLM class; ``backends`` maps each
     attention layer to its selected backend class; ``decisions`` holds the
-    GPU-dependent choices the layers made (``gdn_prefill_backend`` ...).
+    GPU-dependent choices the layers made (``gdn_prefill_backend``, and
+    ``prefill_checkpoint_alignment`` from vLLM's
+    ``get_mamba_prefill_checkpoint_alignment``).  The built layers themselves
+    are released (``static_forward_context`` is emptied) once these are read.
     """
 
     vllm_config: Any
@@ -160,6 +163,9 @@ def build_model(
     from vllm.distributed.kv_transfer.kv_connector.utils import (
         get_current_attn_backends,
     )
+    from vllm.model_executor.layers.mamba.abstract import (
+        get_mamba_prefill_checkpoint_alignment,
+    )
     from vllm.model_executor.model_loader.utils import (
         get_model_architecture,
         initialize_model,
@@ -171,6 +177,7 @@ def build_model(
         resolve_kv_cache_layout,
     )
     from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups
+    from vllm.v1.kv_cache_interface import MambaSpec
 
     vllm_logger = logging.getLogger("vllm")
     level = vllm_logger.level
@@ -206,7 +213,14 @@ def build_model(
                 vc.adjust_dcp_kv_cache_interleave_size(groups)
                 vc.validate_block_size()
                 decisions = _gdn_decision(model)
+                decisions["prefill_checkpoint_alignment"] = (
+                    get_mamba_prefill_checkpoint_alignment(vc)
+                    if any(isinstance(s, MambaSpec) for s in specs.values())
+                    else None
+                )
                 classes = {name: type(ctx[name]).__name__ for name in specs}
+                # Nothing later reads the layers; the specs hold what they decided.
+                ctx.clear()
                 del model
     finally:
         vllm_logger.setLevel(level)

@@ -286,8 +286,10 @@ def test_explorer_renders_and_reacts_in_jupyterlab(jupyterlab, tmp_path):
             tp = page.locator(".kvx-control-tensor-parallel-size input")
             tp.fill("4", timeout=deadline.ms(30))
             tp.press("Enter")
+            # the panels re-render one after another: wait for both
             page.wait_for_function(
-                "() => /block_size=272\\b/.test(document.querySelector('.kvx-panel-summary').textContent)",
+                "() => /block_size=272\\b/.test(document.querySelector('.kvx-panel-summary').textContent)"
+                " && /block_size=272\\b/.test(document.querySelector('.kvx-panel-page-map').textContent)",
                 timeout=deadline.ms(60),
             )
             after = _plan_table(summary)

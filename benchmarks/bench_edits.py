@@ -39,8 +39,8 @@ from vllm.v1.kv_cache_layout import KVCacheLayout
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kvexplore.edits import apply_kv_cache_group_edits  # noqa: E402
-from kvexplore.roundtrip import verify_roundtrip  # noqa: E402
+from kvexplore.editing.roundtrip import verify_roundtrip  # noqa: E402
+from kvexplore.editing.rules import apply_kv_cache_group_edits  # noqa: E402
 
 # A scaled-down Qwen3.5 shape: 64-token blocks, kernel block 16, a 32 KiB
 # page; GDN-like state (conv bf16 + ssm fp32) padded to the attention page.

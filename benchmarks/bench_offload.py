@@ -2,13 +2,13 @@
 
 Times, in one run (medians over ``--repeats``):
 
-* ``kvexplore.sweep`` over 10,000 combinations of Qwen3.5-0.8B, plans built
+* ``kvexplore.offloading.sweep`` over 10,000 combinations of Qwen3.5-0.8B, plans built
   from scratch (plan cache cleared) and with plans already cached;
 * vLLM 0.33's own ``build_offloading_config``
   (``vllm/distributed/kv_transfer/kv_connector/v1/offloading/config.py``) for
   the same rows, given ready-made inputs (stand-in ``VllmConfig`` with a real
   ``ParallelConfig`` and ``KVTransferConfig`` per row, built before timing);
-* ``kvexplore.offload.offload_config`` on the same ready plans and keywords,
+* ``kvexplore.offloading.config.offload_config`` on the same ready plans and keywords,
   the like-for-like counterpart of the vLLM loop.
 
 It also checks, untimed, that every row agrees with vLLM (equal config, or
@@ -29,12 +29,12 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 logging.getLogger("vllm").setLevel(logging.ERROR)
 
 import kvexplore  # noqa: E402
-from kvexplore.offload import (  # noqa: E402
+from kvexplore.offloading.config import (  # noqa: E402
     offload_config,
     vllm_offload_inputs,
     vllm_parallel_config,
 )
-from kvexplore.sweep import sweep  # noqa: E402
+from kvexplore.offloading.sweep import sweep  # noqa: E402
 
 MODEL = "Qwen/Qwen3.5-0.8B"
 
@@ -151,8 +151,8 @@ def main(argv=None) -> int:
         for a, b in zip(mine, theirs, strict=True)
     )
     print(f"model: {MODEL}; {n} rows ({n_err} rows are errors), {len(plans)} plans")
-    print(f"kvexplore.sweep, plans built (cache cleared): {t_cold:7.3f} s")
-    print(f"kvexplore.sweep, plans cached:               {t_warm:7.3f} s")
+    print(f"kvexplore.offloading.sweep, plans built (cache cleared): {t_cold:7.3f} s")
+    print(f"kvexplore.offloading.sweep, plans cached:               {t_warm:7.3f} s")
     print(f"vLLM build_offloading_config, ready inputs:  {t_vllm:7.3f} s")
     print(f"kvexplore offload_config, same ready inputs: {t_mine:7.3f} s")
     print(f"ratio sweep (cold) / vLLM:     {t_cold / t_vllm:6.2f}")

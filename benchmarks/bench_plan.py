@@ -36,9 +36,9 @@ VLLM = r"""
 import json, resource, sys, time
 t = time.perf_counter()
 import torch
-from kvexplore.emulation import emulate
-from kvexplore.gpus import resolve_gpu
-from kvexplore.models import load_model_config
+from kvexplore.planning.emulation import emulate
+from kvexplore.planning.gpus import resolve_gpu
+from kvexplore.planning.models import load_model_config
 from vllm.config import set_current_vllm_config
 from vllm.distributed import parallel_state as ps
 from vllm.engine.arg_utils import EngineArgs

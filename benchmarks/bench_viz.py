@@ -100,7 +100,7 @@ def bench_pages(repeats: int) -> bool:
 
 
 def bench_explorer(models: list[str]) -> bool:
-    from kvexplore.widgets import Explorer
+    from kvexplore.explorer.widgets import Explorer
 
     ok = True
     all_times = []

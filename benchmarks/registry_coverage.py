@@ -135,8 +135,8 @@ def _emulation(gpu: str):
     """kvexplore's GPU emulation, so module-level platform checks at import
     answer as they do inside kvexplore's own build; a no-op if unavailable."""
     try:
-        from kvexplore.emulation import emulate
-        from kvexplore.gpus import resolve_gpu
+        from kvexplore.planning.emulation import emulate
+        from kvexplore.planning.gpus import resolve_gpu
 
         return emulate(resolve_gpu(gpu))
     except Exception:  # noqa: BLE001 - private API; the script still runs without it

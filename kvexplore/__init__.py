@@ -1,5 +1,16 @@
 """kvexplore: explore how vLLM 0.33 lays out the KV cache of hybrid models.
 
+The package follows the pipeline, one subpackage per stage; each imports only
+the stages before it:
+
+* :mod:`kvexplore.planning`   model config + named GPU -> ``Plan`` (vLLM's own model classes)
+* :mod:`kvexplore.registration` a plan's KV cache as the tensors vLLM registers
+* :mod:`kvexplore.editing`    LMCache's validation, edits and the round-trip proof
+* :mod:`kvexplore.offloading` the ``OffloadingConfig`` vLLM hands a backend, sweeps
+* :mod:`kvexplore.rendering`  layouts as data, text, HTML and figures
+* :mod:`kvexplore.explorer`   the Explorer widget over plain-Python state
+* :mod:`kvexplore.cli`        the command line, mirroring this API
+
 >>> import kvexplore
 >>> kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="A100").block_size
 544
@@ -7,87 +18,58 @@
 576
 """
 
-from kvexplore.errors import KVExploreError
-from kvexplore.gpus import DEFAULT_GPU, GPU, gpus
-from kvexplore.models import (
-    DEFAULT_MODEL,
-    LayerInfo,
-    ModelSource,
-    catalog_names,
-    load_model_config,
-)
-from kvexplore.planner import Admission, Plan, catalog, clear_plan_cache, plan
-
-__version__ = "0.1.0"
-
-__all__ = [
-    "DEFAULT_GPU",
-    "DEFAULT_MODEL",
-    "GPU",
-    "Admission",
-    "KVExploreError",
-    "LayerInfo",
-    "ModelSource",
-    "Plan",
-    "catalog",
-    "catalog_names",
-    "clear_plan_cache",
-    "gpus",
-    "load_model_config",
-    "plan",
-]
-
-# --- issue 3: validation, edit rules, round-trip proof (kvexplore.validation,
-# --- kvexplore.edits, kvexplore.roundtrip) ---------------------------------
-from kvexplore.edits import (  # noqa: E402
+from kvexplore.editing import (
     DEFAULT_EDITS,
     EditResult,
     KVCacheGroupEdit,
     MambaPageViewEdit,
     MambaUnifiedViewEdit,
+    RoundTripReport,
     SubpagedAttentionViewEdit,
     SubpagedMLAAttentionViewEdit,
     apply_kv_cache_group_edits,
-)
-from kvexplore.roundtrip import RoundTripReport, verify_roundtrip  # noqa: E402
-from kvexplore.validation import (  # noqa: E402
     check_kv_cache_groups,
     validate_kv_cache_groups,
+    verify_roundtrip,
+)
+from kvexplore.errors import KVExploreError
+from kvexplore.offloading import (
+    OffloadConfigError,
+    OffloadResult,
+    offload_config,
+    sweep,
+)
+from kvexplore.planning import (
+    DEFAULT_GPU,
+    DEFAULT_MODEL,
+    GPU,
+    Admission,
+    LayerInfo,
+    ModelSource,
+    Plan,
+    catalog,
+    catalog_names,
+    clear_plan_cache,
+    gpus,
+    load_model_config,
+    plan,
 )
 
-__all__ += [
-    "DEFAULT_EDITS",
-    "EditResult",
-    "KVCacheGroupEdit",
-    "MambaPageViewEdit",
-    "MambaUnifiedViewEdit",
-    "RoundTripReport",
-    "SubpagedAttentionViewEdit",
-    "SubpagedMLAAttentionViewEdit",
-    "apply_kv_cache_group_edits",
-    "check_kv_cache_groups",
-    "validate_kv_cache_groups",
-    "verify_roundtrip",
-]
-# --- end issue 3 ------------------------------------------------------------
+__version__ = "0.1.0"
 
-# --- issue 4: offloading config and sweeps --------------------------------
-from kvexplore.offload import OffloadResult, offload_config  # noqa: E402
-from kvexplore.sweep import sweep  # noqa: E402
-
-__all__ += ["OffloadResult", "offload_config", "sweep"]
-
-# --- issue 5: renderers and the Explorer widget (imported on first use, so
-# --- `import kvexplore` does not pull in ipywidgets) ------------------------
+# Rendering and the Explorer are imported on first use, so that
+# ``import kvexplore`` pulls in neither matplotlib nor ipywidgets.
 _LAZY = {
-    "Explorer": ("kvexplore.widgets", "Explorer"),
-    "ExplorerState": ("kvexplore.explorer_logic", "ExplorerState"),
-    "page_map": ("kvexplore.viz", "page_map"),
-    "page_layout": ("kvexplore.viz", "page_layout"),
-    "page_map_text": ("kvexplore.viz", "page_map_text"),
-    "buffer_map": ("kvexplore.viz", "buffer_map"),
-    "buffer_map_text": ("kvexplore.viz", "buffer_map_text"),
-    "sweep_heatmap": ("kvexplore.viz", "sweep_heatmap"),
+    "page_layout": ("kvexplore.rendering.layouts", "page_layout"),
+    "page_map": ("kvexplore.rendering.layouts", "page_map"),
+    "page_map_text": ("kvexplore.rendering.layouts", "page_map_text"),
+    "buffer_layout": ("kvexplore.rendering.layouts", "buffer_layout"),
+    "buffer_map": ("kvexplore.rendering.layouts", "buffer_map"),
+    "buffer_map_text": ("kvexplore.rendering.layouts", "buffer_map_text"),
+    "sweep_heatmap": ("kvexplore.rendering.layouts", "sweep_heatmap"),
+    "sweep_heatmap_text": ("kvexplore.rendering.layouts", "sweep_heatmap_text"),
+    "ExplorerState": ("kvexplore.explorer.state", "ExplorerState"),
+    "Explorer": ("kvexplore.explorer.widgets", "Explorer"),
 }
 
 
@@ -100,4 +82,41 @@ def __getattr__(name):
     raise AttributeError(f"module 'kvexplore' has no attribute {name!r}")
 
 
-__all__ += list(_LAZY)
+__all__ = [
+    # planning
+    "DEFAULT_GPU",
+    "DEFAULT_MODEL",
+    "GPU",
+    "Admission",
+    "LayerInfo",
+    "ModelSource",
+    "Plan",
+    "catalog",
+    "catalog_names",
+    "clear_plan_cache",
+    "gpus",
+    "load_model_config",
+    "plan",
+    # editing
+    "DEFAULT_EDITS",
+    "EditResult",
+    "KVCacheGroupEdit",
+    "MambaPageViewEdit",
+    "MambaUnifiedViewEdit",
+    "RoundTripReport",
+    "SubpagedAttentionViewEdit",
+    "SubpagedMLAAttentionViewEdit",
+    "apply_kv_cache_group_edits",
+    "check_kv_cache_groups",
+    "validate_kv_cache_groups",
+    "verify_roundtrip",
+    # offloading
+    "OffloadConfigError",
+    "OffloadResult",
+    "offload_config",
+    "sweep",
+    # errors
+    "KVExploreError",
+    # rendering and the Explorer (lazy)
+    *_LAZY,
+]

@@ -91,7 +91,7 @@ def _print_table(df: pd.DataFrame) -> None:
 
 
 def cmd_catalog(ns) -> int:
-    from kvexplore.planner import catalog
+    from kvexplore.planning.planner import catalog
 
     df = catalog(**({"gpu": ns.gpu} if ns.gpu else {}))
     if ns.json:
@@ -102,7 +102,7 @@ def cmd_catalog(ns) -> int:
 
 
 def cmd_gpus(ns) -> int:
-    from kvexplore.gpus import gpus
+    from kvexplore.planning.gpus import gpus
 
     df = gpus()
     if ns.json:
@@ -113,7 +113,7 @@ def cmd_gpus(ns) -> int:
 
 
 def cmd_plan(ns) -> int:
-    from kvexplore.planner import plan
+    from kvexplore.planning.planner import plan
 
     p = plan(ns.model, **_plan_kwargs(ns))
     if ns.json:
@@ -129,8 +129,8 @@ def cmd_plan(ns) -> int:
 
 def cmd_offload(ns) -> int:
     from kvexplore.errors import KVExploreError
-    from kvexplore.offload import offload_config
-    from kvexplore.planner import plan
+    from kvexplore.offloading.config import offload_config
+    from kvexplore.planning.planner import plan
 
     extra = None
     if ns.extra is not None:
@@ -166,7 +166,7 @@ def _split(value: str | None, conv):
 
 
 def cmd_sweep(ns) -> int:
-    from kvexplore.sweep import sweep
+    from kvexplore.offloading.sweep import sweep
 
     axes = {}
     for key in _PLAN_KEYS:

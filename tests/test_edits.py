@@ -20,7 +20,7 @@ from edit_layouts import (
 from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec, MLAAttentionSpec
 from vllm.v1.kv_cache_layout import KVCacheLayout
 
-from kvexplore.edits import (
+from kvexplore.editing.rules import (
     DEFAULT_EDITS,
     EditResult,
     KVCacheGroupEdit,

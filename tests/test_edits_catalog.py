@@ -18,10 +18,10 @@ from vllm.v1.kv_cache_interface import (
 )
 
 from kvexplore import plan
-from kvexplore.edits import apply_kv_cache_group_edits
-from kvexplore.models import catalog_names
-from kvexplore.roundtrip import verify_roundtrip
-from kvexplore.validation import check_kv_cache_groups
+from kvexplore.editing.roundtrip import verify_roundtrip
+from kvexplore.editing.rules import apply_kv_cache_group_edits
+from kvexplore.editing.validation import check_kv_cache_groups
+from kvexplore.planning.models import catalog_names
 
 NUM_BLOCKS = 3
 CASES = [(name, tp) for name in catalog_names() for tp in (1, 4)]

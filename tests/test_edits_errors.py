@@ -16,7 +16,7 @@ from edit_layouts import (
 )
 from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
 
-from kvexplore.edits import (
+from kvexplore.editing.rules import (
     MambaPageViewEdit,
     MambaUnifiedViewEdit,
     SubpagedAttentionViewEdit,

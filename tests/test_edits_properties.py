@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
 from vllm.v1.kv_cache_layout import KVCacheLayout
 
-from kvexplore.edits import apply_kv_cache_group_edits
-from kvexplore.roundtrip import verify_roundtrip
+from kvexplore.editing.roundtrip import verify_roundtrip
+from kvexplore.editing.rules import apply_kv_cache_group_edits
 
 SETTINGS = settings(
     max_examples=30,

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 import kvexplore
-import kvexplore.offload
+import kvexplore.offloading.config
 from kvexplore import KVExploreError
-from kvexplore.offload import (
+from kvexplore.offloading.config import (
     OffloadConfigError,
     OffloadResult,
     offload_cli_table,
@@ -369,5 +369,5 @@ def test_to_dict_handles_non_json_extra_values():
 
 
 def test_module_doctests():
-    result = doctest.testmod(kvexplore.offload)
+    result = doctest.testmod(kvexplore.offloading.config)
     assert result.attempted > 0 and result.failed == 0

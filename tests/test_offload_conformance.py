@@ -26,13 +26,13 @@ from vllm.distributed.kv_transfer.kv_connector.v1.offloading.config import (
 
 import kvexplore
 from kvexplore.errors import KVExploreError
-from kvexplore.offload import (
+from kvexplore.offloading.config import (
     OffloadConfigError,
     offload_config,
     vllm_offload_inputs,
     vllm_parallel_config,
 )
-from kvexplore.vllm_bridge import VllmConfigStandIn
+from kvexplore.offloading.standin import VllmConfigStandIn
 
 SEED = 20260433
 N_COMPARED = 700  # offload comparisons (valid plans); plan-level DCP cases come on top

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import kvexplore
-from kvexplore.models import load_model_config
+from kvexplore.planning.models import load_model_config
 
 GPUS = ("A100", "H100")
 TPS = (1, 2)
@@ -210,8 +210,8 @@ def test_memory_inputs_reuse_the_build_and_match_a_fresh_engine_config():
     equals what EngineArgs gives for that length."""
     from vllm.engine.arg_utils import EngineArgs
 
-    from kvexplore.emulation import emulate
-    from kvexplore.gpus import resolve_gpu
+    from kvexplore.planning.emulation import emulate
+    from kvexplore.planning.gpus import resolve_gpu
 
     a = kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="A100", max_model_len=8192, num_blocks=32)
     b = kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="A100", max_model_len=4096, num_blocks=32)

@@ -2,7 +2,7 @@
 
 For every bundled hybrid model x TP {1, 2, 4, 8} x kv_cache_dtype {auto, fp8}
 x mamba_cache_mode {align (prefix caching on), none (prefix caching off)}, the
-reference path (:mod:`kvexplore.reference`: a fresh ``ModelConfig``, the model
+reference path (:mod:`tests/reference.py`: a fresh ``ModelConfig``, the model
 hooks and ``Platform.update_block_size_for_backend`` on a stand-in config with
 no built layers) and ``kvexplore.plan`` must agree, or both must refuse the
 configuration.  The reference sees no layer, so no prefill checkpoint
@@ -13,9 +13,9 @@ adds one (GDN prefill runs on Triton there; Mamba2 mixers align to 1 token).
 import itertools
 
 import pytest
+from reference import vllm_alignment
 
 import kvexplore
-from kvexplore.reference import vllm_alignment
 
 HYBRIDS = [
     "LiquidAI/LFM2-2.6B",

@@ -18,8 +18,8 @@ from edit_layouts import (
     unified_registration,
 )
 
-from kvexplore.edits import apply_kv_cache_group_edits
-from kvexplore.roundtrip import RoundTripReport, verify_roundtrip
+from kvexplore.editing.roundtrip import RoundTripReport, verify_roundtrip
+from kvexplore.editing.rules import apply_kv_cache_group_edits
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -233,7 +233,7 @@ def test_a_view_with_another_block_step_is_caught_in_the_blocks_it_misses():
 
 
 def test_stacked_layers_fill_their_own_bytes_with_their_own_pattern():
-    from kvexplore.roundtrip import _Group, _prepare
+    from kvexplore.editing.roundtrip import _Group, _prepare
 
     cfg, caches = unified_registration([(["a", "b", "c"], qwen_gdn())], 3)
     edited = apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD")
@@ -297,7 +297,7 @@ def test_a_stack_whose_views_cannot_be_written_is_reported_layer_by_layer():
 
 @pytest.mark.parametrize("ne", [False, True], ids=["xor-max", "ne-any"])
 def test_both_compare_kernels_pass_good_views_and_locate_a_bad_one(monkeypatch, ne):
-    import kvexplore.roundtrip as roundtrip
+    import kvexplore.editing.roundtrip as roundtrip
 
     # ne + any is what CUDA runs; force it here so the CPU suite covers it.
     monkeypatch.setattr(roundtrip, "_ne_compare", lambda device: ne)
@@ -323,7 +323,7 @@ def test_both_compare_kernels_pass_good_views_and_locate_a_bad_one(monkeypatch, 
 def test_compare_outputs_of_mixed_widths_need_no_byte_by_byte_pass(monkeypatch):
     from vllm.v1.kv_cache_interface import MambaSpec
 
-    import kvexplore.roundtrip as roundtrip
+    import kvexplore.editing.roundtrip as roundtrip
 
     # Conv and SSM state 9 bytes apart in a 64-byte page: two fill views, 15
     # uint8 bytes then 32 bytes read as int64 words, so the compare outputs
@@ -358,7 +358,7 @@ def test_compare_outputs_of_mixed_widths_need_no_byte_by_byte_pass(monkeypatch):
 
 
 def test_long_rows_are_split_so_the_pattern_ramp_stays_small():
-    from kvexplore.roundtrip import _pattern_bytes, _rows
+    from kvexplore.editing.roundtrip import _pattern_bytes, _rows
 
     page = 16_900_096  # a Nemotron-H Mamba page's conv + SSM bytes
     raw = torch.zeros(2 * page, dtype=torch.uint8)

@@ -11,11 +11,11 @@ import pytest
 
 import kvexplore
 from kvexplore import KVExploreError
-from kvexplore.offload import offload_config
-from kvexplore.sweep import RESULT_COLUMNS, sweep
+from kvexplore.offloading.config import offload_config
+from kvexplore.offloading.sweep import RESULT_COLUMNS, sweep
 
-# `kvexplore.sweep` is the function on the package; the module lives in sys.modules
-sweep_module = importlib.import_module("kvexplore.sweep")
+# `kvexplore.offloading.sweep` is the function on the package; the module lives in sys.modules
+sweep_module = importlib.import_module("kvexplore.offloading.sweep")
 
 QWEN = "Qwen/Qwen3.5-0.8B"
 

@@ -12,7 +12,7 @@ from vllm.v1.kv_cache_interface import (
     UniformTypeKVCacheSpecs,
 )
 
-from kvexplore.validation import check_kv_cache_groups, validate_kv_cache_groups
+from kvexplore.editing.validation import check_kv_cache_groups, validate_kv_cache_groups
 
 
 def cross():

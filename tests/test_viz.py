@@ -227,7 +227,7 @@ def test_plan_html_escapes_and_has_tables(fi):
 
 
 def test_table_html_escapes():
-    from kvexplore.reprs import message_html, table_html
+    from kvexplore.rendering.html import message_html, table_html
 
     assert "&lt;script&gt;" in table_html([{"a": "<script>"}])
     assert "<script>" not in message_html("<script>alert(1)</script>")

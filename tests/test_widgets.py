@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from kvexplore.explorer_logic import PANELS, ExplorerState
-from kvexplore.widgets import Explorer
+from kvexplore.explorer.state import PANELS, ExplorerState
+from kvexplore.explorer.widgets import Explorer
 
 QWEN = "Qwen/Qwen3.5-0.8B"
 
@@ -80,7 +80,7 @@ def test_missing_and_non_json_config(ex, tmp_path):
 
 
 def test_path_model_works(ex, tmp_path):
-    from kvexplore.models import load_model_config
+    from kvexplore.planning.models import load_model_config
 
     (tmp_path / "config.json").write_text(json.dumps(load_model_config(QWEN).config))
     ex.controls["model"].value = str(tmp_path)

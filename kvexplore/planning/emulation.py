@@ -51,7 +51,7 @@ from collections.abc import Iterator
 import torch
 from torch.overrides import TorchFunctionMode
 
-from kvexplore.gpus import GPU
+from kvexplore.planning.gpus import GPU
 
 #: ``module:function`` of the vLLM functions whose ``current_platform.is_cuda()``
 #: gates a choice that changes the KV cache layout.

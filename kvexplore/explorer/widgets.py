@@ -6,7 +6,7 @@ attention backend, Mamba cache mode, prefix caching (vLLM turns the Mamba
 cache mode to ``align`` while it is on), registration era, layer, block) and a tab
 per panel (status, plan summary with its derivation, memory, page map
 before/after edits, edit report with validation verdicts, offloading config,
-live tensors).  All logic lives in :class:`kvexplore.explorer_logic.ExplorerState`;
+live tensors).  All logic lives in :class:`kvexplore.explorer.state.ExplorerState`;
 this module only forwards ``.value`` changes to ``state.set`` and copies the
 changed panels' HTML back, so a control change re-renders only what changed.
 
@@ -22,7 +22,7 @@ costs more than all the HTML panels together.  Figures are plain
 
 In a notebook::
 
-    from kvexplore.widgets import Explorer
+    from kvexplore.explorer.widgets import Explorer
     ex = Explorer("Qwen/Qwen3.5-0.8B")
     ex                                    # tag this cell nbval-ignore-output
     ex.controls["attention_backend"].value = "FLASHINFER"
@@ -36,8 +36,8 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from kvexplore.explorer_logic import CONTROL_DEFAULTS, PANELS, ExplorerState, choices
-from kvexplore.models import DEFAULT_MODEL
+from kvexplore.explorer.state import CONTROL_DEFAULTS, PANELS, ExplorerState, choices
+from kvexplore.planning.models import DEFAULT_MODEL
 
 _TITLES = {
     "status": "status",
@@ -210,14 +210,14 @@ def _css_class(kind: str, name: str) -> str:
 
 
 def _error_html(exc: BaseException) -> str:
-    from kvexplore.explorer_logic import _describe_error
-    from kvexplore.reprs import message_html
+    from kvexplore.explorer.state import _describe_error
+    from kvexplore.rendering.html import message_html
 
     return message_html(_describe_error(exc))
 
 
 def _info_html(text: str) -> str:
-    from kvexplore.reprs import message_html
+    from kvexplore.rendering.html import message_html
 
     return message_html(text, "info")
 

@@ -1,7 +1,7 @@
 """What vLLM 0.33's GPU worker and engine core run before the KV cache exists.
 
 :func:`build_model` runs, in vLLM's order and with vLLM's own code, under the
-named GPU's emulation (:mod:`kvexplore.emulation`):
+named GPU's emulation (:mod:`kvexplore.planning.emulation`):
 
 1. ``EngineArgs(...).create_engine_config()``: the real ``VllmConfig``, the
    per-model config hooks included (``vllm/model_executor/models/config.py``).
@@ -39,8 +39,8 @@ from typing import Any
 
 import torch
 
-from kvexplore.emulation import emulate, patch_attributes
-from kvexplore.gpus import GPU
+from kvexplore.planning.emulation import emulate, patch_attributes
+from kvexplore.planning.gpus import GPU
 
 _DIST_LOCK = threading.Lock()
 

@@ -1,10 +1,10 @@
 """The planner: the KV cache vLLM 0.33 would build on a named GPU, offline.
 
 ``plan(model, gpu="H100", ...)`` runs vLLM's own code in the order a GPU
-worker and the engine core run it (:mod:`kvexplore.worker`): the real
+worker and the engine core run it (:mod:`kvexplore.planning.worker`): the real
 ``VllmConfig`` from ``EngineArgs.create_engine_config``, the model built with
 vLLM's own model class on PyTorch's meta device while the named GPU is
-emulated (:mod:`kvexplore.emulation`), ``update_block_size_for_backend``, the
+emulated (:mod:`kvexplore.planning.emulation`), ``update_block_size_for_backend``, the
 runner's ``get_kv_cache_spec``, the engine core's layout resolution and
 grouping, then what depends on memory:
 
@@ -48,8 +48,8 @@ from typing import Any
 import pandas as pd
 
 from kvexplore.errors import KVExploreError
-from kvexplore.gpus import DEFAULT_GPU, GPU, resolve_gpu
-from kvexplore.models import (
+from kvexplore.planning.gpus import DEFAULT_GPU, GPU, resolve_gpu
+from kvexplore.planning.models import (
     CROSS,
     FULL,
     MAMBA,
@@ -409,7 +409,7 @@ class Plan:
         )
 
     def _repr_html_(self) -> str:
-        from kvexplore.reprs import plan_html
+        from kvexplore.rendering.html import plan_html
 
         return plan_html(self)
 
@@ -530,7 +530,7 @@ def plan(
     src = load_model_config(model)
     gpu_obj = resolve_gpu(gpu)
     if attention_backend is not None:
-        from kvexplore.backends import validate_backend_name
+        from kvexplore.planning.backends import validate_backend_name
 
         attention_backend = validate_backend_name(attention_backend)
     if speculative_config is not None and not isinstance(speculative_config, dict):
@@ -689,7 +689,7 @@ def _engine_kwargs(r: dict) -> dict:
 
 
 def _built_model(src: ModelSource, gpu: GPU, request: tuple, r: dict):
-    from kvexplore.worker import build_model
+    from kvexplore.planning.worker import build_model
 
     build_request = tuple((k, v) for k, v in request if k not in MEMORY_KEYWORDS)
     key = (id(src), build_request)
@@ -742,7 +742,7 @@ def _kv_cache_config(vc, built, r: dict):
     of its admission check instead of raising it."""
     from vllm.v1.core import kv_cache_planning as kcp
 
-    from kvexplore.emulation import emulate, patch_attributes
+    from kvexplore.planning.emulation import emulate, patch_attributes
 
     seen: list[Admission] = []
     original = kcp._check_enough_kv_cache_memory
@@ -809,7 +809,7 @@ def _kernel_block_sizes(kv_cache_config, built) -> list[int]:
                     backend=backend, kv_cache_spec=built.layer_specs[name]
                 )
         attn_groups.append(list(by_backend.values()))
-    from kvexplore.emulation import emulate
+    from kvexplore.planning.emulation import emulate
 
     with emulate(built.gpu, meta_tensors=False):
         return prepare_kernel_block_sizes(kv_cache_config, attn_groups)

@@ -243,9 +243,9 @@ def edited_views(plan, registration: str = "unified"):
 
     def build():
         try:
-            from kvexplore.edits import apply_kv_cache_group_edits
+            from kvexplore.editing.rules import apply_kv_cache_group_edits
         except ImportError as exc:  # pragma: no cover - module present in tree
-            raise KVExploreError(f"edits are unavailable: kvexplore.edits ({exc})") from None
+            raise KVExploreError(f"edits are unavailable: kvexplore.editing.rules ({exc})") from None
         return apply_kv_cache_group_edits(
             plan.kv_cache_config, views, kv_layout=plan.kv_cache_layout.name
         )
@@ -413,7 +413,7 @@ class PageLayout:
         return self.text()
 
     def _repr_html_(self) -> str:
-        from kvexplore.reprs import page_layout_html
+        from kvexplore.rendering.html import page_layout_html
 
         return page_layout_html(self)
 
@@ -927,7 +927,7 @@ class BufferLayout:
         return self.text()
 
     def _repr_html_(self) -> str:
-        from kvexplore.reprs import buffer_layout_html
+        from kvexplore.rendering.html import buffer_layout_html
 
         return buffer_layout_html(self)
 

@@ -94,7 +94,7 @@ def plan_html(plan) -> str:
 
 def _bar_html(segments, total: int, *, max_items: int = 64) -> str:
     """Segments as one flex bar of CSS widths (no bytes, no images)."""
-    from kvexplore.viz import _base_color, _capped
+    from kvexplore.rendering.layouts import _base_color, _capped
 
     if not total:
         return ""

@@ -57,7 +57,7 @@ from typing import Any
 import pandas as pd
 
 from kvexplore.errors import KVExploreError
-from kvexplore.planner import Plan
+from kvexplore.planning.planner import Plan
 
 #: ``--distributed-executor-backend`` values vLLM accepts by name.
 EXECUTOR_BACKENDS = ("mp", "uni", "ray", "external_launcher")
@@ -1387,7 +1387,7 @@ def vllm_parallel_config(
 def vllm_offload_inputs(plan: Plan, *, parallel_config=None, **kw):
     """``(vllm_config, kv_cache_config)`` to call vLLM's own ``build_offloading_config``.
 
-    The stand-in (:class:`kvexplore.vllm_bridge.VllmConfigStandIn`) carries the
+    The stand-in (:class:`kvexplore.offloading.standin.VllmConfigStandIn`) carries the
     plan's ``ModelConfig`` / ``CacheConfig``, a real ``ParallelConfig``
     (:func:`vllm_parallel_config`, or ``parallel_config`` when given, to share
     one across calls), a real ``KVTransferConfig`` for the
@@ -1397,7 +1397,7 @@ def vllm_offload_inputs(plan: Plan, *, parallel_config=None, **kw):
     from vllm.config import KVTransferConfig
     from vllm.config.kv_events import KVEventsConfig
 
-    from kvexplore.vllm_bridge import VllmConfigStandIn
+    from kvexplore.offloading.standin import VllmConfigStandIn
 
     extra = kw.pop("extra_config", None)
     engine_id = kw.pop("engine_id", DEFAULT_ENGINE_ID)

@@ -52,7 +52,7 @@ import pandas as pd
 import torch
 from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheSpec, KVCacheSpecKind
 
-from kvexplore.edits import (
+from kvexplore.editing.rules import (
     RegisteredKVCache,
     _check_caches,
     _kind,

@@ -4,7 +4,7 @@
 {"blocks_per_chunk": 2}])`` plans every combination of the ``plan`` keywords
 once, derives vLLM 0.33's ``OffloadingConfig`` (``build_offloading_config``
 in ``vllm/distributed/kv_transfer/kv_connector/v1/offloading/config.py``) for
-every row through :func:`kvexplore.offload.offload_config`'s derivation, and
+every row through :func:`kvexplore.offloading.config.offload_config`'s derivation, and
 returns a pandas DataFrame.  A combination vLLM rejects (in planning or in
 ``build_offloading_config``) is a row whose ``error`` column holds the reason.
 
@@ -26,14 +26,14 @@ from typing import Any
 import pandas as pd
 
 from kvexplore.errors import KVExploreError
-from kvexplore.models import load_model_config
-from kvexplore.offload import (
+from kvexplore.offloading.config import (
     DEFAULT_ENGINE_ID,
     OFFLOAD_KEYWORDS,
     _derive_checked,
     _jsonable,
 )
-from kvexplore.planner import plan as make_plan
+from kvexplore.planning.models import load_model_config
+from kvexplore.planning.planner import plan as make_plan
 
 #: ``plan()`` keywords a sweep can vary.
 PLAN_KEYWORDS = tuple(
@@ -105,7 +105,7 @@ def sweep(model: Any = "Qwen/Qwen3.5-0.8B", **axes) -> pd.DataFrame:
 
     Every keyword is a ``kvexplore.plan`` keyword (``tensor_parallel_size``,
     ``decode_context_parallel_size``, ``block_size``, ``kv_cache_dtype`` ...)
-    or an :func:`kvexplore.offload.offload_config` keyword
+    or an :func:`kvexplore.offloading.config.offload_config` keyword
     (``extra_config``, ``pipeline_parallel_size``, ``nnodes_within_dp`` ...).
     A list, tuple or range is an axis; any other value is held fixed.
     Combinations run in ``itertools.product`` order of the keywords as given.

@@ -65,8 +65,11 @@ from vllm.v1.kv_cache_interface import (
     get_kv_cache_spec_kind,
 )
 
+from kvexplore.editing.validation import (
+    declares_slot_compression,
+    validate_kv_cache_groups,
+)
 from kvexplore.errors import KVExploreError
-from kvexplore.validation import declares_slot_compression, validate_kv_cache_groups
 
 __all__ = [
     "DEFAULT_EDITS",

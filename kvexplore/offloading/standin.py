@@ -8,7 +8,7 @@ and runs far more machinery; :class:`VllmConfigStandIn` carries vLLM's *real*
 ``ModelConfig``, ``CacheConfig`` and ``ParallelConfig`` plus the few other
 sub-configs those functions touch (GUIDE section 5).
 
-The offloading derivation (:mod:`kvexplore.offload`) uses it to hand vLLM's
+The offloading derivation (:mod:`kvexplore.offloading.config`) uses it to hand vLLM's
 ``build_offloading_config`` a plan's real sub-configs with the parallel and
 KV-transfer configs an offloading deployment adds.
 """

@@ -2,7 +2,7 @@
 
 :class:`ExplorerState` holds the control values (what the widget's controls
 show), builds the plan with :func:`kvexplore.plan` and renders every panel to
-text and HTML.  :mod:`kvexplore.widgets` is a thin ipywidgets layer over it;
+text and HTML.  :mod:`kvexplore.explorer.widgets` is a thin ipywidgets layer over it;
 tests drive this class (or the widget's controls) without a browser.
 
 Why a separate class: the widget must never show a traceback and must stay
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvexplore.errors import KVExploreError
-from kvexplore.gpus import DEFAULT_GPU
-from kvexplore.models import DEFAULT_MODEL
+from kvexplore.planning.gpus import DEFAULT_GPU
+from kvexplore.planning.models import DEFAULT_MODEL
 
 #: Controls and their defaults ("auto" = let vLLM choose).
 CONTROL_DEFAULTS: dict[str, Any] = {
@@ -93,7 +93,7 @@ class Panel:
 
 
 def _message_panel(name: str, text: str, level: str = "error") -> Panel:
-    from kvexplore.reprs import message_html
+    from kvexplore.rendering.html import message_html
 
     return Panel(name, text, message_html(text, level), ok=False)
 
@@ -104,10 +104,10 @@ def choices() -> dict[str, list]:
 
     from vllm.config.cache import CacheDType
 
-    from kvexplore.backends import COMMON_BACKENDS
-    from kvexplore.gpus import gpus
-    from kvexplore.models import catalog_names
-    from kvexplore.planner import MAMBA_CACHE_MODES, MODEL_DTYPES
+    from kvexplore.planning.backends import COMMON_BACKENDS
+    from kvexplore.planning.gpus import gpus
+    from kvexplore.planning.models import catalog_names
+    from kvexplore.planning.planner import MAMBA_CACHE_MODES, MODEL_DTYPES
     from kvexplore.registration import REGISTRATIONS
 
     return {
@@ -257,7 +257,7 @@ class ExplorerState:
             new["status"] = _message_panel("status", self.error)
         else:
             text = f"{p!r}" + (f"\n{self.note}" if self.note else "")
-            from kvexplore.reprs import message_html
+            from kvexplore.rendering.html import message_html
 
             new["status"] = Panel("status", text, message_html(text, "info"))
         return self._commit(before, new)
@@ -267,7 +267,7 @@ class ExplorerState:
         return tuple(n for n in PANELS if before.get(n) != new.get(n))
 
     def _plan(self):
-        from kvexplore.planner import plan
+        from kvexplore.planning.planner import plan
 
         kwargs = self.plan_kwargs()
         model = self.controls["model"]
@@ -277,7 +277,7 @@ class ExplorerState:
 
     def _layer(self) -> int:
         """Position of the layer control's value: an int position, its text, or a layer name."""
-        from kvexplore.viz import resolve_layer
+        from kvexplore.rendering.layouts import resolve_layer
 
         layer = self.controls["layer"]
         if isinstance(layer, str) and layer.strip().lstrip("-").isdigit():
@@ -296,7 +296,7 @@ class ExplorerState:
         """Matplotlib page map for the current controls, or None after an error."""
         if self.plan is None or not self.panels.get("page_map", Panel("", "", "", False)).ok:
             return None
-        from kvexplore.viz import page_map
+        from kvexplore.rendering.layouts import page_map
 
         return page_map(self.plan, self._layer(), block=_as_int("block", self.controls["block"]),
                         registration=self.controls["registration"], edited=True)
@@ -335,8 +335,8 @@ class ExplorerState:
                 f"{MAX_CPU_ALLOCATION:,} B on CPU (run on a CUDA machine, or lower num_blocks)"
             )
         try:
-            from kvexplore.edits import apply_kv_cache_group_edits
-            from kvexplore.roundtrip import verify_roundtrip
+            from kvexplore.editing.roundtrip import verify_roundtrip
+            from kvexplore.editing.rules import apply_kv_cache_group_edits
         except ImportError as exc:
             raise KVExploreError(f"live round-trip unavailable: {exc}") from None
         caches = p.allocate(device, registration=registration)
@@ -352,7 +352,7 @@ class ExplorerState:
         head = (f"round-trip {verdict}: {len(table)} layers, {report.bytes_checked:,} bytes "
                 f"on {device_type} ({registration}, {chosen})")
         text = head + "\n" + (table[cols].to_string(index=False) if len(table) else "(no layers)")
-        from kvexplore.reprs import message_html, table_html
+        from kvexplore.rendering.html import message_html, table_html
 
         html = message_html(head, "info" if report.ok else "error") + table_html(table[cols])
         del caches, edited
@@ -366,7 +366,7 @@ def _describe_error(exc: BaseException) -> str:
 
 
 def _live_idle_html() -> str:
-    from kvexplore.reprs import message_html
+    from kvexplore.rendering.html import message_html
 
     return message_html(
         "live tensors: not run for this configuration. Run allocates the registered "
@@ -381,7 +381,7 @@ def _live_idle_html() -> str:
 
 
 def _summary_panel(p) -> Panel:
-    from kvexplore.reprs import plan_html
+    from kvexplore.rendering.html import plan_html
 
     rows = "\n".join(f"  {q}: {v}" for q, v in zip(p.summary["quantity"], p.summary["value"], strict=True))
     text = f"{p!r}\n{rows}\nderivation:\n" + "\n".join(f"  {line}" for line in p.explain().splitlines())
@@ -389,7 +389,7 @@ def _summary_panel(p) -> Panel:
 
 
 def _memory_panel(p) -> Panel:
-    from kvexplore.reprs import pairs_html, table_html
+    from kvexplore.rendering.html import pairs_html, table_html
 
     gt = p.group_table
     pairs = [
@@ -407,30 +407,30 @@ def _memory_panel(p) -> Panel:
 
 
 def _page_map_panel(p, layer: int, block: int, registration: str) -> Panel:
-    from kvexplore.reprs import page_layout_html
-    from kvexplore.viz import page_layout
+    from kvexplore.rendering.html import page_layout_html
+    from kvexplore.rendering.layouts import page_layout
 
     lay = page_layout(p, layer, block=block, registration=registration, edited=True)
     return Panel("page_map", lay.text(), page_layout_html(lay))
 
 
 def _edits_panel(p, registration: str) -> Panel:
-    from kvexplore.reprs import message_html, table_html
+    from kvexplore.rendering.html import message_html, table_html
 
     parts_text: list[str] = []
     parts_html: list[str] = []
     try:
-        from kvexplore.validation import check_kv_cache_groups
+        from kvexplore.editing.validation import check_kv_cache_groups
 
         verdicts = check_kv_cache_groups(p.kv_cache_config)
         parts_text.append("validation:\n" + verdicts.to_string(index=False))
         parts_html.append("<p><b>validation</b></p>" + table_html(verdicts))
     except ImportError as exc:
-        msg = f"validation unavailable: kvexplore.validation could not be imported ({exc})"
+        msg = f"validation unavailable: kvexplore.editing.validation could not be imported ({exc})"
         parts_text.append(msg)
         parts_html.append(message_html(msg, "warning"))
     try:
-        from kvexplore.viz import edited_views
+        from kvexplore.rendering.layouts import edited_views
 
         result = edited_views(p, registration)
         cols = ["group", "layer", "kind", "rule", "shape_before", "shape_after", "stride_after", "declined"]
@@ -454,12 +454,12 @@ def _esc(text: str) -> str:
 
 
 def _offload_panel(p) -> Panel:
-    from kvexplore.reprs import message_html, pre_html
+    from kvexplore.rendering.html import message_html, pre_html
 
     try:
-        from kvexplore.offload import offload_config
+        from kvexplore.offloading.config import offload_config
     except ImportError as exc:
-        msg = f"offloading config unavailable: kvexplore.offload could not be imported ({exc})"
+        msg = f"offloading config unavailable: kvexplore.offloading.config could not be imported ({exc})"
         return Panel("offload", msg, message_html(msg, "warning"), ok=False)
     try:
         result = offload_config(p)

@@ -1,0 +1,30 @@
+"""Edits, validation and the round-trip proof: what LMCache does with the
+tensors vLLM registers (``validation``, ``rules``, ``roundtrip``)."""
+
+from kvexplore.editing.roundtrip import RoundTripReport, verify_roundtrip
+from kvexplore.editing.rules import (
+    DEFAULT_EDITS,
+    EditResult,
+    KVCacheGroupEdit,
+    MambaPageViewEdit,
+    MambaUnifiedViewEdit,
+    SubpagedAttentionViewEdit,
+    SubpagedMLAAttentionViewEdit,
+    apply_kv_cache_group_edits,
+)
+from kvexplore.editing.validation import check_kv_cache_groups, validate_kv_cache_groups
+
+__all__ = [
+    "DEFAULT_EDITS",
+    "EditResult",
+    "KVCacheGroupEdit",
+    "MambaPageViewEdit",
+    "MambaUnifiedViewEdit",
+    "RoundTripReport",
+    "SubpagedAttentionViewEdit",
+    "SubpagedMLAAttentionViewEdit",
+    "apply_kv_cache_group_edits",
+    "check_kv_cache_groups",
+    "validate_kv_cache_groups",
+    "verify_roundtrip",
+]

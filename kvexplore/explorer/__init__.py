@@ -1,0 +1,2 @@
+"""The Explorer: plain-Python state (``state``) under a thin ipywidgets layer
+(``widgets``)."""

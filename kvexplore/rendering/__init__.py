@@ -1,0 +1,34 @@
+"""Rendering: layouts as data (``layouts``), and every result's text, HTML
+(``html``) and matplotlib figures (``figures``).
+
+:func:`render` is the rendering half of the display protocol of
+:mod:`kvexplore.display`: ``RENDERERS`` maps a result type's name to the
+module and function names of its three forms.  Imported on first use, so
+``import kvexplore`` does not pull in matplotlib.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from kvexplore.errors import KVExploreError
+
+#: type name -> {form: "module:function"}; the function takes the result.
+RENDERERS: dict[str, dict[str, str]] = {}
+
+
+def render(form: str, obj):
+    """``form`` of ``obj``: looked up by the names of ``type(obj)``'s classes."""
+    for cls in type(obj).__mro__:
+        entry = RENDERERS.get(cls.__name__)
+        if entry is None:
+            continue
+        target = entry.get(form)
+        if target is None:
+            break
+        module, func = target.split(":")
+        return getattr(importlib.import_module(module), func)(obj)
+    raise KVExploreError(
+        f"{type(obj).__name__} has no {form!r} form; expected one of the types "
+        f"{sorted(RENDERERS)}"
+    )

@@ -68,7 +68,7 @@ def _median_time(fn, repeats: int) -> tuple[float, float]:
 
 def bench_pages(repeats: int) -> bool:
     import kvexplore
-    from kvexplore import viz
+    from kvexplore.rendering import layouts as viz
 
     best = None
     for name in kvexplore.catalog_names():
@@ -146,7 +146,7 @@ def bench_explorer(models: list[str]) -> bool:
 
 
 def _built_keys():
-    from kvexplore import planner
+    from kvexplore.planning import planner
 
     return list(planner._BUILD_CACHE)
 

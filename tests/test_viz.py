@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 import kvexplore
-from kvexplore import viz
+from kvexplore.rendering import layouts as viz
 from kvexplore.errors import KVExploreError
 
 QWEN = "Qwen/Qwen3.5-0.8B"

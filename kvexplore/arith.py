@@ -1,0 +1,117 @@
+"""Pure byte-layout arithmetic shared by every stage: small functions, no I/O.
+
+Each helper exists once here (ceil division, a strided view's byte extent,
+runs of consecutive integers, Mamba state names, a spec's leaf specs, integer
+input checks, JSON conversion) so that planning, editing, offloading and
+rendering compute the same number the same way.
+
+>>> cdiv(1085440, 16 * 2048)
+34
+>>> state_names(2), state_names(3)
+(['conv', 'ssm'], ['conv0', 'conv1', 'ssm'])
+>>> runs([0, 1, 2, 5, 7, 8])
+[(0, 2), (5, 5), (7, 8)]
+>>> compress_ints([0, 1, 2, 5])
+'0-2, 5'
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from kvexplore.errors import KVExploreError
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division, as vLLM's ``vllm.utils.math_utils.cdiv``."""
+    return -(-a // b)
+
+
+def element_extent(shape: Sequence[int], stride: Sequence[int]) -> int:
+    """Elements from a strided view's first to its last addressed element,
+    inclusive (``sum((n - 1) * |s|) + 1``; 0 for an empty view)."""
+    if any(n == 0 for n in shape):
+        return 0
+    return sum((n - 1) * abs(s) for n, s in zip(shape, stride, strict=True)) + 1
+
+
+def byte_extent(t) -> int:
+    """Bytes spanned by tensor ``t`` from its first to its last addressed byte."""
+    return element_extent(tuple(t.shape), tuple(t.stride())) * t.element_size()
+
+
+def runs(values: Iterable[int]) -> list[tuple[int, int]]:
+    """Sorted distinct ``values`` as inclusive ``(first, last)`` runs of consecutive integers."""
+    out: list[tuple[int, int]] = []
+    for v in sorted(set(values)):
+        if out and v == out[-1][1] + 1:
+            out[-1] = (out[-1][0], v)
+        else:
+            out.append((v, v))
+    return out
+
+
+def compress_ints(values: Iterable[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``'0-2, 5'``."""
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs(values))
+
+
+def state_names(count: int) -> list[str]:
+    """Names of a Mamba page's states in ``MambaSpec.shapes`` order, as vLLM's
+    mixers return them from ``get_state_shape``: ``conv`` state(s), then ``ssm``
+    (a short-conv layer has one conv state only)."""
+    if count == 1:
+        return ["conv"]
+    if count == 2:
+        return ["conv", "ssm"]
+    return [f"conv{i}" for i in range(count - 1)] + ["ssm"]
+
+
+def leaf_specs(spec) -> list:
+    """The specs a (possibly composite, e.g. ``UniformTypeKVCacheSpecs``) spec holds."""
+    inner = getattr(spec, "kv_cache_specs", None)
+    if isinstance(inner, Mapping):
+        return list(inner.values())
+    return [spec]
+
+
+def real_page_bytes(spec) -> int:
+    """A spec's bytes before padding (``real_page_size_bytes`` where vLLM pads)."""
+    real = getattr(spec, "real_page_size_bytes", None)
+    return int(real) if real is not None else int(spec.page_size_bytes)
+
+
+def check_int(name: str, value: Any, *, minimum: int = 1, allow_none: bool = False) -> None:
+    """Raise ``KVExploreError`` naming ``name`` unless ``value`` is an int >= ``minimum``."""
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise KVExploreError(
+            f"{name}={value!r} is invalid; expected an integer >= {minimum}"
+            + (" or None" if allow_none else "")
+        )
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as strict JSON data: numpy/torch scalars unwrapped, NaN -> None,
+    infinities and unknown objects -> their ``repr``."""
+    if hasattr(value, "item") and not isinstance(value, (list, tuple, Mapping)):
+        try:
+            value = value.item()
+        except (TypeError, ValueError):
+            return repr(value)
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if math.isinf(value):
+            return repr(value)
+        return value
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    return repr(value)

@@ -25,6 +25,7 @@ import math
 import torch
 
 from kvexplore.errors import KVExploreError
+from kvexplore.memo import per_plan
 
 REGISTRATIONS = ("unified", "legacy")
 
@@ -131,3 +132,30 @@ def _legacy_mamba_views(raw: torch.Tensor, spec, num_blocks: int, page: int):
         )
         offset += math.prod(shape) * elem
     return views
+
+
+def registered_views(plan, registration: str = "unified") -> dict:
+    """The registration of ``plan`` on the ``meta`` device, kept per plan.
+
+    Exactly the views :func:`allocate` makes (vLLM's own
+    ``allocate_kv_cache`` / ``create_kv_cache_views`` for ``unified``), with
+    real shapes, strides and storage offsets but no memory: a page map of a
+    16.9 MB page costs nothing to inspect.
+    """
+    if registration not in REGISTRATIONS:
+        raise KVExploreError(
+            f"registration={registration!r} is invalid; expected one of {list(REGISTRATIONS)}"
+        )
+
+    def build():
+        try:
+            return allocate(plan, device="meta", registration=registration)
+        except KVExploreError:
+            raise
+        except (ValueError, AssertionError, RuntimeError) as exc:
+            raise KVExploreError(
+                f"vLLM 0.33 cannot register the KV cache of {plan.model.name} "
+                f"({registration}, layout {plan.kv_cache_layout.name}): {exc}"
+            ) from None
+
+    return per_plan(plan, ("views", registration), build)

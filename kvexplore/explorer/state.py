@@ -430,9 +430,9 @@ def _edits_panel(p, registration: str) -> Panel:
         parts_text.append(msg)
         parts_html.append(message_html(msg, "warning"))
     try:
-        from kvexplore.rendering.layouts import edited_views
+        from kvexplore.editing.plan_edits import plan_edits
 
-        result = edited_views(p, registration)
+        result = plan_edits(p, registration)
         cols = ["group", "layer", "kind", "rule", "shape_before", "shape_after", "stride_after", "declined"]
         report = result.report[[c for c in cols if c in result.report.columns]]
         summary = result.summary() if hasattr(result, "summary") else f"{len(result)} layers"

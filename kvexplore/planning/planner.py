@@ -47,7 +47,9 @@ from typing import Any
 
 import pandas as pd
 
+from kvexplore.display import Displayable
 from kvexplore.errors import KVExploreError
+from kvexplore.layout import cdiv, check_int, jsonable, leaf_specs, real_page_bytes
 from kvexplore.planning.gpus import DEFAULT_GPU, GPU, resolve_gpu
 from kvexplore.planning.models import (
     CROSS,
@@ -73,8 +75,6 @@ MODEL_DTYPES = ("auto", "bfloat16", "float16", "float32", "half", "float")
 MAMBA_SSM_DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 # ---------------------------------------------------------------------------
@@ -149,8 +149,8 @@ class Admission:
 # ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
-class Plan:
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Plan(Displayable):
     """The KV cache vLLM 0.33 would build for one model, GPU and configuration.
 
     Frozen: change an input with :meth:`replace` (a new plan).  Holds vLLM's
@@ -163,12 +163,12 @@ class Plan:
     model: ModelSource
     gpu: GPU
     request: tuple = field(repr=False)
-    vllm_config: Any = field(repr=False)
+    _vllm_config: Any = field(repr=False)
     layers: tuple[LayerInfo, ...] = field(repr=False)
     layer_specs: MappingProxyType = field(repr=False)
     layer_classes: MappingProxyType = field(repr=False)
     layer_backends: MappingProxyType = field(repr=False)
-    kv_cache_config: Any = field(repr=False)
+    _kv_cache_config: Any = field(repr=False)
     kernel_block_sizes: tuple[int, ...]
     backend: type | None = field(repr=False)
     attention_page_bytes_per_token: int | None
@@ -183,9 +183,9 @@ class Plan:
         """How each size and GPU-dependent decision came about, by name."""
         return MappingProxyType(
             _derivation(
-                self.vllm_config, self.built, self.gpu, self.backend,
+                self._vllm_config, self.built, self.gpu, self.backend,
                 self.attention_page_bytes_per_token, self.mamba_page_size,
-                self.kv_cache_config, self.kernel_block_sizes, self.admission,
+                self._kv_cache_config, self.kernel_block_sizes, self.admission,
             )
         )
 
@@ -203,40 +203,59 @@ class Plan:
         return plan(self.model, **{**self.inputs, **changes})
 
     # -- derived sizes --------------------------------------------------------
+    # -- vLLM's objects, copied on read ------------------------------------------
+    # Plans are cached and shared by every caller that asks for the same inputs,
+    # so what a caller can reach and mutate is a copy: changing it never changes
+    # another caller's plan.  (The HF config objects inside ``model_config`` are
+    # shared, as vLLM itself shares them between its configs.)
+    @property
+    def vllm_config(self):
+        """A copy of the engine's ``VllmConfig`` (its sub-configs copied too)."""
+        return copy_vllm_config(self._vllm_config)
+
     @property
     def cache_config(self):
-        return self.vllm_config.cache_config
+        """A copy of vLLM's ``CacheConfig`` after alignment."""
+        return copy.copy(self._vllm_config.cache_config)
 
     @property
     def model_config(self):
-        return self.vllm_config.model_config
+        """A copy of vLLM's ``ModelConfig``."""
+        return copy.copy(self._vllm_config.model_config)
 
     @property
     def parallel_config(self):
-        return self.vllm_config.parallel_config
+        """A copy of vLLM's ``ParallelConfig``."""
+        return copy.copy(self._vllm_config.parallel_config)
+
+    @property
+    def kv_cache_config(self):
+        """A copy of vLLM's ``KVCacheConfig`` (its tensors, groups and name lists
+        copied; the specs are vLLM's frozen dataclasses, shared)."""
+        return copy_kv_cache_config(self._kv_cache_config)
 
     @property
     def block_size(self) -> int:
         """Tokens per KV cache block (the scheduler's block, after alignment)."""
-        return self.cache_config.block_size
+        return self._vllm_config.cache_config.block_size
 
     @property
     def mamba_page_size_padded(self) -> int | None:
         """Padded Mamba page in bytes; None when the Mamba page needs no padding."""
-        return self.cache_config.mamba_page_size_padded
+        return self._vllm_config.cache_config.mamba_page_size_padded
 
     @property
     def mamba_cache_mode(self) -> str:
-        return self.cache_config.mamba_cache_mode
+        return self._vllm_config.cache_config.mamba_cache_mode
 
     @property
     def num_blocks(self) -> int:
-        return self.kv_cache_config.num_blocks
+        return self._kv_cache_config.num_blocks
 
     @property
     def kv_cache_layout(self):
         """vLLM's ``KVCacheLayout`` the engine core resolved."""
-        return self.cache_config.get_resolved_kv_cache_layout()
+        return self._vllm_config.cache_config.get_resolved_kv_cache_layout()
 
     @property
     def attention_backend(self) -> str | None:
@@ -245,10 +264,16 @@ class Plan:
 
     @property
     def groups(self) -> tuple:
+        """vLLM's ``KVCacheGroupSpec`` per group (copies, like :attr:`kv_cache_config`)."""
         return tuple(self.kv_cache_config.kv_cache_groups)
 
-    @cached_property
+    @property
     def group_table(self) -> pd.DataFrame:
+        """One row per KV cache group (a copy: see :attr:`vllm_config`)."""
+        return self._group_table.copy()
+
+    @cached_property
+    def _group_table(self) -> pd.DataFrame:
         """One row per KV cache group: kind, layers, block and kernel block, page,
         padding, backend, bytes per block of the group."""
         from vllm.v1.kv_cache_interface import get_kv_cache_spec_kind
@@ -256,8 +281,8 @@ class Plan:
         rows = []
         for gid, group in enumerate(self.groups):
             spec = group.kv_cache_spec
-            first = next(iter(_leaf_specs(spec)))
-            real = _real_page(first)
+            first = next(iter(leaf_specs(spec)))
+            real = real_page_bytes(first)
             backend = self.layer_backends.get(group.layer_names[0])
             rows.append(
                 {
@@ -287,7 +312,7 @@ class Plan:
     @property
     def bytes_per_block(self) -> int:
         """Bytes one block id costs across the whole cache (all tensors)."""
-        cfg = self.kv_cache_config
+        cfg = self._kv_cache_config
         if not cfg.kv_cache_tensors or not cfg.num_blocks:
             return 0
         return cfg.kv_cache_tensors[0].size // cfg.num_blocks
@@ -309,7 +334,7 @@ class Plan:
         """Bytes of a block that hold no state (page padding), for the group with
         the most: a block id belongs to one group at a time and holds one page
         per layer of that group."""
-        return int(max((r.padding_bytes * r.layers for r in self.group_table.itertuples()), default=0))
+        return int(max((r.padding_bytes * r.layers for r in self._group_table.itertuples()), default=0))
 
     @property
     def padding_share(self) -> float:
@@ -320,7 +345,7 @@ class Plan:
     def _capacity(self) -> tuple[int, float]:
         from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity
 
-        return get_kv_cache_capacity(self.vllm_config, self.kv_cache_config)
+        return get_kv_cache_capacity(self._vllm_config, self._kv_cache_config)
 
     @property
     def kv_cache_size_tokens(self) -> int:
@@ -336,18 +361,23 @@ class Plan:
         mode need 2 per request, attention groups ``cdiv(max_model_len, block)``)."""
         return self._capacity[1]
 
-    @cached_property
+    @property
     def summary(self) -> pd.DataFrame:
+        """Key numbers as a two-column table (a copy)."""
+        return self._summary.copy()
+
+    @cached_property
+    def _summary(self) -> pd.DataFrame:
         """Key numbers as a two-column table (quantity, value)."""
         rows = [
             ("model", self.model.name),
             ("architecture", self.model.architecture),
             ("gpu", str(self.gpu)),
-            ("tensor_parallel_size", self.parallel_config.tensor_parallel_size),
-            ("decode_context_parallel_size", self.parallel_config.decode_context_parallel_size),
+            ("tensor_parallel_size", self._vllm_config.parallel_config.tensor_parallel_size),
+            ("decode_context_parallel_size", self._vllm_config.parallel_config.decode_context_parallel_size),
             ("attention_backend", self.attention_backend or "none (attention-free)"),
-            ("kv_cache_dtype", self.cache_config.cache_dtype),
-            ("mamba_ssm_cache_dtype", self.cache_config.mamba_ssm_cache_dtype),
+            ("kv_cache_dtype", self._vllm_config.cache_config.cache_dtype),
+            ("mamba_ssm_cache_dtype", self._vllm_config.cache_config.mamba_ssm_cache_dtype),
             ("mamba_cache_mode", self.mamba_cache_mode),
             ("block_size", self.block_size),
             ("attention_page_bytes_per_token", self.attention_page_bytes_per_token),
@@ -359,7 +389,7 @@ class Plan:
             ("num_blocks", self.num_blocks),
             ("bytes_per_block", self.bytes_per_block),
             ("tokens_per_gib", self.tokens_per_gib),
-            ("max_model_len", self.model_config.max_model_len),
+            ("max_model_len", self._vllm_config.model_config.max_model_len),
             ("admitted", self.admission.ok if self.admission is not None else True),
             ("kv_cache_size_tokens", self.kv_cache_size_tokens),
             ("max_concurrency", round(self.max_concurrency, 4)),
@@ -374,9 +404,9 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary: numbers, groups, derivations and admission."""
-        out = {k: _jsonable(v) for k, v in zip(self.summary.quantity, self.summary.value, strict=True)}
+        out = {k: jsonable(v) for k, v in zip(self._summary.quantity, self._summary.value, strict=True)}
         out["groups"] = [
-            {k: _jsonable(v) for k, v in row.items()} for row in self.group_table.to_dict("records")
+            {k: jsonable(v) for k, v in row.items()} for row in self._group_table.to_dict("records")
         ]
         out["derivation"] = dict(self.derivation)
         if self.admission is not None:
@@ -401,37 +431,44 @@ class Plan:
         pad = f", mamba_page_size_padded={self.mamba_page_size_padded}" if self.mamba_page_size_padded else ""
         return (
             f"Plan({self.model.name!r}, gpu={self.gpu.name}, "
-            f"tp={self.parallel_config.tensor_parallel_size}, "
-            f"dcp={self.parallel_config.decode_context_parallel_size}, "
+            f"tp={self._vllm_config.parallel_config.tensor_parallel_size}, "
+            f"dcp={self._vllm_config.parallel_config.decode_context_parallel_size}, "
             f"backend={self.attention_backend}, block_size={self.block_size}{pad}, "
             f"groups={len(self.groups)}, kernel_block_sizes={list(self.kernel_block_sizes)}, "
             f"num_blocks={self.num_blocks})"
         )
 
-    def _repr_html_(self) -> str:
-        from kvexplore.rendering.html import plan_html
-
-        return plan_html(self)
 
 
-def _jsonable(v):
-    if hasattr(v, "item"):
-        return v.item()
-    if isinstance(v, float) and math.isnan(v):
-        return None
-    return v
+def copy_vllm_config(vc):
+    """A shallow copy of a ``VllmConfig`` whose sub-configs are copies too, so
+    setting a field of the copy (``copy.cache_config.block_size = 16``) leaves
+    ``vc`` as it was."""
+    out = copy.copy(vc)
+    for name in ("model_config", "cache_config", "parallel_config", "scheduler_config",
+                 "speculative_config", "kv_transfer_config", "compilation_config"):
+        value = getattr(vc, name, None)
+        if value is not None:
+            setattr(out, name, copy.copy(value))
+    return out
 
 
-def _leaf_specs(spec):
-    inner = getattr(spec, "kv_cache_specs", None)
-    if isinstance(inner, dict):
-        return list(inner.values())
-    return [spec]
+def copy_kv_cache_config(cfg):
+    """A copy of a ``KVCacheConfig`` with its tensor and group lists (and their
+    layer-name lists) copied; the specs are frozen and shared."""
+    return dataclasses.replace(
+        cfg,
+        kv_cache_tensors=[dataclasses.replace(t, layers=list(t.layers)) for t in cfg.kv_cache_tensors],
+        kv_cache_groups=[
+            dataclasses.replace(g, layer_names=list(g.layer_names)) for g in cfg.kv_cache_groups
+        ],
+    )
 
 
-def _real_page(spec) -> int:
-    real = getattr(spec, "real_page_size_bytes", None)
-    return int(real) if real is not None else int(spec.page_size_bytes)
+
+
+
+
 
 
 def _spec_dtypes(spec) -> str:
@@ -589,14 +626,6 @@ def _freeze(value: dict | None) -> str | None:
         ) from None
 
 
-def _check_int(name: str, value, *, minimum: int = 1, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise KVExploreError(
-            f"{name}={value!r} is invalid; expected an integer >= {minimum}"
-            + (" or None" if allow_none else "")
-        )
 
 
 def _check_choice(name: str, value, choices) -> None:
@@ -605,13 +634,17 @@ def _check_choice(name: str, value, choices) -> None:
 
 
 def _validate_request(r: dict) -> None:
-    _check_int("tensor_parallel_size", r["tensor_parallel_size"])
-    _check_int("decode_context_parallel_size", r["decode_context_parallel_size"])
-    _check_int("block_size", r["block_size"], allow_none=True)
-    if r["max_model_len"] != -1:
-        _check_int("max_model_len", r["max_model_len"], allow_none=True)
-    _check_int("num_blocks", r["num_blocks"], allow_none=True)
-    _check_int("kv_cache_memory_bytes", r["kv_cache_memory_bytes"], allow_none=True)
+    check_int("tensor_parallel_size", r["tensor_parallel_size"])
+    check_int("decode_context_parallel_size", r["decode_context_parallel_size"])
+    check_int("block_size", r["block_size"], allow_none=True)
+    mml = r["max_model_len"]
+    if mml is not None and mml != -1 and (isinstance(mml, bool) or not isinstance(mml, int) or mml < 1):
+        raise KVExploreError(
+            f"max_model_len={mml!r} is invalid; expected an integer >= 1, -1 (auto-fit to "
+            "the KV cache memory, as vLLM does) or None (the model's own length)"
+        )
+    check_int("num_blocks", r["num_blocks"], allow_none=True)
+    check_int("kv_cache_memory_bytes", r["kv_cache_memory_bytes"], allow_none=True)
     if r["num_blocks"] is not None and r["kv_cache_memory_bytes"] is not None:
         raise KVExploreError(
             f"give num_blocks ({r['num_blocks']}) or kv_cache_memory_bytes "
@@ -839,12 +872,12 @@ def _plan_from_build(src: ModelSource, gpu: GPU, request: tuple, r: dict, built)
         model=src,
         gpu=gpu,
         request=request,
-        vllm_config=vc,
+        _vllm_config=vc,
         layers=layers,
         layer_specs=specs,
         layer_classes=built.layer_classes,
         layer_backends=built.backends,
-        kv_cache_config=kv_cache_config,
+        _kv_cache_config=kv_cache_config,
         kernel_block_sizes=tuple(kernel_block_sizes),
         backend=attention_backend,
         attention_page_bytes_per_token=attn_page_1,
@@ -947,7 +980,7 @@ def _derivation(vc, built, gpu, backend, attn_page_1, mamba_page, kv_cache_confi
         if cc.mamba_cache_mode == "align" and checkpoint:
             align = math.lcm(base, checkpoint)
         lcm_text = f"lcm({base}, {checkpoint})" if align != base else f"{align}"
-        computed = align * _cdiv(mamba_page, align * attn_page_1)
+        computed = align * cdiv(mamba_page, align * attn_page_1)
         formula = f"{lcm_text} x cdiv({mamba_page}, {align} x {attn_page_1})"
         why = ""
         if gdn is not None and cc.mamba_cache_mode == "align":
@@ -1000,7 +1033,7 @@ def _derivation(vc, built, gpu, backend, attn_page_1, mamba_page, kv_cache_confi
         zip(kv_cache_config.kv_cache_groups, kernel_block_sizes, strict=False)
     ):
         spec = group.kv_cache_spec
-        if not isinstance(next(iter(_leaf_specs(spec))), AttentionSpec):
+        if not isinstance(next(iter(leaf_specs(spec))), AttentionSpec):
             continue
         b = built.backends.get(group.layer_names[0])
         sizes = ", ".join(map(str, b.get_supported_kernel_block_sizes())) if b else "?"

@@ -14,7 +14,23 @@ import importlib
 from kvexplore.errors import KVExploreError
 
 #: type name -> {form: "module:function"}; the function takes the result.
-RENDERERS: dict[str, dict[str, str]] = {}
+RENDERERS: dict[str, dict[str, str]] = {
+    "Plan": {
+        "text": "kvexplore.rendering.text:plan_text",
+        "html": "kvexplore.rendering.html:plan_html",
+        "figure": "kvexplore.rendering.layouts:plan_figure",
+    },
+    "PageLayout": {
+        "text": "kvexplore.rendering.layouts:layout_text",
+        "html": "kvexplore.rendering.html:page_layout_html",
+        "figure": "kvexplore.rendering.figures:page_figure",
+    },
+    "BufferLayout": {
+        "text": "kvexplore.rendering.layouts:layout_text",
+        "html": "kvexplore.rendering.html:buffer_layout_html",
+        "figure": "kvexplore.rendering.figures:buffer_figure",
+    },
+}
 
 
 def render(form: str, obj):

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 from typing import Any
 
+from kvexplore.rendering.segments import capped, color_of, fmt_size
+
 #: Rows shown by :func:`table_html` before the rest is summarised.
 MAX_ROWS = 200
 
@@ -85,6 +87,7 @@ def plan_html(plan) -> str:
     parts.append(table_html(plan.summary))
     parts.append("</details><details open><summary>KV cache groups</summary>")
     parts.append(table_html(plan.group_table))
+    parts.append(plan_pages_html(plan))
     parts.append("</details><details open><summary>derivation</summary><ul>")
     for key, why in plan.derivation.items():
         parts.append(f"<li><code>{escape(str(key))}</code>: {escape(str(why))}</li>")
@@ -92,10 +95,28 @@ def plan_html(plan) -> str:
     return "".join(parts)
 
 
+def plan_pages_html(plan) -> str:
+    """One bar per KV cache group: the page of its first layer, on one byte scale."""
+    from kvexplore.errors import KVExploreError
+    from kvexplore.rendering.layouts import plan_pages
+
+    try:
+        pages = plan_pages(plan)
+    except KVExploreError as exc:
+        return message_html(f"page map unavailable: {exc}", "warning")
+    page = max((lay.page_bytes for lay in pages), default=0)
+    rows = []
+    for gid, lay in enumerate(pages):
+        name = f"g{gid} {lay.kind} ({fmt_size(lay.page_bytes)})"
+        rows.append(
+            f'<div style="display:flex;align-items:center"><div style="width:150px;font-size:10px">'
+            f"{escape(name)}</div><div style=\"flex:1\">{_bar_html(lay.segments, page)}</div></div>"
+        )
+    return f'<div class="kvx-plan-pages">{"".join(rows)}</div>'
+
+
 def _bar_html(segments, total: int, *, max_items: int = 64) -> str:
     """Segments as one flex bar of CSS widths (no bytes, no images)."""
-    from kvexplore.rendering.layouts import _base_color, _capped
-
     if not total:
         return ""
     lo = min((s.start for s in segments), default=0)
@@ -103,11 +124,11 @@ def _bar_html(segments, total: int, *, max_items: int = 64) -> str:
     span = max(hi - lo, 1)
     cells = []
     cursor = lo
-    for s in _capped(segments)[:max_items]:
+    for s in capped(segments)[:max_items]:
         if s.start > cursor:
             cells.append(f'<div style="flex:0 0 {100 * (s.start - cursor) / span:.4f}%"></div>')
         width = 100 * s.size / span
-        color = "#ffffff" if s.kind == "gap" else _base_color(s.label)
+        color = "#ffffff" if s.kind == "gap" else color_of(s.label)
         label = escape(s.label) if width >= 3 else ""
         title = escape(f"{s.label}: [{s.start:,}, {s.end:,}) {s.size:,} B {s.dtype} {s.detail}".strip())
         cells.append(

@@ -39,46 +39,24 @@ all V.
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvexplore.display import Displayable
+from kvexplore.editing.plan_edits import plan_edits
 from kvexplore.errors import KVExploreError
+from kvexplore.layout import state_names
+from kvexplore.registration import registered_views
+from kvexplore.rendering.figures import pages_figure, sweep_figure
+from kvexplore.rendering.segments import Segment, fmt_bytes, overlap_summary
 
 REGISTRATIONS = ("unified", "legacy")
 
-#: At most this many rectangles per figure row; the middle of longer rows is
-#: drawn as one "..." rectangle (drawing cost independent of page size).
-MAX_DRAWN_SEGMENTS = 64
 #: Cells of kernel page 0 listed in the interleave zoom.
 MAX_CELLS = 8
 #: Coordinates along the first per-block dim of an edited view listed one by one.
 MAX_EDIT_COORDS = 16
-
-COLORS = {
-    "conv": "#4C72B0",
-    "ssm": "#55A868",
-    "state": "#8172B2",
-    "pad": "#DDDDDD",
-    "K": "#DD8452",
-    "V": "#C44E52",
-    "K|V": "#E8A06A",
-    "latent": "#937860",
-    "c_kv": "#937860",
-    "k_pe": "#DA8BC3",
-    "kv": "#E8A06A",
-    "gap": "#FFFFFF",
-    "edited": "#64B5CD",
-    "uncovered": "#F5F5F5",
-    "...": "#BBBBBB",
-}
-
-
-# ---------------------------------------------------------------------------
-# Small pure helpers
-# ---------------------------------------------------------------------------
 
 
 def _dtype_name(dtype) -> str:
@@ -91,166 +69,11 @@ def _itemsize(dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
-def _fmt_bytes(n: int) -> str:
-    """``1114112`` -> ``'1,114,112 B'``: exact, grouped, deterministic."""
-    return f"{n:,} B"
-
-
-def _base_color(label: str) -> str:
-    head = label.split(" ")[0]
-    if head.startswith("conv"):
-        return COLORS["conv"]
-    if head.startswith("["):
-        return COLORS["edited"]
-    return COLORS.get(head, COLORS["state"])
-
-
-@dataclass(frozen=True)
-class Segment:
-    """One contiguous byte run of a page: ``[start, start + size)``.
-
-    ``start`` is relative to the page start of the chosen block; ``label`` is
-    a vLLM / LMCache word (``conv``, ``ssm``, ``pad``, ``K p3``, ``V p3``,
-    ``K|V p3``, ``latent p0``, ``[0] (edited)``); ``detail`` says what the
-    bytes hold (shape, dtype, interleave).
-    """
-
-    label: str
-    start: int
-    size: int
-    dtype: str = ""
-    detail: str = ""
-    kernel_page: int | None = None
-
-    @property
-    def end(self) -> int:
-        return self.start + self.size
-
-    @property
-    def kind(self) -> str:
-        """The label without the kernel-page suffix (``'K|V p3'`` -> ``'K|V'``)."""
-        return self.label.split(" ")[0]
-
-
-def _compress_ints(values: Sequence[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``'0-2, 5'``."""
-    out: list[str] = []
-    vals = sorted(set(values))
-    i = 0
-    while i < len(vals):
-        j = i
-        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
-            j += 1
-        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
-        i = j + 1
-    return ", ".join(out)
-
-
-def overlap_summary(span: tuple[int, int], segments: Sequence[Segment]) -> str:
-    """Which registered segments the byte span ``[a, b)`` falls on.
-
-    ``'K|V p0-8 (p8: 32768 of 65536 B)'`` style: kinds in byte order, kernel
-    pages compressed into ranges, partial overlaps named with their bytes.
-    """
-    a, b = span
-    by_kind: OrderedDict[str, list[int]] = OrderedDict()
-    partial: list[str] = []
-    plain: OrderedDict[str, int] = OrderedDict()
-    for s in segments:
-        lo, hi = max(a, s.start), min(b, s.end)
-        if hi <= lo:
-            continue
-        if s.kernel_page is None:
-            plain[s.label] = plain.get(s.label, 0) + (hi - lo)
-            if hi - lo < s.size:
-                partial.append(f"{s.label}: {hi - lo} of {s.size} B")
-            continue
-        by_kind.setdefault(s.kind, []).append(s.kernel_page)
-        if hi - lo < s.size:
-            partial.append(f"{s.label}: {hi - lo} of {s.size} B")
-    parts = [label for label in plain]
-    parts += [f"{kind} p{_compress_ints(pages)}" for kind, pages in by_kind.items()]
-    text = ", ".join(parts) if parts else "nothing"
-    if partial:
-        text += " (" + "; ".join(partial) + ")"
-    return text
-
-
-# ---------------------------------------------------------------------------
-# Registered views (meta device: exact strides, no memory) and edits, cached
-# ---------------------------------------------------------------------------
-
-_CACHE: OrderedDict = OrderedDict()
-_CACHE_SIZE = 64
-_CACHE_LOCK = threading.Lock()
-
-
-def _cached(plan, what: str, build):
-    """Memoise ``build()`` per (plan object, what); plans are immutable."""
-    key = (id(plan), what)
-    with _CACHE_LOCK:
-        hit = _CACHE.get(key)
-        if hit is not None and hit[0] is plan:
-            _CACHE.move_to_end(key)
-            return hit[1]
-    value = build()
-    with _CACHE_LOCK:
-        _CACHE[key] = (plan, value)
-        while len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
-    return value
-
-
 def _check_registration(registration: str) -> None:
     if registration not in REGISTRATIONS:
         raise KVExploreError(
             f"registration={registration!r} is invalid; expected one of {list(REGISTRATIONS)}"
         )
-
-
-def registered_views(plan, registration: str = "unified") -> dict:
-    """The registration of ``plan`` on the ``meta`` device (cached).
-
-    Exactly the views ``plan.allocate(device, registration)`` makes (vLLM's own
-    ``allocate_kv_cache`` / ``create_kv_cache_views`` for ``unified``), with
-    real shapes, strides and storage offsets but no memory: a page map of a
-    16.9 MB page costs nothing to inspect.
-    """
-    _check_registration(registration)
-
-    def build():
-        try:
-            return plan.allocate("meta", registration=registration)
-        except KVExploreError:
-            raise
-        except (ValueError, AssertionError, RuntimeError) as exc:
-            raise KVExploreError(
-                f"vLLM 0.33 cannot register the KV cache of {plan.model.name} "
-                f"({registration}, layout {plan.kv_cache_layout.name}): {exc}"
-            ) from None
-
-    return _cached(plan, f"views:{registration}", build)
-
-
-def edited_views(plan, registration: str = "unified"):
-    """``apply_kv_cache_group_edits`` over :func:`registered_views` (cached).
-
-    Raises ``KVExploreError`` when the edits module is missing or the edits
-    reject the configuration (e.g. a Mamba group with ``mamba_cache_mode``
-    ``'none'``).
-    """
-    views = registered_views(plan, registration)
-
-    def build():
-        try:
-            from kvexplore.editing.rules import apply_kv_cache_group_edits
-        except ImportError as exc:  # pragma: no cover - module present in tree
-            raise KVExploreError(f"edits are unavailable: kvexplore.editing.rules ({exc})") from None
-        return apply_kv_cache_group_edits(
-            plan.kv_cache_config, views, kv_layout=plan.kv_cache_layout.name
-        )
-
-    return _cached(plan, f"edits:{registration}", build)
 
 
 # ---------------------------------------------------------------------------
@@ -290,15 +113,6 @@ def _group_of(plan, name: str) -> int:
     raise KVExploreError(f"layer {name!r} is in no KV cache group of {plan.model.name}")
 
 
-def _state_names(count: int) -> list[str]:
-    """``conv`` / ``ssm`` as vLLM's Mamba layers order them (``get_state_shape``)."""
-    if count == 1:
-        return ["conv"]
-    if count == 2:
-        return ["conv", "ssm"]
-    return [f"conv{i}" for i in range(count - 1)] + ["ssm"]
-
-
 @dataclass(frozen=True)
 class EditedSide:
     """The same page seen through an edited view: which synthetic
@@ -315,7 +129,7 @@ class EditedSide:
 
 
 @dataclass(frozen=True)
-class PageLayout:
+class PageLayout(Displayable):
     """One layer's page of one block, as byte segments (see module doc).
 
     ``segments`` cover ``[0, page_bytes)`` in byte order (gaps, if a layout
@@ -370,18 +184,18 @@ class PageLayout:
         if self.kernel_pages > 1:
             kp = self.real_bytes // self.kernel_pages
             shape = (
-                f"{self.kernel_pages} kernel pages x {_fmt_bytes(kp)} (kernel block "
+                f"{self.kernel_pages} kernel pages x {fmt_bytes(kp)} (kernel block "
                 f"{self.kernel_block_size} of a {self.block_size}-token block)"
             )
         else:
             shape = f"1 page for a {self.block_size}-token block"
         pad = (
-            f", padding {_fmt_bytes(self.padding_bytes)} "
+            f", padding {fmt_bytes(self.padding_bytes)} "
             f"({100 * self.padding_bytes / self.page_bytes:.2f}%)"
             if self.padding_bytes
             else ""
         )
-        lines.append(f"page: {_fmt_bytes(self.page_bytes)} = {shape}{pad}")
+        lines.append(f"page: {fmt_bytes(self.page_bytes)} = {shape}{pad}")
         lines.append(
             f"block {self.block}: page starts at byte {self.page_offset:,} of {self.buffer}"
         )
@@ -411,15 +225,6 @@ class PageLayout:
 
     def __repr__(self) -> str:
         return self.text()
-
-    def _repr_html_(self) -> str:
-        from kvexplore.rendering.html import page_layout_html
-
-        return page_layout_html(self)
-
-    def figure(self):
-        """The page map as a matplotlib Figure (rows: page, zoom, edited)."""
-        return _page_figure(self)
 
 
 def _segment_table(segments: Sequence[Segment], total: int | None, *, limit: int | None = None) -> str:
@@ -529,7 +334,7 @@ def page_layout(
         edited_side = _edited_side(plan, name, registration, edited, block, page_offset, page, segs)
     backend = plan.attention_backend
     label = (
-        f"{plan.model.name}, tp={plan.parallel_config.tensor_parallel_size}, "
+        f"{plan.model.name} on {plan.gpu.name}, tp={plan.parallel_config.tensor_parallel_size}, "
         f"dcp={plan.parallel_config.decode_context_parallel_size}, {backend}, "
         f"block_size={plan.block_size}, kv_cache_dtype={plan.cache_config.cache_dtype}"
     )
@@ -561,7 +366,7 @@ def page_layout(
 def _mamba_segments(spec, tensors, block: int, page: int, registration: str):
     """``conv | ssm | pad``: the states packed in ``MambaSpec.shapes`` order
     (``MambaBase.bind_kv_cache`` unpacks the unified row the same way)."""
-    names = _state_names(len(spec.shapes))
+    names = state_names(len(spec.shapes))
     segs: list[Segment] = []
     cursor = 0
     for label, shape, dtype in zip(names, spec.shapes, spec.dtypes, strict=True):
@@ -683,7 +488,7 @@ def _edited_side(plan, name, registration, edited, block, page_offset, page, reg
     rule = None
     if edited is True:
         try:
-            result = edited_views(plan, registration)
+            result = plan_edits(plan, registration)
         except KVExploreError as exc:
             return EditedSide(None, None, None, "", (), (), note=f"edits rejected this plan: {exc}")
         value = result[name]
@@ -736,6 +541,11 @@ def _rule_of(result, name: str):
     return rule if isinstance(rule, str) else None
 
 
+def layout_text(layout) -> str:
+    """The text form of a page or buffer layout (``layout.text()``)."""
+    return layout.text()
+
+
 def page_map_text(plan, layer: int | str = 0, **kwargs) -> str:
     """Text form of :func:`page_map` (same arguments)."""
     return page_layout(plan, layer, **kwargs).text()
@@ -752,133 +562,35 @@ def page_map(plan, layer: int | str = 0, **kwargs):
     return page_layout(plan, layer, **kwargs).figure()
 
 
-# ---------------------------------------------------------------------------
-# Drawing (segments, never bytes)
-# ---------------------------------------------------------------------------
+def plan_pages(plan, *, registration: str = "unified") -> tuple[PageLayout, ...]:
+    """The page of each KV cache group's first layer, in group order."""
+    positions = {info.name: pos for pos, info in enumerate(plan.layers)}
+    return tuple(
+        page_layout(plan, positions[g.layer_names[0]], registration=registration)
+        for g in plan.groups
+    )
 
 
-def _new_figure(width: float, height: float):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+def plan_title(plan) -> str:
+    """``'Qwen/Qwen3.5-0.8B on A100, tp=1, FLASH_ATTN: block 544 tokens'``."""
+    pc = plan.parallel_config
+    dcp = f", dcp={pc.decode_context_parallel_size}" if pc.decode_context_parallel_size > 1 else ""
+    return (
+        f"{plan.model.name} on {plan.gpu.name}, tp={pc.tensor_parallel_size}{dcp}, "
+        f"{plan.attention_backend or 'no attention backend'}: block {plan.block_size} tokens, "
+        f"kernel blocks {list(plan.kernel_block_sizes)}"
+    )
 
-    fig = Figure(figsize=(width, height), dpi=100)
-    FigureCanvasAgg(fig)
+
+def plan_figure(plan, *, registration: str = "unified"):
+    """A plan at a glance (``Plan.figure()``): one row per KV cache group, the
+    page of the group's first layer, all on one byte axis."""
+    pages = plan_pages(plan, registration=registration)
+    names = [f"g{gid} {lay.kind} x{len(g.layer_names)}"
+             for gid, (g, lay) in enumerate(zip(plan.groups, pages, strict=True))]
+    fig = pages_figure(plan_title(plan), names, pages)
+    fig.kvexplore_plan = plan
     return fig
-
-
-def _capped(segments: Sequence[Segment]) -> list[Segment]:
-    """At most :data:`MAX_DRAWN_SEGMENTS`: the middle merged into one '...'."""
-    segs = list(segments)
-    if len(segs) <= MAX_DRAWN_SEGMENTS:
-        return segs
-    head = segs[: MAX_DRAWN_SEGMENTS // 2]
-    tail = segs[-(MAX_DRAWN_SEGMENTS // 2 - 1):]
-    middle = Segment("...", head[-1].end, tail[0].start - head[-1].end, "",
-                     f"{len(segs) - len(head) - len(tail)} segments")
-    return head + [middle] + tail
-
-
-def _draw_row(ax, y: float, segments: Sequence[Segment], lo: int, hi: int, width: float,
-              *, max_labels: int = 8) -> None:
-    """Row ``y``: one rectangle per segment (capped), bytes ``[lo, hi)`` scaled
-    onto ``[0, width)``; text on the widest ``max_labels`` segments.
-
-    Text is what costs in Agg (about 1 ms a label), so labels are capped too:
-    a row costs the same for a 16 KB and a 16 MB page.
-    """
-    import numpy as np
-    from matplotlib.collections import PolyCollection
-
-    span = max(hi - lo, 1)
-    scale = width / span
-    drawn = [s for s in _capped(segments) if s.kind != "gap"]
-    # One PolyCollection per row, built from a vertex array: a single Agg draw
-    # call however many rectangles, and no Patch objects to create (individual
-    # patches cost ~0.3 ms each).  ``segment_labels`` keeps the label of every
-    # rectangle, in order, for tests and tooling.
-    x0 = np.array([(s.start - lo) * scale for s in drawn], dtype=float)
-    x1 = x0 + np.array([s.size * scale for s in drawn], dtype=float)
-    y0 = np.full_like(x0, y - 0.35)
-    y1 = np.full_like(x0, y + 0.35)
-    verts = np.stack(
-        [np.stack([x0, y0], 1), np.stack([x1, y0], 1), np.stack([x1, y1], 1), np.stack([x0, y1], 1)],
-        axis=1,
-    )
-    coll = PolyCollection(
-        verts,
-        facecolors=[_base_color(s.label) for s in drawn],
-        edgecolors="black",
-        linewidths=0.4,
-    )
-    coll.segment_labels = [s.label for s in drawn]
-    ax.add_collection(coll, autolim=False)
-    pads = [i for i, s in enumerate(drawn) if s.kind in ("pad", "...")]
-    if pads:
-        hatch = PolyCollection(verts[pads], facecolors="none", edgecolors="#777777",
-                               linewidths=0, hatch="//")
-        ax.add_collection(hatch, autolim=False)
-    wide = sorted((s for s in drawn if s.size / span >= 0.02), key=lambda s: (-s.size, s.start))
-    for s in sorted(wide[:max_labels], key=lambda s: s.start):
-        ax.text((s.start - lo + s.size / 2) * scale, y, s.label, ha="center", va="center",
-                fontsize=7, rotation=90 if s.size / span < 0.08 else 0, clip_on=True)
-
-
-def _tick_positions(segments: Sequence[Segment], lo: int, hi: int, max_ticks: int = 6) -> list[int]:
-    bounds = sorted({lo, hi, *(s.start for s in segments if s.kind not in ("...", "gap"))})
-    if len(bounds) > max_ticks:
-        step = math.ceil(len(bounds) / (max_ticks - 1))
-        bounds = sorted(set(bounds[::step]) | {lo, hi})
-    return bounds
-
-
-def _rows_axes(fig, names: Sequence[str], title: str):
-    """One Axes for all rows (an Axes costs more than all its rectangles)."""
-    # Left margin sized to the longest row label (7 pt text, ~0.55 em a glyph),
-    # so labels such as "kernel page 0 (first 65,536 B)" are never clipped.
-    longest = max((len(n) for n in names), default=0)
-    left = min(0.45, (0.12 + longest * 7 * 0.55 / 72) / fig.get_figwidth())
-    ax = fig.add_axes(
-        (left, 0.38 / fig.get_figheight(), 0.98 - left, 1 - 0.75 / fig.get_figheight())
-    )
-    n = len(names)
-    ax.set_ylim(-0.6, n - 0.4)
-    ax.set_yticks(range(n))
-    ax.set_yticklabels(list(reversed(names)), fontsize=7)
-    ax.set_title(title, fontsize=8)
-    for spine in ("top", "right"):
-        ax.spines[spine].set_visible(False)
-    return ax
-
-
-def _page_figure(lay: PageLayout):
-    """Rows: registered page, kernel page 0 zoom (scaled to full width), edited
-    view (same byte axis as the registered row, so a synthetic coordinate sits
-    over the bytes it addresses)."""
-    rows = [("registered", lay.segments, 0, lay.page_bytes)]
-    if lay.cells:
-        rows.append((f"kernel page 0 (first {max(s.end for s in lay.cells):,} B)", lay.cells, 0,
-                     max(s.end for s in lay.cells)))
-    if lay.edited is not None and lay.edited.segments:
-        rows.append(("edited", lay.edited.segments, 0, lay.page_bytes))
-    fig = _new_figure(10, 0.9 + 0.55 * len(rows))
-    title = (f"{lay.layer} ({lay.kind}, group {lay.group}): {lay.registration}, "
-             f"block {lay.block}, {lay.page_bytes:,} B page")
-    ax = _rows_axes(fig, [r[0] for r in rows], title)
-    width = float(lay.page_bytes)
-    for i, (_, segs, lo, hi) in enumerate(rows):
-        _draw_row(ax, len(rows) - 1 - i, segs, lo, max(hi, max((s.end for s in segs), default=0)), width)
-    ticks = _tick_positions(lay.segments, 0, lay.page_bytes)
-    ax.set_xlim(0, width)
-    ax.set_xticks(ticks)
-    ax.set_xticklabels([f"{t:,}" for t in ticks], fontsize=6)
-    ax.set_xlabel("byte offset in the page", fontsize=7)
-    fig.kvexplore_layout = lay
-    return fig
-
-
-# ---------------------------------------------------------------------------
-# Buffer layout
-# ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -894,7 +606,7 @@ class BufferRow:
 
 
 @dataclass(frozen=True)
-class BufferLayout:
+class BufferLayout(Displayable):
     """How the backing buffers are shared: rows of layer/block segments."""
 
     plan_label: str
@@ -915,7 +627,7 @@ class BufferLayout:
             f"registration: {self.registration} (layout {self.layout}), {self.num_blocks} blocks",
         ]
         for r in self.rows:
-            lines.append(f"{r.name}: {_fmt_bytes(r.size)} at offset {r.offset:,}; {r.detail}")
+            lines.append(f"{r.name}: {fmt_bytes(r.size)} at offset {r.offset:,}; {r.detail}")
             lines.append(_segment_table(r.segments, None, limit=6))
         if self.block_zoom:
             lines.append(f"zoom: {self.zoom_label}")
@@ -925,14 +637,6 @@ class BufferLayout:
 
     def __repr__(self) -> str:
         return self.text()
-
-    def _repr_html_(self) -> str:
-        from kvexplore.rendering.html import buffer_layout_html
-
-        return buffer_layout_html(self)
-
-    def figure(self):
-        return _buffer_figure(self)
 
 
 def _short(name: str) -> str:
@@ -1028,7 +732,7 @@ def buffer_layout(plan, *, registration: str = "unified") -> BufferLayout:
                     zoom_label = f"first {min(nb, 8)} blocks of buffer 0 as group {gid} (Mamba) sees them"
                 notes.append(f"group {gid}: conv | ssm | pad, {page - real:,} B padding per page")
     label = (
-        f"{plan.model.name}, tp={plan.parallel_config.tensor_parallel_size}, "
+        f"{plan.model.name} on {plan.gpu.name}, tp={plan.parallel_config.tensor_parallel_size}, "
         f"{plan.attention_backend}, block_size={plan.block_size}"
     )
     return BufferLayout(label, registration, plan.kv_cache_layout.name, nb, tuple(rows),
@@ -1044,30 +748,6 @@ def buffer_map(plan, *, registration: str = "unified"):
     """The buffer map as a matplotlib ``Figure``: one row per buffer, layers
     (or blocks) along the byte axis, and a zoom row with page padding."""
     return buffer_layout(plan, registration=registration).figure()
-
-
-MAX_DRAWN_ROWS = 12
-
-
-def _buffer_figure(lay: BufferLayout):
-    """One row per buffer (each scaled to its own size) plus the padding zoom."""
-    rows = [(r.name, r.segments, 0, max((s.end for s in r.segments), default=r.size) or 1)
-            for r in lay.rows[:MAX_DRAWN_ROWS]]
-    if lay.block_zoom:
-        rows.append(("zoom", lay.block_zoom, min(s.start for s in lay.block_zoom),
-                     max(s.end for s in lay.block_zoom)))
-    fig = _new_figure(10, 0.9 + 0.3 * max(1, len(rows)))
-    title = f"buffer map: {lay.registration} ({lay.layout}), {lay.num_blocks} blocks"
-    if len(lay.rows) > MAX_DRAWN_ROWS:
-        title += f"; {len(lay.rows) - MAX_DRAWN_ROWS} more buffers in the text form"
-    ax = _rows_axes(fig, [r[0] for r in rows] or ["(none)"], title)
-    for i, (_, segs, lo, hi) in enumerate(rows):
-        _draw_row(ax, len(rows) - 1 - i, segs, lo, hi, 1.0, max_labels=8)
-    ax.set_xlim(0, 1)
-    ax.set_xticks([0, 1])
-    ax.set_xticklabels(["start", "end"], fontsize=6)
-    fig.kvexplore_layout = lay
-    return fig
 
 
 # ---------------------------------------------------------------------------
@@ -1106,37 +786,16 @@ def sweep_table(df, x: str, y: str, value: str):
     return data.pivot(index=y, columns=x, values=value)
 
 
+def sweep_heatmap(df, x: str, y: str, value: str):
+    """Heatmap of a numeric or boolean sweep column over two axes; cells
+    annotated with their values (missing combinations blank)."""
+    return sweep_figure(sweep_table(df, x, y, value), x, y, value)
+
+
 def sweep_heatmap_text(df, x: str, y: str, value: str) -> str:
     """Text form of :func:`sweep_heatmap`: the pivot table."""
     table = sweep_table(df, x, y, value)
     return f"{value} over {y} (rows) x {x} (columns)\n{table.to_string(na_rep='-')}"
-
-
-def sweep_heatmap(df, x: str, y: str, value: str):
-    """Heatmap of a numeric or boolean sweep column over two axes; cells
-    annotated with their values (missing combinations blank)."""
-    import numpy as np
-
-    table = sweep_table(df, x, y, value)
-    arr = table.to_numpy(dtype=float)
-    fig = _new_figure(1.5 + 0.8 * max(1, arr.shape[1]), 1.2 + 0.45 * max(1, arr.shape[0]))
-    ax = fig.subplots()
-    masked = np.ma.masked_invalid(arr)
-    im = ax.imshow(masked, aspect="auto", cmap="viridis")
-    ax.set_xticks(range(arr.shape[1]))
-    ax.set_xticklabels([str(c) for c in table.columns], fontsize=7, rotation=30)
-    ax.set_yticks(range(arr.shape[0]))
-    ax.set_yticklabels([str(i) for i in table.index], fontsize=7)
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
-    ax.set_title(value, fontsize=9)
-    if arr.size <= 400:
-        for (i, j), v in np.ndenumerate(arr):
-            if not np.isnan(v):
-                ax.text(j, i, f"{v:g}", ha="center", va="center", fontsize=6, color="white")
-    fig.colorbar(im, ax=ax)
-    fig.kvexplore_table = table
-    return fig
 
 
 __all__ = [
@@ -1148,12 +807,12 @@ __all__ = [
     "buffer_layout",
     "buffer_map",
     "buffer_map_text",
-    "edited_views",
-    "overlap_summary",
     "page_layout",
     "page_map",
     "page_map_text",
-    "registered_views",
+    "plan_figure",
+    "plan_pages",
+    "plan_title",
     "resolve_layer",
     "sweep_heatmap",
     "sweep_heatmap_text",

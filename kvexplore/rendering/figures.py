@@ -1,0 +1,398 @@
+"""Matplotlib figures of layouts, plans and sweeps, drawn from segments.
+
+Every figure here follows the same rules, so a reader who learned one can read
+them all:
+
+* one colour per kind, from :data:`kvexplore.rendering.segments.COLORS`, and a
+  legend listing the kinds present in :data:`~kvexplore.rendering.segments.LEGEND`
+  order;
+* a label sits inside its rectangle only when it fits; a thin segment that
+  matters (padding, a small state) gets a callout above its row with a leader
+  line, and callouts are spread so that none overlaps another;
+* byte offsets on the axis are in the units people read (``36 KiB``,
+  ``1.06 MiB``) and ticks that would collide are dropped; the exact values are
+  in the text forms;
+* titles name the model, GPU, TP and backend.
+
+Figures are drawn from segments, never from bytes, and rows are capped at
+:data:`~kvexplore.rendering.segments.MAX_DRAWN_SEGMENTS` rectangles and a few
+labels, so drawing cost does not grow with the page: Nemotron-H-56B's 16.9 MB
+page draws as fast as a 16 KB one.  Figures are ``matplotlib.figure.Figure``
+objects with an Agg canvas, not pyplot figures: nothing accumulates in
+pyplot's registry, ``fig.savefig("x.png")`` / ``("x.svg")`` work, and
+notebooks show them with ``display(fig)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from kvexplore.rendering.segments import (
+    COLORS,
+    LEGEND,
+    LEGEND_TEXT,
+    Segment,
+    capped,
+    fmt_size,
+    kind_of,
+)
+
+#: Rows of a buffer map drawn (the text form lists them all).
+MAX_DRAWN_ROWS = 12
+#: Callouts per row at most (the widest thin segments win).
+MAX_CALLOUTS = 4
+#: Labels inside rectangles per row at most (text is what costs in Agg).
+MAX_INNER_LABELS = 10
+#: Kinds worth a callout when too thin for an inner label.
+CALLOUT_KINDS = frozenset({"pad", "conv", "ssm", "state", "latent", "c_kv", "k_pe", "edited"})
+
+_FONT = 7
+_CHAR_IN = 0.58 * _FONT / 72  # average glyph width in inches at the label font size
+
+
+def text_width_in(text: str, fontsize: float = _FONT) -> float:
+    """Estimated width of ``text`` in inches (average glyph 0.58 em)."""
+    return len(text) * 0.58 * fontsize / 72
+
+
+def new_figure(width: float, height: float):
+    """A pyplot-free ``Figure`` with an Agg canvas (``savefig`` works)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=100)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def spread(positions: Sequence[float], widths: Sequence[float], lo: float, hi: float) -> list[float]:
+    """Centres for labels wanted at ``positions`` (sorted) with ``widths``, moved
+    as little as possible so that no two overlap and all stay in ``[lo, hi]``.
+
+    >>> spread([0.5, 0.52, 0.54], [0.1, 0.1, 0.1], 0.0, 1.0)
+    [0.42, 0.52, 0.62]
+    """
+    n = len(positions)
+    if not n:
+        return []
+    out = list(positions)
+    # push right, then pull back left from the right edge, then re-centre the cluster
+    for i in range(n):
+        left = lo + widths[i] / 2 if i == 0 else out[i - 1] + (widths[i - 1] + widths[i]) / 2
+        out[i] = max(out[i], left)
+    for i in range(n - 1, -1, -1):
+        right = hi - widths[i] / 2 if i == n - 1 else out[i + 1] - (widths[i + 1] + widths[i]) / 2
+        out[i] = min(out[i], right)
+    # centre each cluster of touching labels on the mean of its wanted positions
+    i = 0
+    while i < n:
+        j = i
+        while j + 1 < n and abs(out[j + 1] - out[j] - (widths[j] + widths[j + 1]) / 2) < 1e-9:
+            j += 1
+        shift = sum(positions[i:j + 1]) / (j - i + 1) - sum(out[i:j + 1]) / (j - i + 1)
+        lo_room = out[i] - widths[i] / 2 - (lo if i == 0 else out[i - 1] + widths[i - 1] / 2)
+        hi_room = (hi if j == n - 1 else out[j + 1] - widths[j + 1] / 2) - out[j] - widths[j] / 2
+        shift = max(-lo_room, min(hi_room, shift))
+        for k in range(i, j + 1):
+            out[k] += shift
+        i = j + 1
+    return [round(x, 9) for x in out]
+
+
+def byte_ticks(bounds: Sequence[int], lo: int, hi: int, axis_in: float) -> list[int]:
+    """Tick offsets from ``bounds`` whose labels (in KiB / MiB) do not collide on
+    an axis ``axis_in`` inches wide; ``lo`` and ``hi`` are always kept (a tick
+    too close to ``hi`` gives way to it)."""
+    span = max(hi - lo, 1)
+
+    def label(t: int) -> str:
+        return "0" if t == 0 else fmt_size(t)
+
+    def room(a: int, b: int) -> float:
+        return (text_width_in(label(a), 6) + text_width_in(label(b), 6)) / 2 + 0.08
+
+    kept = [lo]
+    for b in sorted(set(bounds)):
+        if b <= lo or b >= hi:
+            continue
+        x_prev = (kept[-1] - lo) / span * axis_in
+        x = (b - lo) / span * axis_in
+        x_end = axis_in
+        if x - x_prev >= room(kept[-1], b) and x_end - x >= room(b, hi):
+            kept.append(b)
+    kept.append(hi)
+    return kept
+
+
+def legend(fig, kinds: Sequence[str], *, y: float = 0.0) -> None:
+    """The shared legend: the given kinds in :data:`LEGEND` order, one row at the
+    figure's bottom edge."""
+    from matplotlib.patches import Patch
+
+    present = [k for k in LEGEND if k in set(kinds)]
+    if not present:
+        return
+    handles = [Patch(facecolor=COLORS[k], edgecolor="black", linewidth=0.4,
+                     hatch="//" if k in ("pad", "...") else None, label=LEGEND_TEXT[k])
+               for k in present]
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=6,
+               frameon=False, bbox_to_anchor=(0.5, y), handlelength=1.2, columnspacing=1.0)
+
+
+def rows_axes(fig, names: Sequence[str], title: str, *, bottom_in: float = 0.62,
+              top_in: float = 0.5, row_gap: float = 1.6):
+    """One Axes for all rows (an Axes costs more than all its rectangles).
+
+    Rows sit ``row_gap`` apart (room above each for callouts); the left
+    margin is sized to the longest row name so names are never clipped.
+    """
+    longest = max((len(n) for n in names), default=0)
+    left = min(0.45, (0.12 + longest * _CHAR_IN) / fig.get_figwidth())
+    h = fig.get_figheight()
+    ax = fig.add_axes((left, bottom_in / h, 0.98 - left, 1 - (bottom_in + top_in) / h))
+    n = len(names)
+    ax.set_ylim(-0.6, (n - 1) * row_gap + 1.2)
+    ax.set_yticks([i * row_gap for i in range(n)])
+    ax.set_yticklabels(list(reversed(names)), fontsize=_FONT)
+    ax.set_title(title, fontsize=8, loc="left")
+    for spine in ("top", "right", "left"):
+        ax.spines[spine].set_visible(False)
+    ax.tick_params(axis="y", length=0)
+    return ax
+
+
+def draw_row(ax, y: float, segments: Sequence[Segment], lo: int, hi: int, width: float,
+             axis_in: float) -> list[str]:
+    """Row ``y``: one rectangle per segment (capped), bytes ``[lo, hi)`` scaled
+    onto ``[0, width)`` of an axis ``axis_in`` inches wide.
+
+    Labels go inside rectangles wide enough to hold them (at most
+    :data:`MAX_INNER_LABELS`); thin segments of :data:`CALLOUT_KINDS` get a
+    callout above the row, spread so none overlaps.  Returns the kinds drawn
+    (for the legend).  One ``PolyCollection`` per row: a single Agg draw call
+    however many rectangles; its ``segment_labels`` keeps every rectangle's
+    label in order, for tests and tooling.
+    """
+    import numpy as np
+    from matplotlib.collections import LineCollection, PolyCollection
+
+    span = max(hi - lo, 1)
+    scale = width / span
+    inch = axis_in / width  # inches per x unit
+    drawn = [s for s in capped(segments) if s.kind != "gap"]
+    if not drawn:
+        return []
+    x0 = np.array([(s.start - lo) * scale for s in drawn], dtype=float)
+    x1 = x0 + np.array([s.size * scale for s in drawn], dtype=float)
+    y0 = np.full_like(x0, y - 0.4)
+    y1 = np.full_like(x0, y + 0.4)
+    verts = np.stack(
+        [np.stack([x0, y0], 1), np.stack([x1, y0], 1), np.stack([x1, y1], 1), np.stack([x0, y1], 1)],
+        axis=1,
+    )
+    kinds = [kind_of(s.label) for s in drawn]
+    coll = PolyCollection(verts, facecolors=[COLORS[k] for k in kinds], edgecolors="black",
+                          linewidths=0.4)
+    coll.segment_labels = [s.label for s in drawn]
+    ax.add_collection(coll, autolim=False)
+    pads = [i for i, k in enumerate(kinds) if k in ("pad", "...")]
+    if pads:
+        ax.add_collection(PolyCollection(verts[pads], facecolors="none", edgecolors="#777777",
+                                         linewidths=0, hatch="//"), autolim=False)
+    inner, thin = [], []
+    for i, s in enumerate(drawn):
+        w_in = (x1[i] - x0[i]) * inch
+        if text_width_in(s.label) + 0.06 <= w_in:
+            inner.append(i)
+        elif kinds[i] in CALLOUT_KINDS and s.size > 0:
+            thin.append(i)
+    if len(inner) > MAX_INNER_LABELS:
+        step = math.ceil(len(inner) / MAX_INNER_LABELS)
+        inner = inner[::step]
+    for i in inner:
+        ax.text((x0[i] + x1[i]) / 2, y, drawn[i].label, ha="center", va="center",
+                fontsize=_FONT, clip_on=True)
+    seen: set[tuple[str, int]] = set()
+    first_of_kind = []
+    for i in thin:  # a repeated thin segment (pad of every block) is called out once
+        key = (kinds[i], drawn[i].size)
+        if key not in seen:
+            seen.add(key)
+            first_of_kind.append(i)
+    thin = sorted(sorted(first_of_kind, key=lambda i: -drawn[i].size)[:MAX_CALLOUTS])
+    if thin:
+        texts = [f"{drawn[i].label} {fmt_size(drawn[i].size)}" for i in thin]
+        counts = {}
+        for i, k in enumerate(kinds):
+            counts[(k, drawn[i].size)] = counts.get((k, drawn[i].size), 0) + 1
+        repeated = {t: counts[(kinds[i], drawn[i].size)] > 1 for t, i in zip(texts, thin, strict=True)}
+        want = [(x0[i] + x1[i]) / 2 for i in thin]
+        widths = [(text_width_in(t) + 0.08) / inch for t in texts]
+        at = spread(want, widths, 0.0, width)
+        lines = []
+        for x_want, x_at, t in zip(want, at, texts, strict=True):
+            ax.text(x_at, y + 0.95, t + (" (each)" if repeated.get(t) else ""), ha="center", va="center", fontsize=_FONT - 0.5)
+            lines.append([(x_want, y + 0.4), (x_at, y + 0.8)])
+        ax.add_collection(LineCollection(lines, colors="#444444", linewidths=0.6), autolim=False)
+    return kinds
+
+
+def _page_rows(lay) -> list[tuple[str, Sequence[Segment], int, int]]:
+    rows = [("registered", lay.segments, 0, lay.page_bytes)]
+    if lay.cells:
+        end = max(s.end for s in lay.cells)
+        rows.append((f"kernel page 0 (first {fmt_size(end)})", lay.cells, 0, end))
+    if lay.edited is not None and lay.edited.segments:
+        rows.append(("edited", lay.edited.segments, 0, lay.page_bytes))
+    return rows
+
+
+def page_figure(lay):
+    """A :class:`~kvexplore.rendering.layouts.PageLayout` as a figure.
+
+    Rows (top to bottom): the registered page (``conv | ssm | pad``, or K and V
+    per kernel page), the zoom into kernel page 0 (how K and V interleave,
+    scaled to full width), and the edited view's synthetic coordinates on the
+    same byte axis as the registered row, so a coordinate sits over the bytes
+    it addresses.
+    """
+    rows = _page_rows(lay)
+    fig_w = 10.0
+    fig = new_figure(fig_w, 1.45 + 0.62 * len(rows))
+    title = (f"{lay.plan_label}\n{lay.layer} ({lay.kind}, group {lay.group}), "
+             f"{lay.registration} registration, block {lay.block}: "
+             f"{fmt_size(lay.page_bytes)} page")
+    ax = rows_axes(fig, [r[0] for r in rows], title)
+    axis_in = ax.get_position().width * fig_w
+    width = float(lay.page_bytes)
+    kinds: list[str] = []
+    for i, (_, segs, lo, hi) in enumerate(rows):
+        y = (len(rows) - 1 - i) * 1.6
+        kinds += draw_row(ax, y, segs, lo, max(hi, max((s.end for s in segs), default=0)),
+                          width, axis_in)
+    bounds = [s.start for s in lay.segments if s.kind not in ("...", "gap")]
+    ticks = byte_ticks(bounds, 0, lay.page_bytes, axis_in)
+    ax.set_xlim(0, width)
+    ax.set_xticks(ticks)
+    ax.set_xticklabels(["0" if t == 0 else fmt_size(t) for t in ticks], fontsize=6)
+    ax.set_xlabel("byte offset in the page", fontsize=_FONT, labelpad=1)
+    legend(fig, kinds)
+    fig.kvexplore_layout = lay
+    return fig
+
+
+def buffer_figure(lay):
+    """A :class:`~kvexplore.rendering.layouts.BufferLayout` as a figure: one row
+    per buffer (each scaled to its own size) plus the padding zoom."""
+    rows = [(r.name, r.segments, 0, max((s.end for s in r.segments), default=r.size) or 1)
+            for r in lay.rows[:MAX_DRAWN_ROWS]]
+    if lay.block_zoom:
+        rows.append(("zoom: " + lay.zoom_label.split(" of ")[0], lay.block_zoom,
+                     min(s.start for s in lay.block_zoom), max(s.end for s in lay.block_zoom)))
+    fig_w = 10.0
+    fig = new_figure(fig_w, 1.3 + 0.5 * max(1, len(rows)))
+    title = f"{lay.plan_label}\nbuffer map: {lay.registration} registration ({lay.layout}), {lay.num_blocks} blocks"
+    if len(lay.rows) > MAX_DRAWN_ROWS:
+        title += f"; {len(lay.rows) - MAX_DRAWN_ROWS} more buffers in the text form"
+    ax = rows_axes(fig, [r[0] for r in rows] or ["(none)"], title, row_gap=1.6)
+    axis_in = ax.get_position().width * fig_w
+    kinds: list[str] = []
+    for i, (_, segs, lo, hi) in enumerate(rows):
+        kinds += draw_row(ax, (len(rows) - 1 - i) * 1.6, segs, lo, hi, 1.0, axis_in)
+    ax.set_xlim(0, 1)
+    ax.set_xticks([0, 1])
+    ax.set_xticklabels(["start", "end"], fontsize=6)
+    ax.set_xlabel("each row scaled to its own buffer", fontsize=_FONT, labelpad=1)
+    legend(fig, kinds)
+    fig.kvexplore_layout = lay
+    return fig
+
+
+def pages_figure(title: str, names: Sequence[str], pages: Sequence):
+    """Several pages on one shared byte axis, one row each (``pages``: page
+    layouts with ``segments`` and ``page_bytes``), so a 2.6 %-padded Mamba page
+    sits under the attention page of the same size."""
+    page = max((lay.page_bytes for lay in pages), default=1)
+    fig_w = 10.0
+    fig = new_figure(fig_w, 1.45 + 0.5 * max(1, len(pages)))
+    ax = rows_axes(fig, list(names) or ["(no groups)"], title)
+    axis_in = ax.get_position().width * fig_w
+    kinds: list[str] = []
+    for i, lay in enumerate(pages):
+        kinds += draw_row(ax, (len(pages) - 1 - i) * 1.6, lay.segments, 0, page, float(page), axis_in)
+    bounds = sorted({s.start for lay in pages for s in lay.segments if s.kind not in ("...", "gap")})
+    ticks = byte_ticks(bounds, 0, page, axis_in)
+    ax.set_xlim(0, float(page))
+    ax.set_xticks(ticks)
+    ax.set_xticklabels(["0" if t == 0 else fmt_size(t) for t in ticks], fontsize=6)
+    ax.set_xlabel("byte offset in one layer's page of a block", fontsize=_FONT, labelpad=1)
+    legend(fig, kinds)
+    return fig
+
+
+def sweep_figure(table, x: str, y: str, value: str):
+    """Heatmap of a pivoted sweep ``table`` (``y`` rows x ``x`` columns); cells
+    annotated with their values, missing combinations blank."""
+    import numpy as np
+
+    arr = table.to_numpy(dtype=float)
+    fig = new_figure(1.8 + 0.8 * max(1, arr.shape[1]), 1.3 + 0.45 * max(1, arr.shape[0]))
+    ax = fig.subplots()
+    masked = np.ma.masked_invalid(arr)
+    im = ax.imshow(masked, aspect="auto", cmap="viridis")
+    ax.set_xticks(range(arr.shape[1]))
+    ax.set_xticklabels([str(c) for c in table.columns], fontsize=7, rotation=30)
+    ax.set_yticks(range(arr.shape[0]))
+    ax.set_yticklabels([str(i) for i in table.index], fontsize=7)
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.set_title(value, fontsize=9)
+    if arr.size <= 400:
+        finite = arr[np.isfinite(arr)]
+        mid = (finite.min() + finite.max()) / 2 if finite.size else 0
+        for (i, j), v in np.ndenumerate(arr):
+            if not np.isnan(v):
+                ax.text(j, i, f"{v:g}", ha="center", va="center", fontsize=6,
+                        color="black" if v > mid else "white")
+    fig.colorbar(im, ax=ax)
+    fig.kvexplore_table = table
+    return fig
+
+
+def bar_chart(df, x: str, y: str, *, hue: str | None = None, title: str = "",
+              ylabel: str | None = None, fmt: str = "{:,.0f}"):
+    """Grouped bars of ``df[y]`` over ``df[x]`` (one bar colour per ``hue``
+    value), each bar annotated with its value; for comparisons a table hides
+    (padding waste by model x TP, tokens per GiB, block size by GPU)."""
+    import numpy as np
+
+    xs = list(dict.fromkeys(df[x].tolist()))
+    hues = list(dict.fromkeys(df[hue].tolist())) if hue else [None]
+    fig = new_figure(max(5.0, 0.9 + 0.35 * len(xs) * len(hues)), 3.2)
+    ax = fig.subplots()
+    width = 0.8 / len(hues)
+    cmap = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B2", "#937860", "#DA8BC3", "#8C8C8C"]
+    for k, h in enumerate(hues):
+        sub = df if h is None else df[df[hue] == h]
+        vals = {row[x]: row[y] for _, row in sub.iterrows()}
+        pos = np.arange(len(xs)) + (k - (len(hues) - 1) / 2) * width
+        heights = [float(vals.get(v, np.nan)) for v in xs]
+        bars = ax.bar(pos, heights, width * 0.95, color=cmap[k % len(cmap)],
+                      label=None if h is None else str(h))
+        for rect, v in zip(bars, heights, strict=True):
+            if not math.isnan(v):
+                ax.text(rect.get_x() + rect.get_width() / 2, rect.get_height(), fmt.format(v),
+                        ha="center", va="bottom", fontsize=6, rotation=90 if len(xs) * len(hues) > 8 else 0)
+    ax.set_xticks(range(len(xs)))
+    ax.set_xticklabels([str(v) for v in xs], fontsize=7, rotation=30 if len(xs) > 4 else 0, ha="right" if len(xs) > 4 else "center")
+    ax.set_ylabel(ylabel or y, fontsize=8)
+    ax.set_title(title, fontsize=9, loc="left")
+    ax.margins(y=0.18)
+    for spine in ("top", "right"):
+        ax.spines[spine].set_visible(False)
+    if hue:
+        ax.legend(fontsize=7, frameon=False, title=hue, title_fontsize=7)
+    fig.tight_layout()
+    fig.kvexplore_table = df
+    return fig

@@ -1,0 +1,178 @@
+"""Segments, colours and byte units shared by every layout, text and figure.
+
+A :class:`Segment` is one contiguous byte run ``[start, start + size)`` of a
+page or buffer, named with a vLLM / LMCache word.  Every figure and HTML bar
+colours a segment by its *kind* through :data:`COLORS`, so ``conv`` is the
+same blue in a page map, a buffer map and the gallery, and :data:`LEGEND`
+lists the kinds in one fixed order.
+
+>>> fmt_size(28672), fmt_size(1114112), fmt_size(512)
+('28 KiB', '1.06 MiB', '512 B')
+>>> fmt_bytes(1114112)
+'1,114,112 B'
+>>> kind_of("K|V p3"), kind_of("b7"), kind_of("L12")
+('K|V', 'other blocks', 'other layers')
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kvexplore.layout import compress_ints
+
+#: At most this many rectangles per figure row or HTML bar; the middle of
+#: longer rows is drawn as one "..." segment (drawing cost independent of
+#: page size).
+MAX_DRAWN_SEGMENTS = 64
+
+#: One colour per kind, used by every figure and HTML bar.
+COLORS = {
+    "conv": "#4C72B0",
+    "ssm": "#55A868",
+    "state": "#8172B2",
+    "K": "#DD8452",
+    "V": "#C44E52",
+    "K|V": "#E8A06A",
+    "kv": "#E8A06A",
+    "latent": "#937860",
+    "c_kv": "#937860",
+    "k_pe": "#DA8BC3",
+    "pad": "#DDDDDD",
+    "edited": "#64B5CD",
+    "other blocks": "#9DB9DC",
+    "other layers": "#D5C4EA",
+    "gap": "#FFFFFF",
+    "...": "#BBBBBB",
+}
+
+#: Legend order (kinds absent from a figure are left out of its legend).
+LEGEND = ("conv", "ssm", "state", "K", "V", "K|V", "kv", "latent", "c_kv", "k_pe",
+          "edited", "other blocks", "other layers", "pad", "gap", "...")
+
+LEGEND_TEXT = {
+    "conv": "conv state",
+    "ssm": "SSM state",
+    "state": "state",
+    "K": "K",
+    "V": "V",
+    "K|V": "K|V (side by side)",
+    "kv": "K/V",
+    "latent": "MLA latent",
+    "c_kv": "c_kv",
+    "k_pe": "k_pe",
+    "edited": "edited view",
+    "other blocks": "blocks",
+    "other layers": "layers",
+    "pad": "padding",
+    "gap": "other blocks' bytes",
+    "...": "elided",
+}
+
+
+def fmt_bytes(n: int) -> str:
+    """``1114112`` -> ``'1,114,112 B'``: exact, grouped, deterministic."""
+    return f"{n:,} B"
+
+
+def fmt_size(n: float) -> str:
+    """Bytes in the unit people read: ``B`` below 1 KiB, else ``KiB`` / ``MiB`` /
+    ``GiB`` with at most 3 significant digits (exact values are in the text forms)."""
+    n = float(n)
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= scale:
+            value = n / scale
+            text = f"{value:.3g}" if value < 1000 else f"{value:,.0f}"
+            return f"{text} {unit}"
+    return f"{n:.0f} B"
+
+
+def kind_of(label: str) -> str:
+    """The colour kind of a segment label: ``'K|V p3'`` -> ``'K|V'``,
+    ``'conv0'`` -> ``'conv'``, ``'b7'`` -> ``'other blocks'``, ``'L12'`` ->
+    ``'other layers'``, ``'[0, :]'`` -> ``'edited'``."""
+    head = label.split(" ")[0]
+    if head.startswith("conv"):
+        return "conv"
+    if head.startswith("["):
+        return "edited"
+    if head[:1] == "b" and head[1:].isdigit():
+        return "other blocks"
+    if head[:1] == "L" and head[1:].isdigit():
+        return "other layers"
+    if head in COLORS:
+        return head
+    return "state"
+
+
+def color_of(label: str) -> str:
+    """The colour of a segment label (see :func:`kind_of`)."""
+    return COLORS[kind_of(label)]
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One contiguous byte run of a page: ``[start, start + size)``.
+
+    ``start`` is relative to the page start of the chosen block; ``label`` is
+    a vLLM / LMCache word (``conv``, ``ssm``, ``pad``, ``K p3``, ``V p3``,
+    ``K|V p3``, ``latent p0``, ``[0] (edited)``); ``detail`` says what the
+    bytes hold (shape, dtype, interleave).
+    """
+
+    label: str
+    start: int
+    size: int
+    dtype: str = ""
+    detail: str = ""
+    kernel_page: int | None = None
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size
+
+    @property
+    def kind(self) -> str:
+        """The label without the kernel-page suffix (``'K|V p3'`` -> ``'K|V'``)."""
+        return self.label.split(" ")[0]
+
+
+def capped(segments: Sequence[Segment], limit: int = MAX_DRAWN_SEGMENTS) -> list[Segment]:
+    """At most ``limit`` segments: the middle merged into one ``'...'``."""
+    segs = list(segments)
+    if len(segs) <= limit:
+        return segs
+    head = segs[: limit // 2]
+    tail = segs[-(limit // 2 - 1):]
+    middle = Segment("...", head[-1].end, tail[0].start - head[-1].end, "",
+                     f"{len(segs) - len(head) - len(tail)} segments")
+    return head + [middle] + tail
+
+
+def overlap_summary(span: tuple[int, int], segments: Sequence[Segment]) -> str:
+    """Which registered segments the byte span ``[a, b)`` falls on.
+
+    ``'K|V p0-8 (p8: 32768 of 65536 B)'`` style: kinds in byte order, kernel
+    pages compressed into ranges, partial overlaps named with their bytes.
+    """
+    a, b = span
+    by_kind: OrderedDict[str, list[int]] = OrderedDict()
+    partial: list[str] = []
+    plain: OrderedDict[str, int] = OrderedDict()
+    for s in segments:
+        lo, hi = max(a, s.start), min(b, s.end)
+        if hi <= lo:
+            continue
+        if s.kernel_page is None:
+            plain[s.label] = plain.get(s.label, 0) + (hi - lo)
+        else:
+            by_kind.setdefault(s.kind, []).append(s.kernel_page)
+        if hi - lo < s.size:
+            partial.append(f"{s.label}: {hi - lo} of {s.size} B")
+    parts = list(plain)
+    parts += [f"{kind} p{compress_ints(pages)}" for kind, pages in by_kind.items()]
+    text = ", ".join(parts) if parts else "nothing"
+    if partial:
+        text += " (" + "; ".join(partial) + ")"
+    return text

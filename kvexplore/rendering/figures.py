@@ -210,9 +210,14 @@ def draw_row(ax, y: float, segments: Sequence[Segment], lo: int, hi: int, width:
     if len(inner) > MAX_INNER_LABELS:
         step = math.ceil(len(inner) / MAX_INNER_LABELS)
         inner = inner[::step]
-    for i in inner:
-        ax.text((x0[i] + x1[i]) / 2, y, drawn[i].label, ha="center", va="center",
-                fontsize=_FONT, clip_on=True)
+    placed: list[tuple[float, float]] = []
+    for i in inner:  # segments may overlap (an edited view's coordinates can interleave)
+        half = (text_width_in(drawn[i].label) + 0.06) / inch / 2
+        mid = (x0[i] + x1[i]) / 2
+        if any(mid - half < b and a < mid + half for a, b in placed):
+            continue
+        placed.append((mid - half, mid + half))
+        ax.text(mid, y, drawn[i].label, ha="center", va="center", fontsize=_FONT, clip_on=True)
     seen: set[tuple[str, int]] = set()
     first_of_kind = []
     for i in thin:  # a repeated thin segment (pad of every block) is called out once

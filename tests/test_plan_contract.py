@@ -1,0 +1,157 @@
+"""A plan is immutable and shared safely; bad inputs name the value.
+
+Plans are cached: two callers asking for the same inputs get the same object.
+What either can reach and mutate must be a copy, or one caller's change would
+alter the other's plan.
+"""
+
+import dataclasses
+import gc
+import json
+import weakref
+
+import pytest
+import torch
+
+import kvexplore
+from kvexplore.editing.plan_edits import plan_edits
+from kvexplore.memo import per_plan
+from kvexplore.registration import registered_views
+
+QWEN = "Qwen/Qwen3.5-0.8B"
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    return kvexplore.plan(QWEN, gpu="A100")
+
+
+def test_plan_is_frozen(qwen):
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        qwen.gpu = None
+    with pytest.raises(TypeError):
+        qwen.layer_specs["x"] = None  # a read-only mapping
+
+
+def test_callers_cannot_change_a_shared_plan(qwen):
+    again = kvexplore.plan(QWEN, gpu="A100")
+    assert again is qwen  # the same cached object
+    qwen.cache_config.block_size = 16
+    qwen.vllm_config.cache_config.block_size = 16
+    qwen.model_config.max_model_len = 7
+    qwen.parallel_config.tensor_parallel_size = 8
+    cfg = qwen.kv_cache_config
+    cfg.num_blocks = 1
+    cfg.kv_cache_groups[0].layer_names.append("not.a.layer")
+    cfg.kv_cache_tensors[0].layers.clear()
+    qwen.groups[0].layer_names.clear()
+    table = qwen.group_table
+    table.loc[0, "layers"] = 99
+    summary = qwen.summary
+    summary.loc[0, "value"] = "changed"
+    # hand arithmetic from the config: 24 layers, 6 per group, 544 tokens on an A100
+    assert again.block_size == 544
+    assert again.model_config.max_model_len == 262144
+    assert again.parallel_config.tensor_parallel_size == 1
+    assert again.num_blocks == 16
+    assert [len(g.layer_names) for g in again.groups] == [6, 6, 6, 6]
+    assert len(again.kv_cache_config.kv_cache_tensors[0].layers) == 6
+    assert list(again.group_table.layers) == [6, 6, 6, 6]
+    assert again.summary.loc[0, "value"] == QWEN
+    assert again.explain() == kvexplore.plan(QWEN, gpu="A100").explain()
+
+
+def test_one_memo_per_plan_released_with_the_plan():
+    p = kvexplore.plan(QWEN, gpu="A100", num_blocks=5)
+    views = registered_views(p)
+    assert registered_views(p) is views
+    assert plan_edits(p) is plan_edits(p)
+    other = kvexplore.plan(QWEN, gpu="A100", num_blocks=6)
+    assert registered_views(other) is not views
+    assert next(iter(views.values())).shape[0] == 5 * 1  # mamba: one page per block
+
+    class Probe:
+        pass
+
+    probe = Probe()
+    calls = []
+    assert per_plan(probe, "k", lambda: calls.append(1) or "v") == "v"
+    assert per_plan(probe, "k", lambda: calls.append(1) or "w") == "v"
+    assert calls == [1]
+    ref = weakref.ref(probe)
+    del probe
+    gc.collect()
+    assert ref() is None  # the memo does not keep its plan alive
+
+
+def test_memo_does_not_keep_errors():
+    calls = []
+
+    class Probe:
+        pass
+
+    probe = Probe()
+
+    def failing():
+        calls.append(1)
+        raise kvexplore.KVExploreError("no")
+
+    for _ in range(2):
+        with pytest.raises(kvexplore.KVExploreError):
+            per_plan(probe, "k", failing)
+    assert calls == [1, 1]
+
+
+@pytest.mark.parametrize(
+    "kwargs,names",
+    [
+        ({"mamba_ssm_cache_dtype": "flaot32"}, ["mamba_ssm_cache_dtype='flaot32'", "float32"]),
+        ({"enable_prefix_caching": "yes"}, ["enable_prefix_caching='yes'", "True, False or None"]),
+        ({"max_model_len": 0}, ["max_model_len=0", "-1 (auto-fit"]),
+        ({"max_model_len": -2}, ["max_model_len=-2", ">= 1"]),
+        ({"max_model_len": 1.5}, ["max_model_len=1.5", "integer"]),
+        ({"tensor_parallel_size": 0}, ["tensor_parallel_size=0", ">= 1"]),
+        ({"kv_cache_dtype": "fp9"}, ["kv_cache_dtype='fp9'"]),
+        ({"gpu": "V100"}, ["V100"]),
+    ],
+)
+def test_bad_plan_inputs_name_the_value(kwargs, names):
+    kwargs = {"gpu": "A100", **kwargs}
+    with pytest.raises(kvexplore.KVExploreError) as info:
+        kvexplore.plan(QWEN, **kwargs)
+    for name in names:
+        assert name in str(info.value)
+
+
+def test_mla_backend_for_a_non_mla_model():
+    with pytest.raises(kvexplore.KVExploreError) as info:
+        kvexplore.plan("meta-llama/Llama-3.1-8B-Instruct", gpu="H100", attention_backend="FLASHMLA")
+    text = str(info.value)
+    assert "attention_backend='FLASHMLA'" in text and "H100" in text
+    assert "Llama-3.1-8B" in text
+
+
+def test_allocate_bad_inputs(qwen):
+    with pytest.raises(kvexplore.KVExploreError, match="device='tpu9' is not a torch device"):
+        qwen.allocate("tpu9")
+    with pytest.raises(kvexplore.KVExploreError, match=r"registration='weird' is invalid; expected one of \['unified', 'legacy'\]"):
+        qwen.allocate("cpu", registration="weird")
+
+
+def test_allocate_cuda_where_there_is_none_or_some():
+    small = kvexplore.plan(QWEN, gpu="A100", num_blocks=2)
+    if torch.cuda.is_available():
+        kv = small.allocate("cuda")
+        assert {t.device.type for v in kv.values() for t in (v if isinstance(v, list) else [v])} == {"cuda"}
+    else:
+        with pytest.raises(kvexplore.KVExploreError, match="device='cuda' asked for CUDA but no CUDA device is available"):
+            small.allocate("cuda")
+
+
+def test_config_json_that_is_a_list(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps([1, 2]))
+    with pytest.raises(kvexplore.KVExploreError) as info:
+        kvexplore.plan(str(path), gpu="A100")
+    assert str(path) in str(info.value) and "JSON list" in str(info.value)
+    assert json.loads(path.read_text()) == [1, 2]  # nothing modified

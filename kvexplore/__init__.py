@@ -68,6 +68,7 @@ _LAZY = {
     "buffer_map_text": ("kvexplore.rendering.layouts", "buffer_map_text"),
     "sweep_heatmap": ("kvexplore.rendering.layouts", "sweep_heatmap"),
     "sweep_heatmap_text": ("kvexplore.rendering.layouts", "sweep_heatmap_text"),
+    "bar_chart": ("kvexplore.rendering.figures", "bar_chart"),
     "ExplorerState": ("kvexplore.explorer.state", "ExplorerState"),
     "Explorer": ("kvexplore.explorer.widgets", "Explorer"),
 }

@@ -366,10 +366,12 @@ def sweep_figure(table, x: str, y: str, value: str):
 
 
 def bar_chart(df, x: str, y: str, *, hue: str | None = None, title: str = "",
-              ylabel: str | None = None, fmt: str = "{:,.0f}"):
+              ylabel: str | None = None, fmt: str = "{:,.0f}", log: bool = False):
     """Grouped bars of ``df[y]`` over ``df[x]`` (one bar colour per ``hue``
     value), each bar annotated with its value; for comparisons a table hides
-    (padding waste by model x TP, tokens per GiB, block size by GPU)."""
+    (padding waste by model x TP, tokens per GiB, block size by GPU).
+    ``log=True`` uses a symmetric log axis, for values spanning decades
+    (LFM2's 300 % padding next to Nemotron-H's 0.05 %)."""
     import numpy as np
 
     xs = list(dict.fromkeys(df[x].tolist()))
@@ -393,6 +395,8 @@ def bar_chart(df, x: str, y: str, *, hue: str | None = None, title: str = "",
     ax.set_xticklabels([str(v) for v in xs], fontsize=7, rotation=30 if len(xs) > 4 else 0, ha="right" if len(xs) > 4 else "center")
     ax.set_ylabel(ylabel or y, fontsize=8)
     ax.set_title(title, fontsize=9, loc="left")
+    if log:
+        ax.set_yscale("symlog", linthresh=1)
     ax.margins(y=0.18)
     for spine in ("top", "right"):
         ax.spines[spine].set_visible(False)

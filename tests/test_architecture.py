@@ -1,0 +1,118 @@
+"""The package reads as the pipeline: imports only point down it.
+
+Parsed from the source (every ``import`` statement, including those inside
+functions), so a new import that runs against the flow, or reaches into
+another module's private names, fails here.
+"""
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1] / "kvexplore"
+
+#: Pipeline stages in order; a module may import its own stage and earlier ones.
+STAGES = [
+    ("base", ["kvexplore.errors", "kvexplore.layout", "kvexplore.memo", "kvexplore.display"]),
+    ("planning", ["kvexplore.planning"]),
+    ("registration", ["kvexplore.registration"]),
+    ("editing", ["kvexplore.editing"]),
+    ("offloading", ["kvexplore.offloading"]),
+    ("capacity", ["kvexplore.capacity"]),
+    ("rendering", ["kvexplore.rendering"]),
+    ("explorer", ["kvexplore.explorer"]),
+    ("cli", ["kvexplore.cli", "kvexplore.__main__"]),
+    ("package", ["kvexplore"]),
+]
+
+#: The one call up the pipeline, kept as public API: ``Plan.allocate`` hands
+#: the plan to the registration stage (imported inside the method).
+ALLOWED_UP = {("kvexplore.planning.planner", "kvexplore.registration")}
+
+
+def _stage(module: str) -> int:
+    best = None
+    for i, (_, prefixes) in enumerate(STAGES):
+        for prefix in prefixes:
+            if module == prefix or module.startswith(prefix + "."):
+                if best is None or len(prefix) > best[1]:
+                    best = (i, len(prefix))
+    assert best is not None, module
+    return best[0]
+
+
+def _modules():
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        yield ".".join(parts), path
+
+
+def _imports(path: pathlib.Path):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, None
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                yield node.module, alias.name
+
+
+MODULES = dict(_modules())
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_point_down_the_pipeline(module):
+    if module == "kvexplore":
+        return  # the package re-exports every stage
+    here = _stage(module)
+    for target, _ in _imports(MODULES[module]):
+        if not target.startswith("kvexplore"):
+            continue
+        if (module, target) in ALLOWED_UP:
+            continue
+        assert _stage(target) <= here, f"{module} imports {target}, a later stage"
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_private_names_across_modules(module):
+    for target, name in _imports(MODULES[module]):
+        if not target.startswith("kvexplore") or name is None:
+            continue
+        if name.startswith("_") and target != module:
+            pytest.fail(f"{module} imports the private name {name} from {target}")
+
+
+def test_no_import_cycles_between_modules():
+    graph = {m: set() for m in MODULES}
+    for m, path in MODULES.items():
+        for target, name in _imports(path):
+            if target in graph and target != m:
+                graph[m].add(target)
+            if name and f"{target}.{name}" in graph:
+                graph[m].add(f"{target}.{name}")
+    # a package __init__ importing its own submodules is how re-exports work
+    for m in list(graph):
+        graph[m] = {t for t in graph[m] if not (t.startswith(m + ".") and MODULES[m].name == "__init__.py")}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m):
+        state[m] = 1
+        stack.append(m)
+        for t in graph[m]:
+            if state.get(t) == 1:
+                cycle = stack[stack.index(t):] + [t]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if t not in state:
+                visit(t)
+        stack.pop()
+        state[m] = 2
+
+    for m in graph:
+        if m not in state:
+            visit(m)

@@ -119,11 +119,7 @@ def cmd_plan(ns) -> int:
     if ns.json:
         print(json.dumps(p.to_dict(), indent=2, default=str))
         return 0
-    _print_table(p.summary)
-    print()
-    _print_table(p.group_table)
-    print()
-    print(p.explain())
+    print(p.text())
     return 0
 
 

@@ -100,8 +100,11 @@ def test_plan_is_frozen_and_replace_makes_a_new_plan():
 
 def test_memory_budget_gives_num_blocks():
     p = plan(QWEN, kv_cache_memory_bytes=8 << 30, max_model_len=4096, gpu="A100")
-    assert p.num_blocks == (8 << 30) // p.bytes_per_block
-    assert p.tokens_per_gib == ((1 << 30) // p.bytes_per_block) * 544
+    # by hand (GUIDE section 4): a block id costs one 1,114,112-byte page in each
+    # of the 6 layers of a group's tensor: 6,684,672 B; 8 GiB // 6,684,672 = 1285
+    assert p.bytes_per_block == 6_684_672
+    assert p.num_blocks == 1285
+    assert p.tokens_per_gib == 160 * 544  # 1 GiB // 6,684,672 = 160 blocks
 
 
 def test_specs_are_vllm_objects():

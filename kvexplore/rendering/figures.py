@@ -247,7 +247,8 @@ def _page_rows(lay) -> list[tuple[str, Sequence[Segment], int, int]]:
     rows = [("registered", lay.segments, 0, lay.page_bytes)]
     if lay.cells:
         end = max(s.end for s in lay.cells)
-        rows.append((f"kernel page 0 (first {fmt_size(end)})", lay.cells, 0, end))
+        # a zoom: its own scale (0 .. end), not the page axis below
+        rows.append((f"kernel page 0 zoom, 0-{fmt_size(end)}", lay.cells, 0, end))
     if lay.edited is not None and lay.edited.segments:
         rows.append(("edited", lay.edited.segments, 0, lay.page_bytes))
     return rows

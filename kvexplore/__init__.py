@@ -70,6 +70,8 @@ _LAZY = {
     "sweep_heatmap_text": ("kvexplore.rendering.layouts", "sweep_heatmap_text"),
     "ExplorerState": ("kvexplore.explorer.state", "ExplorerState"),
     "Explorer": ("kvexplore.explorer.widgets", "Explorer"),
+    "Compare": ("kvexplore.explorer.widgets", "Compare"),
+    "compare": ("kvexplore.explorer.state", "compare"),
 }
 
 

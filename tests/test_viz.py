@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 import kvexplore
-from kvexplore.rendering import layouts as viz
 from kvexplore.errors import KVExploreError
+from kvexplore.rendering import layouts as viz
 
 QWEN = "Qwen/Qwen3.5-0.8B"
 

@@ -11,7 +11,10 @@ So every user error (``KVExploreError``, a ``ValueError``) becomes a message
 in the ``status`` panel, panels are memoised by exactly the inputs they read
 (the page map by ``(plan, layer, block, registration)``, the summary by the
 plan alone ...), and :meth:`ExplorerState.set` reports which panels changed so
-the widget re-renders only those.
+the widget re-renders only those.  Figures are PNG bytes memoised the same
+way (:meth:`ExplorerState.page_map_png`), the edits panel is a per-group
+summary (:func:`edit_groups`), and :func:`compare` sets two states side by
+side with every differing quantity marked.
 
 >>> s = ExplorerState("Qwen/Qwen3.5-0.8B")
 >>> s.plan.block_size  # on the default GPU, an H100

@@ -272,6 +272,7 @@ def test_compare_tp_and_kv_cache_dtype():
     assert fp8.row("kv_cache_dtype").b == "fp8"
     assert (fp8.row("kernel_block_size", "group 3").a, fp8.row("kernel_block_size", "group 3").b) == ("544", "16")
     assert fp8.row("kernel_pages", "page map").differs
+    assert compare(fp8.a, fp8.b).rows == fp8.rows  # states are used as they are
     same = compare(base, {"gpu": "A100"})
     assert same.differences == () and "page maps: the compared numbers are the same" in same.html()
     bad = compare(base, tensor_parallel_size=3)
@@ -286,8 +287,10 @@ def test_compare_widget_draws_both_page_maps():
     a, b = (f.value for f in w.figures)
     assert a[:4] == b[:4] == b"\x89PNG" and a != b
     assert "page maps differ in" in w.summary.value and 'class="kvx-diff"' in w.table.value
+    first_b = w.states[1]
     w.controls_b["gpu"].value = "A100"
     assert w.comparison.differences == () and w.figures[1].value == w.figures[0].value
+    assert w.states[1] is first_b and w.comparison.b is first_b  # the side's state is kept
     w.controls_b["tensor_parallel_size"].value = 3
     assert "B: vLLM 0.33 rejects" in w.summary.value and w.figures[1].layout.display == "none"
 

@@ -807,11 +807,14 @@ def _page_bars(st: ExplorerState) -> str:
     return page_bars_html(lay) if lay is not None else ""
 
 
-def compare(a_controls: Mapping[str, Any], b_controls: Mapping[str, Any] | None = None,
+def compare(a_controls: Mapping[str, Any] | ExplorerState,
+            b_controls: Mapping[str, Any] | ExplorerState | None = None,
             **b_changes: Any) -> Comparison:
     """Two settings side by side: ``a_controls`` and ``b_controls`` are
     Explorer controls (``model``, ``gpu``, ``tensor_parallel_size`` ...);
-    B defaults to A with ``b_changes`` applied.
+    B defaults to A with ``b_changes`` applied.  Either may be an
+    :class:`ExplorerState` instead, used as it is (its memoised panels and
+    figures are reused; ``b_changes`` then does not apply to it).
 
     >>> c = compare({"model": "Qwen/Qwen3.5-0.8B", "gpu": "A100"}, gpu="H100")
     >>> c.row("block_size")
@@ -819,13 +822,18 @@ def compare(a_controls: Mapping[str, Any], b_controls: Mapping[str, Any] | None 
     >>> c.row("tensor_parallel_size").differs
     False
     """
-    b_all = {**a_controls, **(b_controls or {}), **b_changes}
-    states = []
-    for controls in (dict(a_controls), b_all):
+    def state(controls) -> ExplorerState:
+        if isinstance(controls, ExplorerState):
+            return controls
         controls = dict(controls)
         model = controls.pop("model", DEFAULT_MODEL)
-        states.append(ExplorerState(model, **controls))
-    a, b = states
+        return ExplorerState(model, **controls)
+
+    a = state(a_controls)
+    if isinstance(b_controls, ExplorerState):
+        b = b_controls
+    else:
+        b = state({**a.controls, **(b_controls or {}), **b_changes})
     ra = _plan_rows(a.plan) if a.plan is not None else {}
     rb = _plan_rows(b.plan) if b.plan is not None else {}
     la, lb = _page_layout_of(a), _page_layout_of(b)

@@ -294,6 +294,7 @@ class Compare(widgets.VBox):
         ])
         self.add_class("kvx-compare")
         self.comparison = None
+        self.states: list[ExplorerState] = []
         self.refresh()
 
     def _values(self, side: dict) -> dict:
@@ -304,7 +305,13 @@ class Compare(widgets.VBox):
     def refresh(self) -> None:
         """Recompare from the controls (never raises into the notebook)."""
         try:
-            c = compare(self._values(self.controls_a), self._values(self.controls_b))
+            values = (self._values(self.controls_a), self._values(self.controls_b))
+            if self.states:  # keep each side's memoised panels and figures
+                for st, v in zip(self.states, values, strict=True):
+                    st.set(**v)
+            else:
+                self.states = [ExplorerState(v.pop("model"), **v) for v in map(dict, values)]
+            c = compare(*self.states)
         except Exception as exc:
             self.summary.value = _error_html(exc)
             return

@@ -71,6 +71,8 @@ _LAZY = {
     "bar_chart": ("kvexplore.rendering.figures", "bar_chart"),
     "ExplorerState": ("kvexplore.explorer.state", "ExplorerState"),
     "Explorer": ("kvexplore.explorer.widgets", "Explorer"),
+    "Compare": ("kvexplore.explorer.widgets", "Compare"),
+    "compare": ("kvexplore.explorer.state", "compare"),
 }
 
 

@@ -8,9 +8,15 @@ The test starts its own JupyterLab on 127.0.0.1 (free port, random token,
 temporary root, empty user config/settings/workspaces so nothing of the
 user's leaks in), writes a notebook that displays
 ``Explorer("Qwen/Qwen3.5-0.8B", gpu="A100")``, runs it with "Run > Run All Cells", reads
-the plan and page-map panels, sets TP to 4 and checks that the block size
-goes 544 -> 272 in the plan table and that the page map changed.  A
-screenshot lands in ``$KVEXPLORE_ARTIFACTS`` (or the test's tmp dir).
+the plan and page-map panels and the page-map figure (an ``<img>`` that has
+loaded a non-empty PNG), sets TP to 4 and checks that the block size goes
+544 -> 272 in the plan table, that the page map changed and that the figure's
+image was replaced by a new, non-empty one.  A second test opens every
+notebook under ``notebooks/`` (a glob, so new notebooks are included) in the
+same JupyterLab and checks that at least one image output renders (the stored
+outputs, which nbval keeps current).  Screenshots (``explorer.png`` and one
+``notebook-<name>.png`` per notebook) land in ``$KVX_ARTIFACTS``, default
+``test-artifacts/`` at the repository root.
 
 Needs ``/usr/bin/chromium`` (``apt-get install -y chromium``) and the
 ``playwright`` Python package (``pip install playwright``; no
@@ -23,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -39,6 +46,9 @@ pytestmark = pytest.mark.browser
 CHROMIUM = "/usr/bin/chromium"
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "Qwen/Qwen3.5-0.8B"
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+#: One notebook: open to first rendered image output and screenshot, in seconds.
+NOTEBOOK_BUDGET_S = 90
 #: Server start to screenshot, in seconds; with the teardown's worst case
 #: (20 s for the server to stop, then a kill) the test stays under 5 minutes.
 TOTAL_BUDGET_S = 260
@@ -111,17 +121,25 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.wait(timeout=10)
 
 
-@pytest.fixture()
-def jupyterlab(tmp_path):
-    """``start()`` launches a private JupyterLab and returns ``(base_url, token,
-    log_path)``; teardown always stops it and its kernels.  A factory, so the
-    test checks its tools first and a missing one is a failure, not an error."""
+@pytest.fixture(scope="module")
+def jupyterlab(tmp_path_factory):
+    """``start()`` launches a private JupyterLab (once per module; later calls
+    return the same one) and returns ``(base_url, token, log_path)``; teardown
+    always stops it and its kernels.  A factory, so a test checks its tools
+    first and a missing one is a failure, not an error.  Its root holds the
+    Explorer notebook and a copy of every notebook under ``notebooks/``."""
     started: list[tuple[subprocess.Popen, object]] = []
+    running: list[tuple[str, str, Path]] = []
+    tmp_path = tmp_path_factory.mktemp("jupyterlab")
 
     def start() -> tuple[str, str, Path]:
+        if running:
+            return running[0]
         root = tmp_path / "root"
         root.mkdir()
         (root / "explorer.ipynb").write_text(_notebook())
+        for nb in NOTEBOOKS:
+            shutil.copy(nb, root / nb.name)
         port, token = _free_port(), secrets.token_hex(24)
         env = dict(os.environ)
         # Empty user dirs: no ~/.jupyter config, lab settings, workspaces or
@@ -138,6 +156,11 @@ def jupyterlab(tmp_path):
         notif.mkdir(parents=True)
         (notif / "notification.jupyterlab-settings").write_text(
             json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+        # Every cell in the DOM (no windowing), so an output far down a
+        # notebook can be found and scrolled to.
+        tracker = tmp_path / "lab-settings" / "@jupyterlab" / "notebook-extension"
+        tracker.mkdir(parents=True)
+        (tracker / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
         # The kernel inherits this: import this checkout's kvexplore, whatever
         # the editable install points at.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
@@ -164,6 +187,7 @@ def jupyterlab(tmp_path):
             try:
                 with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5) as r:
                     if r.status == 200:
+                        running.append((base, token, log_path))
                         return base, token, log_path
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
@@ -186,9 +210,9 @@ def _plan_table(summary) -> dict[str, str]:
     return {r[0]: r[1] for r in rows if len(r) >= 2}
 
 
-def _fail_with_page(page, tmp_path: Path, log_path: Path, what: str):
+def _fail_with_page(page, tmp_path: Path, log_path: Path, what: str, name: str = "explorer"):
     """Fail with what the page shows: prompts, outputs, a screenshot, the server log."""
-    shot = _artifacts_dir(tmp_path) / "explorer-failure.png"
+    shot = _artifacts_dir() / f"{name}-failure.png"
     try:
         page.screenshot(path=str(shot), timeout=10_000)
         prompts = page.locator(".jp-NotebookPanel .jp-InputPrompt").all_inner_texts()
@@ -203,10 +227,39 @@ def _fail_with_page(page, tmp_path: Path, log_path: Path, what: str):
                 pytrace=False)
 
 
-def _artifacts_dir(tmp_path: Path) -> Path:
-    out = Path(os.environ.get("KVEXPLORE_ARTIFACTS") or tmp_path)
+def _artifacts_dir() -> Path:
+    """``$KVX_ARTIFACTS``, default ``test-artifacts/`` at the repository root (git-ignored)."""
+    out = Path(os.environ.get("KVX_ARTIFACTS") or REPO / "test-artifacts")
     out.mkdir(parents=True, exist_ok=True)
     return out
+
+
+#: The notebook in the current tab (JupyterLab hides the others with lm-mod-hidden).
+SHOWN_NOTEBOOK = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+#: The page-map figure: the Image widget's <img> (its class is on the element).
+FIGURE = "img.kvx-figure-page-map"
+_IMAGE_STATE = """img => img ? {src: img.getAttribute('src') || '', complete: img.complete,
+    width: img.naturalWidth, height: img.naturalHeight} : null"""
+_IMAGE_BYTES = """async img => {
+    const buf = await (await fetch(img.src)).arrayBuffer();
+    const b = new Uint8Array(buf);
+    return {size: b.length, head: Array.from(b.slice(0, 8)),
+            sum: b.reduce((h, x) => (h * 31 + x) >>> 0, 7)};
+}"""
+
+
+def _loaded_image(page, selector: str, timeout: float, not_src: str | None = None):
+    """Wait until ``selector`` is an <img> that has decoded a non-empty image
+    (and, with ``not_src``, one with another src); return its state and bytes."""
+    page.wait_for_function(
+        """([sel, old]) => { const img = document.querySelector(sel);
+            return img && img.complete && img.naturalWidth > 0 && img.naturalHeight > 0
+                && img.getAttribute('src') && img.getAttribute('src') !== old; }""",
+        arg=[selector, not_src], timeout=timeout)
+    img = page.locator(selector).first
+    state = img.evaluate(_IMAGE_STATE)
+    state["bytes"] = img.evaluate(_IMAGE_BYTES)
+    return state
 
 
 def test_explorer_renders_and_reacts_in_jupyterlab(jupyterlab, tmp_path):
@@ -281,6 +334,12 @@ def test_explorer_renders_and_reacts_in_jupyterlab(jupyterlab, tmp_path):
             assert before.get("block_size") == "544", before
             assert "block_size=544" in before_map and "tp=1" in before_map, before_map
             assert "Traceback" not in " ".join(status.all_text_contents())
+            try:  # the page-map figure: drawn by default, a decoded PNG
+                before_img = _loaded_image(page, FIGURE, deadline.ms(60))
+            except PlaywrightTimeout:
+                _fail_with_page(page, tmp_path, log_path, "the page-map figure did not render")
+            assert before_img["bytes"]["head"] == [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A], before_img
+            assert before_img["bytes"]["size"] > 1000, before_img
 
             # TP 1 -> 4 in the IntText: typed, committed with Enter.
             tp = page.locator(".kvx-control-tensor-parallel-size input")
@@ -300,12 +359,63 @@ def test_explorer_renders_and_reacts_in_jupyterlab(jupyterlab, tmp_path):
             assert after_map != before_map
             assert "block_size=272" in after_map and "tp=4" in after_map, after_map
             assert "Traceback" not in " ".join(status.all_text_contents())
+            try:  # a new figure for the new plan: another src, other bytes
+                after_img = _loaded_image(page, FIGURE, deadline.ms(60), not_src=before_img["src"])
+            except PlaywrightTimeout:
+                _fail_with_page(page, tmp_path, log_path, "the page-map figure did not change after TP 1 -> 4")
+            assert after_img["bytes"]["head"] == before_img["bytes"]["head"], after_img
+            assert after_img["bytes"]["size"] > 1000, after_img
+            assert after_img["bytes"]["sum"] != before_img["bytes"]["sum"], (before_img, after_img)
 
             page.locator(".kvx-explorer .lm-TabBar-tab", has_text="page map").click(timeout=deadline.ms(30))
             page_map.wait_for(state="visible", timeout=deadline.ms(30))
-            shot = _artifacts_dir(tmp_path) / "explorer.png"
+            shot = _artifacts_dir() / "explorer.png"
             explorer.screenshot(path=str(shot), timeout=deadline.ms(30))
         finally:
             browser.close()
     assert shot.is_file() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert shot.stat().st_size > 20_000, shot.stat().st_size
+
+
+def test_notebooks_exist():
+    assert len(NOTEBOOKS) >= 7, NOTEBOOKS
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[nb.stem for nb in NOTEBOOKS])
+def test_notebook_renders_an_image(jupyterlab, notebook: Path):
+    """Open the notebook in JupyterLab: at least one image output is decoded."""
+    sync_playwright = _require_browser_tools()
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    base, token, log_path = jupyterlab()
+    deadline = Deadline(NOTEBOOK_BUDGET_S)
+    shot = _artifacts_dir() / f"notebook-{notebook.stem}.png"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                    args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            # A workspace of its own: JupyterLab would otherwise restore the
+            # notebooks earlier tests opened, as background tabs.
+            page.goto(f"{base}/lab/workspaces/nb-{notebook.stem}/tree/{notebook.name}?token={token}",
+                      timeout=deadline.ms(60))
+            image = page.locator(f"{SHOWN_NOTEBOOK} .jp-OutputArea-output img").first
+            try:
+                image.wait_for(state="attached", timeout=deadline.ms(60))
+                image.scroll_into_view_if_needed(timeout=deadline.ms(30))
+                page.wait_for_function(
+                    "sel => Array.from(document.querySelectorAll(sel))"
+                    ".some(i => i.complete && i.naturalWidth > 0 && i.naturalHeight > 0)",
+                    arg=f"{SHOWN_NOTEBOOK} .jp-OutputArea-output img", timeout=deadline.ms(30))
+            except PlaywrightTimeout:
+                _fail_with_page(page, shot.parent, log_path, f"{notebook.name}: no image output rendered",
+                                name=f"notebook-{notebook.stem}")
+            title = page.locator(".lm-DockPanel-tabBar .lm-mod-current .lm-TabBar-tabLabel").first.inner_text()
+            assert title == notebook.name, title
+            rendered = page.locator(f"{SHOWN_NOTEBOOK} .jp-OutputArea-output img").evaluate_all(
+                "imgs => imgs.filter(i => i.complete && i.naturalWidth > 0).map(i => i.naturalWidth)")
+            assert rendered and min(rendered) > 50, rendered
+            page.screenshot(path=str(shot), timeout=deadline.ms(30))
+        finally:
+            browser.close()
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,6 +1,7 @@
 """Explorer logic driven through the widget's controls, no browser."""
 
 import json
+import re
 
 import pytest
 
@@ -114,10 +115,14 @@ def test_layer_and_block_out_of_range(ex):
 
 def test_offload_panel_deterministic(ex):
     text = ex.state.panels["offload"].text
-    assert text.startswith("OffloadResult(")
-    assert "/tmp/" not in text
+    assert text.startswith("OffloadResult('Qwen/Qwen3.5-0.8B', tp=1, dcp=1, pp=1, groups=[0, 1, 2, 3]")
+    assert "/tmp/" not in text and "<config_dir>" not in text
+    lines = text.splitlines()
     # the OffloadingConfig names the model as vLLM was started with it
-    assert "name='Qwen/Qwen3.5-0.8B'" in text or "Qwen/Qwen3.5-0.8B" in text
+    assert "model.name = Qwen/Qwen3.5-0.8B: model_config.model (for Qwen/Qwen3.5-0.8B)" in lines
+    assert "cache.tokens_per_hash = 544: gcd(544, 544, 544, 544) of the prefix-cacheable " \
+        "groups' DCP-resolved block sizes" in lines
+    assert text == ExplorerState(QWEN, gpu="A100").panels["offload"].text
 
 
 def test_edits_rejected_shows_message():
@@ -138,12 +143,16 @@ def test_live_button_runs_roundtrip(ex):
     assert "not run" in ex.state.panels["live"].text
     ex.live_button.click()
     text = ex.state.panels["live"].text
-    assert text.startswith("round-trip OK: 24 layers")
     import torch
 
     # CPU: the first CPU_ROUNDTRIP_BLOCKS blocks; CUDA: every block
-    chosen = "all blocks" if torch.cuda.is_available() else "blocks [0, 1]"
-    assert chosen in text and "every byte came back" in text
+    if torch.cuda.is_available():
+        where = r"on cuda \(unified, all blocks\)"
+    else:
+        where = r"on cpu \(unified, blocks \[0, 1\]\)"
+    head = text.splitlines()[0]
+    assert re.fullmatch(r"round-trip OK: 24 layers, [\d,]+ bytes " + where, head), head
+    assert "every byte came back" in text
     assert "round-trip OK" in ex.panels["live"].value
     ex.controls["block"].value = 1  # view-only change keeps the result
     assert ex.state.panels["live"].text == text
@@ -151,15 +160,151 @@ def test_live_button_runs_roundtrip(ex):
     assert "not run" in ex.state.panels["live"].text
 
 
-def test_figure_toggle_draws_png(ex):
-    assert ex.figure.layout.display == "none"
-    ex.figure_toggle.value = True
-    assert ex.figure.value[:4] == b"\x89PNG"
+def test_page_map_figure_on_by_default_and_memoised(ex):
+    assert ex.figure_toggle.value is True
+    first = ex.figure.value
+    assert first[:8] == b"\x89PNG\r\n\x1a\n" and ex.figure.layout.display == ""
+    ex.controls["layer"].value = 3
+    attn = ex.figure.value
+    assert attn[:4] == b"\x89PNG" and attn != first
+    ex.controls["layer"].value = 0
+    # the same (plan, layer, block, registration): the memoised bytes object
+    assert ex.figure.value == first and ex.state.page_map_png() is ex.state.page_map_png()
+    ex.controls["block"].value = 1
+    assert ex.figure.value != first
     ex.controls["layer"].value = 99
+    assert ex.figure.layout.display == "none" and ex.state.page_map_png() is None
+    ex.controls["layer"].value = 0
+    assert ex.figure.layout.display == ""
+    ex.figure_toggle.value = False
     assert ex.figure.layout.display == "none"
+
+
+def test_model_control_offers_catalog_and_accepts_paths(ex):
+    import kvexplore
+
+    model = ex.controls["model"]
+    assert list(model.options) == kvexplore.catalog_names() and QWEN in model.options
+    assert model.ensure_option is False  # a path or a hub id is accepted too
+
+
+def test_edit_groups_from_report():
+    import pandas as pd
+
+    from kvexplore.explorer.state import edit_groups
+
+    rows = [
+        {"group": 0, "layer": "a", "kind": "mamba", "rule": "r1", "declined": "r0: no; rx: nope",
+         "shape_before": (4, 8), "dtype_before": "int8", "shape_after": (4, 2, 4), "dtype_after": "int8"},
+        {"group": 0, "layer": "b", "kind": "mamba", "rule": None, "declined": "r0: no",
+         "shape_before": (4, 8), "dtype_before": "int8", "shape_after": (4, 8), "dtype_after": "int8"},
+        {"group": 1, "layer": "c", "kind": "full_attention", "rule": "r2", "declined": None,
+         "shape_before": (4, 2, 16), "dtype_before": "bfloat16", "shape_after": (4, 2, 16, 1),
+         "dtype_after": "bfloat16"},
+    ]
+    g0, g1 = edit_groups(pd.DataFrame(rows))
+    assert g0.rules == (("r1", 1), (None, 1)) and g1.rules == (("r2", 1),)
+    assert g0.before == ("(4, 8) int8",) and g0.after == ("(4, 2, 4) int8", "(4, 8) int8")
+    assert g0.declined == (("r0: no", 2), ("rx: nope", 1)) and g1.declined == ()
+    assert g0.first_layer == "a" and [x[0] for x in g0.layers] == ["a", "b"]
+    assert g0.text().splitlines()[0] == "group 0 (mamba, 2 layers): r1 x1, no rule (registered object kept) x1"
+
+
+def test_edits_tab_summarises_per_group(ex):
+    panel = ex.state.panels["edits"]
+    lines = panel.text.splitlines()
+    assert "group 0 (mamba, 6 layers): mamba-unified-view x6" in lines
+    assert "  view before: (16, 1, 1, 1085440) int8" in lines
+    assert "  view after:  (16, 544, 1, 2000) int8" in lines
+    assert "group 3 (full_attention, 6 layers): no rule (registered object kept) x6" in lines
+    assert "  declined on 6 of 6: subpaged-attention-view: already paged at the logical " \
+        "block size (544 tokens in dim 2)" in lines
+    html = panel.html
+    # one summary row per group; each layer's reasons only inside a closed <details>
+    summary = html[html.index("<table", html.index("edits (unified)")):]
+    summary = summary[:summary.index("</table>")]
+    assert summary.count("<tr>") == 1 + 4
+    assert html.count("per-layer reasons (6 layers)") == 4
+    assert "<details><summary>per-layer reasons" in html and "<details open><summary>per-layer" not in html
+    assert html.count('class="kvx-bar"') >= 8  # registered and edited bars per group
+    outside = re.sub(r"<details>.*?</details>", "", html, flags=re.S)
+    assert "language_model.model.layers.4.linear_attn" not in outside
+    # the figures: drawn when the edits tab is shown
+    assert ex.edit_figures.children == ()
+    ex.tabs.selected_index = PANELS.index("edits")
+    images = [w for w in ex.edit_figures.children if hasattr(w, "format")]
+    assert len(images) == 4 and all(w.value[:4] == b"\x89PNG" for w in images)
+    ex.controls["registration"].value = "legacy"
+    assert "mamba-page-view x6" in ex.state.panels["edits"].text
+    assert [w.value for w in ex.edit_figures.children if hasattr(w, "format")][0] != images[0].value
+
+
+def test_compare_a100_h100():
+    from kvexplore.explorer.state import compare
+
+    c = compare({"model": QWEN, "gpu": "A100"}, gpu="H100")
+    assert c.labels() == ("gpu=A100", "gpu=H100")
+    assert (c.row("block_size").a, c.row("block_size").b) == ("544", "576")
+    assert c.row("block_size").differs and c.row("kernel_block_sizes").differs
+    assert c.row("kernel_block_sizes").b == "(576, 576, 576, 576)"
+    assert not c.row("tensor_parallel_size").differs and not c.row("mamba_page_size").differs
+    for group in range(4):  # page size marked where it differs, by fact
+        assert c.row("page_bytes", f"group {group}").differs
+    assert not c.row("real_page_bytes", "group 0").differs  # 1,085,440 B of state on both
+    assert c.row("real_page_bytes", "group 3").differs  # the attention page is all real
+    assert c.row("page_bytes", "page map").differs and not c.row("conv bytes", "page map").differs
+    assert "page_bytes: 1114112 (A) vs 1179648 (B)" in c.page_map_callouts()
+    assert "pad bytes: 28,672 (A) vs 94,208 (B)" in c.page_map_callouts()
+    html = c.table_html()
+    assert html.count('class="kvx-diff"') == len(c.differences) > 0
+    assert html.count("<tr") == 1 + len(c.rows)
+    assert "* plan       block_size" in c.text() and "  plan       tensor_parallel_size" in c.text()
+
+
+def test_compare_tp_and_kv_cache_dtype():
+    from kvexplore.explorer.state import compare
+
+    base = {"model": QWEN, "gpu": "A100", "layer": 3}
+    tp = compare(base, tensor_parallel_size=4)
+    assert (tp.row("block_size").a, tp.row("block_size").b) == ("544", "272")
+    assert not tp.row("kv_cache_dtype").differs
+    fp8 = compare(base, kv_cache_dtype="fp8")
+    assert fp8.row("kv_cache_dtype").b == "fp8"
+    assert (fp8.row("kernel_block_size", "group 3").a, fp8.row("kernel_block_size", "group 3").b) == ("544", "16")
+    assert fp8.row("kernel_pages", "page map").differs
+    assert compare(fp8.a, fp8.b).rows == fp8.rows  # states are used as they are
+    same = compare(base, {"gpu": "A100"})
+    assert same.differences == () and "page maps: the compared numbers are the same" in same.html()
+    bad = compare(base, tensor_parallel_size=3)
+    assert "divisible by tensor parallel size (3)" in bad.b.error and bad.a.error is None
+    assert "B: vLLM 0.33 rejects" in bad.html() and bad.row("block_size").b == "-"
+
+
+def test_compare_widget_draws_both_page_maps():
+    from kvexplore.explorer.widgets import Compare
+
+    w = Compare({"model": QWEN, "gpu": "A100"}, gpu="H100")
+    a, b = (f.value for f in w.figures)
+    assert a[:4] == b[:4] == b"\x89PNG" and a != b
+    assert "page maps differ in" in w.summary.value and 'class="kvx-diff"' in w.table.value
+    first_b = w.states[1]
+    w.controls_b["gpu"].value = "A100"
+    assert w.comparison.differences == () and w.figures[1].value == w.figures[0].value
+    assert w.states[1] is first_b and w.comparison.b is first_b  # the side's state is kept
+    w.controls_b["tensor_parallel_size"].value = 3
+    assert "B: vLLM 0.33 rejects" in w.summary.value and w.figures[1].layout.display == "none"
 
 
 def test_text_form(ex):
     text = ex.text()
     assert [line for line in text.splitlines() if line.startswith("== ")] == [f"== {n} ==" for n in PANELS]
     assert text == ex.text()
+
+
+def test_state_doctests():
+    import doctest
+
+    import kvexplore.explorer.state as state
+
+    result = doctest.testmod(state)
+    assert result.attempted >= 8 and result.failed == 0, result

@@ -11,7 +11,10 @@ So every user error (``KVExploreError``, a ``ValueError``) becomes a message
 in the ``status`` panel, panels are memoised by exactly the inputs they read
 (the page map by ``(plan, layer, block, registration)``, the summary by the
 plan alone ...), and :meth:`ExplorerState.set` reports which panels changed so
-the widget re-renders only those.
+the widget re-renders only those.  Figures are PNG bytes memoised the same
+way (:meth:`ExplorerState.page_map_png`), the edits panel is a per-group
+summary (:func:`edit_groups`), and :func:`compare` sets two states side by
+side with every differing quantity marked.
 
 >>> s = ExplorerState("Qwen/Qwen3.5-0.8B")
 >>> s.plan.block_size  # on the default GPU, an H100
@@ -24,19 +27,19 @@ the widget re-renders only those.
 >>> "17 kernel pages" in s.panels["page_map"].text
 True
 >>> _ = s.set(tensor_parallel_size=3)
->>> s.error.startswith("tensor_parallel_size=3")
+>>> "divisible by tensor parallel size (3)" in s.error
 True
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-from collections.abc import Callable
+import io
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kvexplore.errors import KVExploreError
+from kvexplore.memo import per_plan
 from kvexplore.planning.gpus import DEFAULT_GPU
 from kvexplore.planning.models import DEFAULT_MODEL
 
@@ -78,6 +81,9 @@ PANELS = ("status", "summary", "memory", "page_map", "edits", "offload", "live")
 CPU_ROUNDTRIP_BLOCKS = 2
 #: The live panel refuses CPU allocations above this many bytes.
 MAX_CPU_ALLOCATION = 8 << 30
+#: Resolution of the Explorer's PNG page maps: a 10-inch figure is 720 px
+#: wide at 72 dpi, and Agg's cost grows with the pixels it fills.
+FIGURE_DPI = 72
 
 
 @dataclass(frozen=True)
@@ -161,8 +167,6 @@ class ExplorerState:
         self.error: str | None = None
         self.note: str | None = None
         self.plan = None
-        self._memo: OrderedDict = OrderedDict()
-        self._lock = threading.Lock()
         self._live_key = None
         self.refresh()
 
@@ -198,20 +202,10 @@ class ExplorerState:
         }
 
     def _memoised(self, key: tuple, build: Callable[[], Any]) -> Any:
-        """Memoise a panel by ``key``; ``key[1]`` is ``id(plan)`` and the plan
-        object itself is kept with the value, so a recycled id never hits."""
-        plan = self.plan
-        with self._lock:
-            hit = self._memo.get(key)
-            if hit is not None and hit[0] is plan:
-                self._memo.move_to_end(key)
-                return hit[1]
-        value = build()
-        with self._lock:
-            self._memo[key] = (plan, value)
-            while len(self._memo) > 256:
-                self._memo.popitem(last=False)
-        return value
+        """A panel or figure of the current plan, built once per plan and ``key``
+        (:func:`kvexplore.memo.per_plan`: shared by every Explorer looking at
+        the same plan, released with it)."""
+        return per_plan(self.plan, ("explorer",) + key, build)
 
     def refresh(self) -> tuple[str, ...]:
         """Recompute every panel from the controls; return the changed ones."""
@@ -223,31 +217,31 @@ class ExplorerState:
             self.plan = self._plan()
         except Exception as exc:  # user errors and anything vLLM raised
             self.plan = None
-            self.error = _describe_error(exc)
+            self.error = describe_error(exc)
             msg = f"no plan: {self.error}"
             for name in PANELS[1:]:
                 new[name] = _message_panel(name, msg, "warning")
             new["status"] = _message_panel("status", self.error)
             return self._commit(before, new)
         p = self.plan
-        new["summary"] = self._memoised(("summary", id(p)), lambda: _summary_panel(p))
-        new["memory"] = self._memoised(("memory", id(p)), lambda: _memory_panel(p))
-        new["offload"] = self._memoised(("offload", id(p)), lambda: _offload_panel(p))
+        new["summary"] = self._memoised(("summary",), lambda: _summary_panel(p))
+        new["memory"] = self._memoised(("memory",), lambda: _memory_panel(p))
+        new["offload"] = self._memoised(("offload",), lambda: _offload_panel(p))
         registration = self.controls["registration"]
         try:
-            new["edits"] = self._memoised(("edits", id(p), registration), lambda: _edits_panel(p, registration))
+            new["edits"] = self._memoised(("edits", registration), lambda: _edits_panel(p, registration))
         except Exception as exc:
-            self.error = _describe_error(exc)
+            self.error = describe_error(exc)
             new["edits"] = _message_panel("edits", self.error)
         try:
             layer = self._layer()
             block = _as_int("block", self.controls["block"])
-            key = ("page_map", id(p), layer, block, registration)
+            key = ("page_map", layer, block, registration)
             new["page_map"] = self._memoised(key, lambda: _page_map_panel(p, layer, block, registration))
         except Exception as exc:
-            self.error = _describe_error(exc)
+            self.error = describe_error(exc)
             new["page_map"] = _message_panel("page_map", self.error)
-        live_key = (id(p), registration)
+        live_key = (p, registration)  # plans compare by identity
         if self._live_key == live_key and "live" in before:
             new["live"] = before["live"]
         else:
@@ -291,7 +285,7 @@ class ExplorerState:
             return []
         return [(f"{i}: {info.name} ({info.kind})", i) for i, info in enumerate(self.plan.layers)]
 
-    # -- figures (on demand; the widget draws them only when asked) -----------
+    # -- figures: PNG bytes, memoised like the panels ------------------------
     def page_map_figure(self):
         """Matplotlib page map for the current controls, or None after an error."""
         if self.plan is None or not self.panels.get("page_map", Panel("", "", "", False)).ok:
@@ -300,6 +294,51 @@ class ExplorerState:
 
         return page_map(self.plan, self._layer(), block=_as_int("block", self.controls["block"]),
                         registration=self.controls["registration"], edited=True)
+
+    def page_map_png(self, layer: int | None = None, block: int | None = None) -> bytes | None:
+        """The page map (registered and edited rows) as PNG bytes, or None
+        after an error.  ``layer``/``block`` default to the controls.
+
+        Drawn once per ``(plan, layer, block, registration)``: plans are
+        immutable and cached, so returning to a view costs a dict lookup,
+        not an Agg draw (tens of milliseconds).
+        """
+        if self.plan is None:
+            return None
+        p = self.plan
+        registration = self.controls["registration"]
+        try:
+            if layer is None:
+                if not self.panels.get("page_map", Panel("", "", "", False)).ok:
+                    return None
+                layer = self._layer()
+            if block is None:
+                block = _as_int("block", self.controls["block"])
+        except ValueError:
+            return None
+        key = ("png", layer, block, registration)
+        return self._memoised(key, lambda: _page_map_png(p, layer, block, registration))
+
+    def edit_group_pngs(self) -> list[tuple[str, bytes]]:
+        """``(caption, PNG)`` per KV cache group: block 0 of the group's first
+        layer, registered page over the edited view (empty after an error)."""
+        if self.plan is None:
+            return []
+        out = []
+        for gid, group in enumerate(self.plan.kv_cache_config.kv_cache_groups):
+            if not group.layer_names:
+                continue
+            name = group.layer_names[0]
+            pos = next((i for i, info in enumerate(self.plan.layers) if info.name == name), None)
+            if pos is None:
+                continue
+            try:
+                png = self.page_map_png(pos, 0)
+            except ValueError:
+                continue
+            if png:
+                out.append((f"group {gid}: {name} (layer {pos}), block 0", png))
+        return out
 
     # -- live tensors --------------------------------------------------------
     def run_live(self, device: str | None = None, *, blocks: Any = "default") -> Panel:
@@ -313,9 +352,9 @@ class ExplorerState:
         try:
             panel = self._run_live(device, blocks)
         except Exception as exc:
-            panel = _message_panel("live", f"live tensors failed: {_describe_error(exc)}")
+            panel = _message_panel("live", f"live tensors failed: {describe_error(exc)}")
         if self.plan is not None:
-            self._live_key = (id(self.plan), self.controls["registration"])
+            self._live_key = (self.plan, self.controls["registration"])
         self.panels = {**self.panels, "live": panel}
         return panel
 
@@ -359,7 +398,7 @@ class ExplorerState:
         return Panel("live", text, html, ok=bool(report.ok))
 
 
-def _describe_error(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
     if isinstance(exc, ValueError):
         return str(exc)
     return f"unexpected {type(exc).__name__}: {exc} (please report this)"
@@ -381,11 +420,8 @@ def _live_idle_html() -> str:
 
 
 def _summary_panel(p) -> Panel:
-    from kvexplore.rendering.html import plan_html
-
-    rows = "\n".join(f"  {q}: {v}" for q, v in zip(p.summary["quantity"], p.summary["value"], strict=True))
-    text = f"{p!r}\n{rows}\nderivation:\n" + "\n".join(f"  {line}" for line in p.explain().splitlines())
-    return Panel("summary", text, plan_html(p))
+    """The plan's own text and HTML forms (the display protocol)."""
+    return Panel("summary", p.text(), p._repr_html_())
 
 
 def _memory_panel(p) -> Panel:
@@ -414,8 +450,135 @@ def _page_map_panel(p, layer: int, block: int, registration: str) -> Panel:
     return Panel("page_map", lay.text(), page_layout_html(lay))
 
 
+def _page_map_png(p, layer: int, block: int, registration: str) -> bytes:
+    from kvexplore.rendering.layouts import page_layout
+
+    return figure_png(page_layout(p, layer, block=block, registration=registration, edited=True).figure())
+
+
+def figure_png(fig, dpi: int = FIGURE_DPI) -> bytes:
+    """A matplotlib Figure as PNG bytes, without the version metadata (the
+    same figure gives the same bytes)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
+    return buf.getvalue()
+
+
+@dataclass(frozen=True)
+class EditGroup:
+    """One KV cache group's edits, summarised from ``EditResult.report``.
+
+    ``rules``: ``(rule, layers)`` in first-seen order (``None``: no rule
+    matched; the registered object is kept); ``before``/``after``: the
+    distinct ``shape dtype`` of the view per block, before and after the
+    edit (one entry when every layer agrees); ``declined``: ``(reason,
+    layers)`` for each distinct reason the earlier rules gave;
+    ``layers``: ``(layer, rule, declined)`` per layer, in report order.
+    """
+
+    group: Any
+    kind: str
+    layers: tuple[tuple[str, str | None, str | None], ...]
+    rules: tuple[tuple[str | None, int], ...]
+    before: tuple[str, ...]
+    after: tuple[str, ...]
+    declined: tuple[tuple[str, int], ...]
+
+    @property
+    def first_layer(self) -> str:
+        return self.layers[0][0]
+
+    def rules_text(self) -> str:
+        return ", ".join(f"{rule or 'no rule (registered object kept)'} x{n}" for rule, n in self.rules)
+
+    def text(self) -> str:
+        n = len(self.layers)
+        lines = [f"group {self.group} ({self.kind}, {n} layer{'s' if n != 1 else ''}): {self.rules_text()}",
+                 f"  view before: {' | '.join(self.before)}",
+                 f"  view after:  {' | '.join(self.after)}"]
+        for reason, count in self.declined:
+            lines.append(f"  declined on {count} of {n}: {reason}")
+        return "\n".join(lines)
+
+
+def _count(values) -> tuple:
+    counts: dict = {}
+    for v in values:
+        counts[v] = counts.get(v, 0) + 1
+    return tuple(counts.items())
+
+
+def _opt(value) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def edit_groups(report) -> list[EditGroup]:
+    """Per-group summary of an edit report (one row per layer, the columns of
+    ``EditResult.report``): which rule fired on how many layers, the view
+    before and after, and the declined rules' reasons, each reason once.
+
+    Qwen3.5-0.8B on an A100 (unified): groups 0-2 ``mamba-unified-view x6``,
+    ``(16, 1, 1, 1085440) int8`` -> ``(16, 544, 1, 2000) int8``; group 3 (full
+    attention) no rule, ``(16, 2, 544, 2, 256) bfloat16`` kept.
+    """
+    records = report.to_dict("records") if hasattr(report, "to_dict") else list(report)
+    order: list = []
+    by_group: dict = {}
+    for rec in records:
+        g = rec.get("group")
+        if g not in by_group:
+            order.append(g)
+            by_group[g] = []
+        by_group[g].append(rec)
+    out = []
+    for g in order:
+        rows = by_group[g]
+
+        def view(rec, side):
+            return f"{rec.get('shape_' + side)} {rec.get('dtype_' + side)}"
+
+        reasons = [part for rec in rows for part in (_opt(rec.get("declined")) or "").split("; ") if part]
+        out.append(EditGroup(
+            group=g,
+            kind=" / ".join(dict.fromkeys(str(rec.get("kind")) for rec in rows)),
+            layers=tuple((str(rec.get("layer")), _opt(rec.get("rule")), _opt(rec.get("declined")))
+                         for rec in rows),
+            rules=_count(_opt(rec.get("rule")) for rec in rows),
+            before=tuple(dict.fromkeys(view(rec, "before") for rec in rows)),
+            after=tuple(dict.fromkeys(view(rec, "after") for rec in rows)),
+            declined=_count(reasons),
+        ))
+    return out
+
+
+def edit_groups_html(groups: list[EditGroup], bars: Mapping[Any, str] | None = None) -> str:
+    """One summary row per group, the group's first layer drawn as bars
+    (``bars[group]``, registered over edited), per-layer reasons in a
+    ``<details>`` (closed)."""
+    from kvexplore.rendering.html import table_html
+
+    summary = table_html([{
+        "group": g.group, "kind": g.kind, "layers": len(g.layers), "rule (layers)": g.rules_text(),
+        "view before": " | ".join(g.before), "view after": " | ".join(g.after)} for g in groups])
+    parts = [summary]
+    for g in groups:
+        n = len(g.layers)
+        parts.append(f'<div class="kvx-edit-group"><p><b>group {_esc(str(g.group))}</b> '
+                     f"({_esc(g.kind)}, {n} layers): {_esc(g.rules_text())}; first layer "
+                     f"<code>{_esc(g.first_layer)}</code></p>")
+        if bars and bars.get(g.group):
+            parts.append(bars[g.group])
+        if g.declined:
+            items = "".join(f"<li>{count} of {n}: {_esc(reason)}</li>" for reason, count in g.declined)
+            parts.append(f"<details><summary>declined rules ({len(g.declined)} reasons)</summary>"
+                         f"<ul>{items}</ul></details>")
+        table = table_html([{"layer": layer, "rule": rule, "declined": why} for layer, rule, why in g.layers])
+        parts.append(f"<details><summary>per-layer reasons ({n} layers)</summary>{table}</details></div>")
+    return "".join(parts)
+
+
 def _edits_panel(p, registration: str) -> Panel:
-    from kvexplore.rendering.html import message_html, table_html
+    from kvexplore.rendering.html import message_html, page_bars_html, table_html
 
     parts_text: list[str] = []
     parts_html: list[str] = []
@@ -424,20 +587,28 @@ def _edits_panel(p, registration: str) -> Panel:
 
         verdicts = check_kv_cache_groups(p.kv_cache_config)
         parts_text.append("validation:\n" + verdicts.to_string(index=False))
-        parts_html.append("<p><b>validation</b></p>" + table_html(verdicts))
+        parts_html.append("<details open><summary><b>validation</b></summary>"
+                          + table_html(verdicts) + "</details>")
     except ImportError as exc:
         msg = f"validation unavailable: kvexplore.editing.validation could not be imported ({exc})"
         parts_text.append(msg)
         parts_html.append(message_html(msg, "warning"))
     try:
         from kvexplore.editing.plan_edits import plan_edits
+        from kvexplore.rendering.layouts import page_layout
 
         result = plan_edits(p, registration)
-        cols = ["group", "layer", "kind", "rule", "shape_before", "shape_after", "stride_after", "declined"]
-        report = result.report[[c for c in cols if c in result.report.columns]]
+        groups = edit_groups(result.report)
         summary = result.summary() if hasattr(result, "summary") else f"{len(result)} layers"
-        parts_text.append(f"edits ({registration}): {summary}\n" + report.to_string(index=False))
-        parts_html.append(f"<p><b>edits ({registration})</b>: {_esc(summary)}</p>" + table_html(report))
+        positions = {info.name: i for i, info in enumerate(p.layers)}
+        bars = {}
+        for g in groups:
+            if g.first_layer in positions:
+                lay = page_layout(p, positions[g.first_layer], registration=registration, edited=result)
+                bars[g.group] = page_bars_html(lay)
+        parts_text.append(f"edits ({registration}): {summary}\n" + "\n".join(g.text() for g in groups))
+        parts_html.append(f"<p><b>edits ({registration})</b>: {_esc(summary)}</p>"
+                          + edit_groups_html(groups, bars))
         ok = True
     except ValueError as exc:
         msg = f"edits ({registration}) rejected: {exc}"
@@ -445,6 +616,219 @@ def _edits_panel(p, registration: str) -> Panel:
         parts_html.append(message_html(msg))
         ok = False
     return Panel("edits", "\n".join(parts_text), "".join(parts_html), ok=ok)
+
+
+# ---------------------------------------------------------------------------
+# Compare mode: two settings side by side
+# ---------------------------------------------------------------------------
+
+#: Page-map numbers compared between the two sides (PageLayout attributes).
+PAGE_MAP_QUANTITIES = ("block_size", "kernel_block_size", "kernel_pages", "page_bytes",
+                       "real_bytes", "padding_bytes", "page_offset")
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    """One compared quantity: ``section`` (``plan``, ``group N``, ``page map``),
+    the rendered values of sides A and B, and whether they differ."""
+
+    section: str
+    quantity: str
+    a: str
+    b: str
+
+    @property
+    def differs(self) -> bool:
+        return self.a != self.b
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (list, tuple)):
+        return "(" + ", ".join(_value_text(v) for v in value) + ")"
+    return str(value)
+
+
+def _plan_rows(p) -> dict[tuple[str, str], str]:
+    rows = {("plan", str(q)): _value_text(v) for q, v in zip(p.summary["quantity"], p.summary["value"], strict=True)}
+    cols = ["kind", "layers", "block_size", "kernel_block_size", "page_bytes", "real_page_bytes",
+            "padding_bytes", "dtype", "backend"]
+    for rec in p.group_table.to_dict("records"):
+        for col in cols:
+            if col in rec:
+                rows[(f"group {rec['group']}", col)] = _value_text(rec[col])
+    return rows
+
+
+def _page_map_rows(lay) -> dict[tuple[str, str], str]:
+    rows = {("page map", q): _value_text(getattr(lay, q)) for q in PAGE_MAP_QUANTITIES}
+    rows[("page map", "layer")] = f"{lay.layer} ({lay.kind}, group {lay.group})"
+    totals: dict[str, list[int]] = {}
+    for seg in lay.segments:
+        # "K|V p3" -> "K|V": one row per kind of segment, however many kernel pages
+        base = seg.label.rsplit(" p", 1)[0] if seg.label.rsplit(" p", 1)[-1].isdigit() else seg.label
+        totals.setdefault(base, []).append(seg.size)
+    for base, sizes in totals.items():
+        each = f" ({len(sizes)} x {sizes[0]:,})" if len(sizes) > 1 and len(set(sizes)) == 1 else ""
+        rows[("page map", f"{base} bytes")] = f"{sum(sizes):,}{each}"
+    if lay.edited is not None:
+        e = lay.edited
+        rows[("page map", "edited view")] = (f"{list(e.shape)} {e.dtype}" if e.shape is not None else e.note)
+    return rows
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two :class:`ExplorerState` side by side, and every compared quantity
+    (``rows``, plan and groups first, then the page map of the shared
+    layer/block/registration).  ``differences`` are the rows that differ;
+    a side that cannot plan shows its error instead of rows."""
+
+    a: ExplorerState
+    b: ExplorerState
+    rows: tuple[CompareRow, ...]
+
+    @property
+    def differences(self) -> tuple[CompareRow, ...]:
+        return tuple(r for r in self.rows if r.differs)
+
+    def row(self, quantity: str, section: str = "plan") -> CompareRow:
+        for r in self.rows:
+            if r.section == section and r.quantity == quantity:
+                return r
+        raise KVExploreError(f"no compared quantity {quantity!r} in section {section!r}; "
+                             f"expected one of {sorted({r.quantity for r in self.rows if r.section == section})}")
+
+    def labels(self) -> tuple[str, str]:
+        """Short names of the sides: the controls where they differ."""
+        ca, cb = self.a.controls, self.b.controls
+        keys = [k for k in PLAN_CONTROLS if ca.get(k) != cb.get(k)] or ["model"]
+        return (", ".join(f"{k}={ca[k]}" for k in keys), ", ".join(f"{k}={cb[k]}" for k in keys))
+
+    def page_map_callouts(self) -> list[str]:
+        """The page-map numbers that differ, as ``quantity: A -> B`` lines."""
+        return [f"{r.quantity}: {r.a} (A) vs {r.b} (B)" for r in self.differences if r.section == "page map"]
+
+    def text(self) -> str:
+        la, lb = self.labels()
+        lines = [f"A: {la}", f"B: {lb}"]
+        for side, st in (("A", self.a), ("B", self.b)):
+            if st.error:
+                lines.append(f"{side} error: {st.error}")
+        lines.append(f"{len(self.differences)} of {len(self.rows)} compared quantities differ")
+        for r in self.rows:
+            mark = "*" if r.differs else " "
+            lines.append(f"{mark} {r.section:<10} {r.quantity:<32} {r.a:<24} {r.b}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def table_html(self) -> str:
+        """The compared quantities; a changed row is marked (``kvx-diff``,
+        a highlighted B cell and a marker)."""
+        la, lb = self.labels()
+        head = (f"<tr><th></th><th>section</th><th>quantity</th><th>A: {_esc(la)}</th>"
+                f"<th>B: {_esc(lb)}</th></tr>")
+        body = []
+        for r in self.rows:
+            if r.differs:
+                body.append(f'<tr class="kvx-diff" style="background:#fff3c4"><td>&#8800;</td>'
+                            f"<td>{_esc(r.section)}</td><td><b>{_esc(r.quantity)}</b></td>"
+                            f"<td>{_esc(r.a)}</td>"
+                            f'<td class="kvx-changed" style="background:#ffd966"><b>{_esc(r.b)}</b></td></tr>')
+            else:
+                body.append(f"<tr><td></td><td>{_esc(r.section)}</td><td>{_esc(r.quantity)}</td>"
+                            f"<td>{_esc(r.a)}</td><td>{_esc(r.b)}</td></tr>")
+        return (f'<table class="kvx-table kvx-compare"><thead>{head}</thead>'
+                f"<tbody>{''.join(body)}</tbody></table>")
+
+    def callouts_html(self) -> str:
+        from kvexplore.rendering.html import message_html
+
+        lines = self.page_map_callouts()
+        if not lines:
+            return message_html("page maps: the compared numbers are the same", "info")
+        return message_html("page maps differ in:\n" + "\n".join(lines), "warning")
+
+    def html(self) -> str:
+        """Errors, the page-map callouts, both page maps' bars side by side, the table."""
+        from kvexplore.rendering.html import message_html
+
+        parts = [f"<p><b>{len(self.differences)}</b> of {len(self.rows)} compared quantities differ</p>"]
+        for side, st in (("A", self.a), ("B", self.b)):
+            if st.error:
+                parts.append(message_html(f"{side}: {st.error}"))
+        parts.append(self.callouts_html())
+        cols = []
+        for side, st, label in (("A", self.a, self.labels()[0]), ("B", self.b, self.labels()[1])):
+            cols.append(f'<div style="flex:1;min-width:0"><p><b>{side}</b>: {_esc(label)}</p>'
+                        f"{_page_bars(st)}</div>")
+        parts.append(f'<div class="kvx-compare-maps" style="display:flex;gap:12px">{"".join(cols)}</div>')
+        parts.append(self.table_html())
+        return f'<div class="kvx-comparison">{"".join(parts)}</div>'
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+
+def _page_layout_of(st: ExplorerState):
+    if st.plan is None:
+        return None
+    from kvexplore.rendering.layouts import page_layout
+
+    try:
+        return page_layout(st.plan, st._layer(), block=_as_int("block", st.controls["block"]),
+                           registration=st.controls["registration"], edited=True)
+    except ValueError:
+        return None
+
+
+def _page_bars(st: ExplorerState) -> str:
+    from kvexplore.rendering.html import page_bars_html
+
+    lay = _page_layout_of(st)
+    return page_bars_html(lay) if lay is not None else ""
+
+
+def compare(a_controls: Mapping[str, Any] | ExplorerState,
+            b_controls: Mapping[str, Any] | ExplorerState | None = None,
+            **b_changes: Any) -> Comparison:
+    """Two settings side by side: ``a_controls`` and ``b_controls`` are
+    Explorer controls (``model``, ``gpu``, ``tensor_parallel_size`` ...);
+    B defaults to A with ``b_changes`` applied.  Either may be an
+    :class:`ExplorerState` instead, used as it is (its memoised panels and
+    figures are reused; ``b_changes`` then does not apply to it).
+
+    >>> c = compare({"model": "Qwen/Qwen3.5-0.8B", "gpu": "A100"}, gpu="H100")
+    >>> c.row("block_size")
+    CompareRow(section='plan', quantity='block_size', a='544', b='576')
+    >>> c.row("tensor_parallel_size").differs
+    False
+    """
+    def state(controls) -> ExplorerState:
+        if isinstance(controls, ExplorerState):
+            return controls
+        controls = dict(controls)
+        model = controls.pop("model", DEFAULT_MODEL)
+        return ExplorerState(model, **controls)
+
+    a = state(a_controls)
+    if isinstance(b_controls, ExplorerState):
+        b = b_controls
+    else:
+        b = state({**a.controls, **(b_controls or {}), **b_changes})
+    ra = _plan_rows(a.plan) if a.plan is not None else {}
+    rb = _plan_rows(b.plan) if b.plan is not None else {}
+    la, lb = _page_layout_of(a), _page_layout_of(b)
+    if la is not None:
+        ra.update(_page_map_rows(la))
+    if lb is not None:
+        rb.update(_page_map_rows(lb))
+    keys = list(dict.fromkeys([*ra, *rb]))
+    rows = tuple(CompareRow(sec, q, ra.get((sec, q), "-"), rb.get((sec, q), "-")) for sec, q in keys)
+    return Comparison(a, b, rows)
 
 
 def _esc(text: str) -> str:
@@ -473,4 +857,18 @@ def _offload_panel(p) -> Panel:
     return Panel("offload", text, pre_html(text))
 
 
-__all__ = ["CONTROL_DEFAULTS", "ExplorerState", "PANELS", "PLAN_CONTROLS", "Panel", "choices"]
+__all__ = [
+    "CONTROL_DEFAULTS",
+    "describe_error",
+    "CompareRow",
+    "Comparison",
+    "EditGroup",
+    "ExplorerState",
+    "PANELS",
+    "PLAN_CONTROLS",
+    "Panel",
+    "choices",
+    "compare",
+    "edit_groups",
+    "figure_png",
+]

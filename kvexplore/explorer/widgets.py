@@ -15,10 +15,16 @@ divide the heads, a config path that does not exist, a layer out of range)
 shows up as a message in the status tab and in the affected panels, and the
 controls stay usable.
 
-Figures are opt-in (the "figure" checkbox): the page map is drawn with
-matplotlib into an ``Image`` only while the box is ticked, since an Agg draw
-costs more than all the HTML panels together.  Figures are plain
-``matplotlib.figure.Figure`` objects (not pyplot), so nothing accumulates.
+Figures are on by default (the "figure" checkbox turns the page map's off):
+the page map is drawn with matplotlib into an ``Image`` as PNG bytes that
+:meth:`ExplorerState.page_map_png` memoises per (plan, layer, block,
+registration), so a view seen before costs no Agg draw.  The edits tab draws
+each group's first layer (registered over edited) when the tab is shown.
+Figures are plain ``matplotlib.figure.Figure`` objects (not pyplot), so
+nothing accumulates.
+
+:class:`Compare` puts two settings side by side (A100 vs H100, TP 1 vs 4,
+``kv_cache_dtype`` auto vs fp8) over :func:`kvexplore.explorer.state.compare`.
 
 In a notebook::
 
@@ -31,12 +37,17 @@ In a notebook::
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import ipywidgets as widgets
 
-from kvexplore.explorer.state import CONTROL_DEFAULTS, PANELS, ExplorerState, choices
+from kvexplore.explorer.state import (
+    CONTROL_DEFAULTS,
+    PANELS,
+    ExplorerState,
+    choices,
+    compare,
+)
 from kvexplore.planning.models import DEFAULT_MODEL
 
 _TITLES = {
@@ -100,10 +111,14 @@ class Explorer(widgets.VBox):
             w.kvexplore_control = name  # which ExplorerState control it drives
             w.add_class(_css_class("control", name))  # stable hook for browser tests
         self.layer_label = widgets.HTML()
-        self.figure_toggle = widgets.Checkbox(value=False, description="figure", indent=False,
+        self.figure_toggle = widgets.Checkbox(value=True, description="figure", indent=False,
                                               layout=widgets.Layout(width="90px"))
         self.figure_toggle.observe(lambda _change: self._draw_figure(), names="value")
         self.figure = widgets.Image(format="png", layout=widgets.Layout(display="none"))
+        self.figure.add_class("kvx-figure-page-map")
+        self.edit_figures = widgets.VBox()
+        self.edit_figures.add_class("kvx-figure-edits")
+        self._edit_figures_key = None
         self.live_button = widgets.Button(description="Run live round-trip", icon="play",
                                           layout=widgets.Layout(width="200px"))
         self.live_button.on_click(self._on_live)
@@ -115,10 +130,13 @@ class Explorer(widgets.VBox):
             box: list[widgets.Widget] = [self.panels[name]]
             if name == "page_map":
                 box = [widgets.HBox([self.figure_toggle, self.layer_label]), self.figure, self.panels[name]]
+            if name == "edits":
+                box = [self.panels[name], self.edit_figures]
             if name == "live":
                 box = [self.live_button, self.panels[name]]
             tabs.append(widgets.VBox(box))
         self.tabs = widgets.Tab(children=tabs, titles=[_TITLES[n] for n in PANELS])
+        self.tabs.observe(lambda _change: self._draw_edit_figures(), names="selected_index")
         ctl = self.controls
         rows = [
             widgets.HBox([ctl["model"], ctl["gpu"], ctl["registration"]]),
@@ -164,6 +182,8 @@ class Explorer(widgets.VBox):
             self._update_layer_label()
         if "page_map" in changed:
             self._draw_figure()
+        if "edits" in changed:
+            self._draw_edit_figures()
 
     def _update_layer_label(self) -> None:
         from html import escape
@@ -181,26 +201,143 @@ class Explorer(widgets.VBox):
         self.layer_label.value = f"<code>{escape(text)}</code>"
 
     def _draw_figure(self) -> None:
-        if not self.figure_toggle.value:
+        png = self.state.page_map_png() if self.figure_toggle.value else None
+        if not png:
+            # off, or an error the status panel already shows: hide the figure
             self.figure.layout.display = "none"
             return
-        try:
-            fig = self.state.page_map_figure()
-        except ValueError:
-            # the status panel already shows the message; just hide the figure
-            fig = None
-        if fig is None:
-            self.figure.layout.display = "none"
-            return
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=80)
-        self.figure.value = buf.getvalue()
+        if self.figure.value != png:
+            self.figure.value = png
         self.figure.layout.display = ""
+
+    def _draw_edit_figures(self) -> None:
+        """Each group's first layer, drawn only while the edits tab is shown
+        (a new plan would otherwise cost one Agg draw per group)."""
+        if self.tabs.selected_index != PANELS.index("edits"):
+            return
+        key = (id(self.state.plan), self.state.controls["registration"], self.figure_toggle.value)
+        if key == self._edit_figures_key:
+            return
+        self._edit_figures_key = key
+        children = []
+        if self.figure_toggle.value:
+            for caption, png in self.state.edit_group_pngs():
+                image = widgets.Image(value=png, format="png")
+                children += [widgets.HTML(f"<b>{_escape(caption)}</b>"), image]
+        self.edit_figures.children = children
 
     # -- text form ---------------------------------------------------------------
     def text(self) -> str:
         """Every panel's text form, for notebooks checked by nbval."""
         return "\n\n".join(f"== {name} ==\n{self.state.panels[name].text}" for name in PANELS)
+
+
+class Compare(widgets.VBox):
+    """Two settings side by side, over :func:`kvexplore.explorer.state.compare`.
+
+    ``Compare({"model": "Qwen/Qwen3.5-0.8B", "gpu": "A100"}, gpu="H100")``:
+    A's and B's plan controls (GPU, TP, kv-cache dtype, backend, block size),
+    shared layer/block/registration, both page maps drawn, the differing
+    page-map numbers called out, and the plan table with changed rows marked.
+    Attributes: ``comparison`` (the current :class:`Comparison`),
+    ``controls_a`` / ``controls_b`` / ``shared`` (name -> widget), ``figures``
+    (the two ``Image`` widgets), ``table`` (``HTML``).
+    """
+
+    SIDE_CONTROLS = ("model", "gpu", "tensor_parallel_size", "kv_cache_dtype", "attention_backend",
+                     "block_size")
+    SHARED_CONTROLS = ("registration", "layer", "block")
+
+    def __init__(self, a: dict | None = None, b: dict | None = None, **b_changes: Any) -> None:
+        a = {"model": DEFAULT_MODEL, **(a or {})}
+        b = {**a, **(b or {}), **b_changes}
+        opts = choices()
+        style = {"description_width": "90px"}
+        lay = widgets.Layout(width="260px")
+
+        def control(name, value, label):
+            if name in ("tensor_parallel_size", "layer", "block"):
+                return widgets.IntText(value=int(value), description=label, layout=lay, style=style)
+            if name in ("model", "block_size"):
+                return widgets.Combobox(options=list(opts[name]), value=str(value), description=label,
+                                        ensure_option=False, continuous_update=False, layout=lay, style=style)
+            options = list(opts[name])
+            if value not in options:
+                options.append(value)
+            return widgets.Dropdown(options=options, value=value, description=label, layout=lay, style=style)
+
+        def side(values, tag):
+            out = {}
+            for name in self.SIDE_CONTROLS:
+                out[name] = control(name, values.get(name, CONTROL_DEFAULTS[name]), f"{tag} {name.split('_')[0]}")
+                out[name].add_class(_css_class(f"compare-{tag.lower()}", name))
+            return out
+
+        self.controls_a = side(a, "A")
+        self.controls_b = side(b, "B")
+        self.shared = {name: control(name, a.get(name, CONTROL_DEFAULTS[name]), name)
+                       for name in self.SHARED_CONTROLS}
+        for w in [*self.controls_a.values(), *self.controls_b.values(), *self.shared.values()]:
+            w.observe(lambda _change: self.refresh(), names="value")
+        self.summary = widgets.HTML()
+        self.figures = (widgets.Image(format="png"), widgets.Image(format="png"))
+        self.captions = (widgets.HTML(), widgets.HTML())
+        self.table = widgets.HTML()
+        self.table.add_class("kvx-compare-table")
+        maps = widgets.HBox([widgets.VBox([self.captions[i], self.figures[i]],
+                                          layout=widgets.Layout(width="50%")) for i in (0, 1)])
+        super().__init__(children=[
+            widgets.HBox([widgets.VBox(list(self.controls_a.values())),
+                          widgets.VBox(list(self.controls_b.values())),
+                          widgets.VBox(list(self.shared.values()))]),
+            self.summary, maps, self.table,
+        ])
+        self.add_class("kvx-compare")
+        self.comparison = None
+        self.states: list[ExplorerState] = []
+        self.refresh()
+
+    def _values(self, side: dict) -> dict:
+        out = {name: w.value for name, w in side.items()}
+        out.update({name: w.value for name, w in self.shared.items()})
+        return out
+
+    def refresh(self) -> None:
+        """Recompare from the controls (never raises into the notebook)."""
+        try:
+            values = (self._values(self.controls_a), self._values(self.controls_b))
+            if self.states:  # keep each side's memoised panels and figures
+                for st, v in zip(self.states, values, strict=True):
+                    st.set(**v)
+            else:
+                self.states = [ExplorerState(v.pop("model"), **v) for v in map(dict, values)]
+            c = compare(*self.states)
+        except Exception as exc:
+            self.summary.value = _error_html(exc)
+            return
+        self.comparison = c
+        from kvexplore.explorer.state import _esc
+
+        la, lb = c.labels()
+        errors = "".join(_error_html(ValueError(f"{side}: {st.error}"))
+                         for side, st in (("A", c.a), ("B", c.b)) if st.error)
+        self.summary.value = (f"<p><b>{len(c.differences)}</b> of {len(c.rows)} compared quantities differ</p>"
+                              + errors + c.callouts_html())
+        for i, (st, label) in enumerate(((c.a, la), (c.b, lb))):
+            png = st.page_map_png()
+            self.captions[i].value = f"<b>{'AB'[i]}</b>: {_esc(label)}"
+            if png:
+                self.figures[i].value = png
+                self.figures[i].layout.display = ""
+            else:
+                self.figures[i].layout.display = "none"
+        self.table.value = c.table_html()
+
+
+def _escape(text: str) -> str:
+    from html import escape
+
+    return escape(text)
 
 
 def _css_class(kind: str, name: str) -> str:
@@ -210,10 +347,10 @@ def _css_class(kind: str, name: str) -> str:
 
 
 def _error_html(exc: BaseException) -> str:
-    from kvexplore.explorer.state import _describe_error
+    from kvexplore.explorer.state import describe_error
     from kvexplore.rendering.html import message_html
 
-    return message_html(_describe_error(exc))
+    return message_html(describe_error(exc))
 
 
 def _info_html(text: str) -> str:
@@ -222,4 +359,4 @@ def _info_html(text: str) -> str:
     return message_html(text, "info")
 
 
-__all__ = ["CONTROL_DEFAULTS", "Explorer"]
+__all__ = ["CONTROL_DEFAULTS", "Compare", "Explorer"]

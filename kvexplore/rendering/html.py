@@ -145,6 +145,12 @@ def _bar_html(segments, total: int, *, max_items: int = 64) -> str:
 
 def page_layout_html(layout) -> str:
     """``PageLayout._repr_html_``: bars (page, kernel page 0, edited) and the text form."""
+    return f'<div class="kvx-page-map">{page_bars_html(layout)}{pre_html(layout.text())}</div>'
+
+
+def page_bars_html(layout) -> str:
+    """The bars of :func:`page_layout_html` alone (registered page, kernel page
+    0, edited view), for summaries that show the text elsewhere."""
     rows = [("registered", _bar_html(layout.segments, layout.page_bytes))]
     if layout.cells:
         rows.append(("kernel page 0", _bar_html(layout.cells, max(s.end for s in layout.cells))))
@@ -155,7 +161,7 @@ def page_layout_html(layout) -> str:
         f"{escape(name)}</div><div style=\"flex:1\">{bar}</div></div>"
         for name, bar in rows
     )
-    return f'<div class="kvx-page-map">{bars}{pre_html(layout.text())}</div>'
+    return bars
 
 
 def buffer_layout_html(layout) -> str:
@@ -173,6 +179,7 @@ def buffer_layout_html(layout) -> str:
 __all__ = [
     "buffer_layout_html",
     "message_html",
+    "page_bars_html",
     "page_layout_html",
     "pairs_html",
     "plan_html",

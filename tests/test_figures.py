@@ -164,3 +164,14 @@ def test_spread_never_overlaps_and_stays_inside(items):
         assert x - w / 2 >= -1e-6 and x + w / 2 <= 1 + 1e-6
         if i:
             assert at[i - 1] + widths[i - 1] / 2 <= x - w / 2 + 1e-6
+
+
+def test_html_bars_never_exceed_their_width():
+    """Edited coordinates may overlap; the CSS widths of a bar still sum to <= 100 %."""
+    p = kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="H100")
+    html = kvexplore.page_layout(p, 3, edited=True)._repr_html_()
+    bars = re.findall(r'<div class="kvx-bar"[^>]*>(.*?)</div></div>', html)
+    assert len(bars) == 3  # registered, kernel page 0, edited
+    for bar in re.findall(r'class="kvx-bar".*?(?=class="kvx-bar"|$)', html, re.S):
+        widths = [float(w) for w in re.findall(r"flex:0 0 ([\d.]+)%", bar)]
+        assert widths and sum(widths) <= 100.001, sum(widths)

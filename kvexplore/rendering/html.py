@@ -127,7 +127,12 @@ def _bar_html(segments, total: int, *, max_items: int = 64) -> str:
     for s in capped(segments)[:max_items]:
         if s.start > cursor:
             cells.append(f'<div style="flex:0 0 {100 * (s.start - cursor) / span:.4f}%"></div>')
-        width = 100 * s.size / span
+        # segments may overlap (an edited view's coordinates interleave): draw
+        # only the part past the cursor, so the bar never runs past its width
+        visible = s.end - max(s.start, cursor)
+        if visible <= 0:
+            continue
+        width = 100 * visible / span
         color = "#ffffff" if s.kind == "gap" else color_of(s.label)
         label = escape(s.label) if width >= 3 else ""
         title = escape(f"{s.label}: [{s.start:,}, {s.end:,}) {s.size:,} B {s.dtype} {s.detail}".strip())
@@ -136,7 +141,7 @@ def _bar_html(segments, total: int, *, max_items: int = 64) -> str:
             f'border-right:1px solid #333;overflow:hidden;font-size:9px;text-align:center;'
             f'white-space:nowrap">{label}</div>'
         )
-        cursor = s.end
+        cursor = max(cursor, s.end)
     return (
         '<div class="kvx-bar" style="display:flex;height:18px;border:1px solid #333;'
         f'margin:2px 0">{"".join(cells)}</div>'

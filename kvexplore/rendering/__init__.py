@@ -14,7 +14,23 @@ import importlib
 from kvexplore.errors import KVExploreError
 
 #: type name -> {form: "module:function"}; the function takes the result.
-RENDERERS: dict[str, dict[str, str]] = {}
+RENDERERS: dict[str, dict[str, str]] = {
+    "CapacityReport": {
+        "text": "kvexplore.rendering.capacity:capacity_text",
+        "html": "kvexplore.rendering.capacity:capacity_html",
+        "figure": "kvexplore.rendering.capacity:capacity_figure",
+    },
+    "HostSizing": {
+        "text": "kvexplore.rendering.capacity:host_text",
+        "html": "kvexplore.rendering.capacity:host_html",
+        "figure": "kvexplore.rendering.capacity:host_figure",
+    },
+    "ChunkSizes": {
+        "text": "kvexplore.rendering.capacity:chunks_text",
+        "html": "kvexplore.rendering.capacity:chunks_html",
+        "figure": "kvexplore.rendering.capacity:chunks_figure",
+    },
+}
 
 
 def render(form: str, obj):

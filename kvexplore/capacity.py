@@ -569,6 +569,13 @@ def capacity(
             f"recomputed, so a hit needs a prompt of {f.alignment + 1} tokens > "
             f"max_model_len {mml}: prefix caching can never hit"
         )
+    dcp = f.vc.parallel_config.decode_context_parallel_size
+    if prefix and dcp > 1 and _has_mamba(f.cfg):
+        warnings.append(
+            f"DCP {dcp} with Mamba groups: vLLM 0.33's MambaManager.find_longest_cache_hit "
+            "asserts dcp_world_size == 1, so a prefix-cache lookup fails; the hit figures "
+            "assume DCP 1"
+        )
     if not v["admitted"]:
         warnings.append(f"vLLM 0.33 refuses to start: {v['message']}")
     host = None
@@ -609,6 +616,13 @@ def capacity(
         host=host,
         _vllm=(f.vc, v["cfg"]),
     )
+
+
+def _has_mamba(cfg) -> bool:
+    from vllm.v1.kv_cache_interface import MambaSpec, iter_layer_specs
+
+    return any(isinstance(s, MambaSpec) for g in cfg.kv_cache_groups
+               for s in iter_layer_specs(g.kv_cache_spec))
 
 
 def _derivation(r: CapacityReport) -> dict[str, str]:

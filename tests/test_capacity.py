@@ -431,3 +431,19 @@ def test_report_is_frozen(qwen_a100):
         r.num_blocks = 1
     assert isinstance(r.plan, kvexplore.Plan)
     assert isinstance(types.MappingProxyType({}), type(r.sources))
+
+
+def test_module_doctests():
+    import doctest
+    import importlib
+
+    for name in ("kvexplore.capacity", "kvexplore.offloading.sizing"):
+        result = doctest.testmod(importlib.import_module(name))
+        assert result.attempted > 0 and result.failed == 0, name
+
+
+def test_capacity_sweep_rows(qwen_a100, qwen_h100):
+    df = kvexplore.capacity_sweep([qwen_a100, qwen_h100], gpu_memory_utilization=0.8)
+    assert list(df.gpu) == ["A100", "H100"]
+    assert list(df.num_blocks) == [qwen_a100.capacity(0.8).num_blocks, qwen_h100.capacity(0.8).num_blocks]
+    assert list(df.cache_hit_alignment) == [544, 576]

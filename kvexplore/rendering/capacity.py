@@ -91,10 +91,11 @@ def _memory_axis(ax, r) -> None:
 
 
 def _prefix_axis(ax, reports: Sequence, lengths: Sequence[int], labels: Sequence[str]) -> None:
-    for r, label in zip(reports, labels, strict=True):
+    styles = ("-", "--", "-.", ":")
+    for i, (r, label) in enumerate(zip(reports, labels, strict=True)):
         usable = [n for n in lengths if n <= r.max_model_len]
         ax.step(usable, [r.prefix_hit_tokens(n) for n in usable], where="post",
-                label=f"{label} (unit {r.cache_hit_alignment})")
+                ls=styles[i % len(styles)], label=f"{label} (unit {r.cache_hit_alignment})")
     ax.plot([min(lengths), max(lengths)], [min(lengths), max(lengths)], color="0.7", lw=0.8,
             ls=":", label="every token")
     ax.set_xlabel("prompt tokens n")

@@ -538,6 +538,9 @@ def capacity(
         else:
             sources[name] = f"given: {value:,}"
     if given_kv is not None:
+        for name in chosen:
+            chosen[name] = 0
+            sources[name] = "not used: kv_cache_memory_bytes is given"
         available = int(given_kv)
         sources["kv_cache_memory"] = (
             f"given: kv_cache_memory_bytes={available:,} (vLLM skips memory profiling "

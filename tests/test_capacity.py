@@ -447,3 +447,9 @@ def test_capacity_sweep_rows(qwen_a100, qwen_h100):
     assert list(df.gpu) == ["A100", "H100"]
     assert list(df.num_blocks) == [qwen_a100.capacity(0.8).num_blocks, qwen_h100.capacity(0.8).num_blocks]
     assert list(df.cache_hit_alignment) == [544, 576]
+
+
+@pytest.mark.parametrize("value", [-5, 0, 1.5, "4096"])
+def test_bad_max_model_len(value):
+    with pytest.raises(KVExploreError, match=f"max_model_len={value!r}"):
+        capacity(QWEN, gpu="A100", max_model_len=value)

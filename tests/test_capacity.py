@@ -453,3 +453,15 @@ def test_capacity_sweep_rows(qwen_a100, qwen_h100):
 def test_bad_max_model_len(value):
     with pytest.raises(KVExploreError, match=f"max_model_len={value!r}"):
         capacity(QWEN, gpu="A100", max_model_len=value)
+
+
+def test_cli_capacity_text(capsys):
+    from kvexplore.cli import main
+
+    assert main(["capacity", QWEN, "--gpu", "A100", "--max-model-len", "32768",
+                 "--kv-cache-memory-bytes", str(8 * GiB), "--prompt-tokens", "544,2096"]) == 0
+    out = capsys.readouterr().out
+    r = capacity(QWEN, gpu="A100", max_model_len=32768, kv_cache_memory_bytes=8 * GiB)
+    assert f"{r.num_blocks:,} blocks of 544 tokens" in out
+    assert "kv_cache_memory: given: kv_cache_memory_bytes=8,589,934,592" in out
+    assert "1632" in out.split("prompt_tokens")[-1]

@@ -28,6 +28,11 @@ def qwen_h100():
 
 
 @pytest.fixture(scope="module")
+def gemma():
+    return plan("google/gemma-3-1b-it", gpu="H100", max_model_len=8192)
+
+
+@pytest.fixture(scope="module")
 def llama():
     return plan(LLAMA, gpu="H100", max_model_len=8192)
 
@@ -213,7 +218,7 @@ def _repeat_hit(p, n, *, enable_caching=True):
     vc.cache_config = copy.copy(vc.cache_config)
     vc.cache_config.enable_prefix_caching = enable_caching
     cfg = generate_scheduler_kv_cache_config([copy.deepcopy(p.kv_cache_config)])
-    cfg = dataclasses.replace(cfg, num_blocks=400)
+    cfg = dataclasses.replace(cfg, num_blocks=4000)
     vc.cache_config.num_gpu_blocks = cfg.num_blocks
     sb, hb = resolve_kv_cache_block_sizes(cfg, vc)
     no_mm = unittest.mock.patch.object(
@@ -249,7 +254,7 @@ def _lengths(unit):
                    3 * unit + 5, 2048, 2049, 3000, 5000})
 
 
-@pytest.mark.parametrize("which", ["qwen_a100", "qwen_h100", "llama"])
+@pytest.mark.parametrize("which", ["qwen_a100", "qwen_h100", "llama", "gemma"])
 def test_prefix_hits_match_vllm_scheduler(which, request):
     p = request.getfixturevalue(which)
     r = p.capacity(kv_cache_memory_bytes=8 * GiB)

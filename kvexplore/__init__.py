@@ -7,6 +7,7 @@ the stages before it:
 * :mod:`kvexplore.registration` a plan's KV cache as the tensors vLLM registers
 * :mod:`kvexplore.editing`    LMCache's validation, edits and the round-trip proof
 * :mod:`kvexplore.offloading` the ``OffloadingConfig`` vLLM hands a backend, sweeps
+* :mod:`kvexplore.capacity`   memory, tokens, concurrency, prefix-cache hits, host tier
 * :mod:`kvexplore.rendering`  layouts as data, text, HTML and figures
 * :mod:`kvexplore.explorer`   the Explorer widget over plain-Python state
 * :mod:`kvexplore.cli`        the command line, mirroring this API
@@ -18,6 +19,12 @@ the stages before it:
 576
 """
 
+from kvexplore.capacity import (
+    CapacityReport,
+    capacity,
+    capacity_sweep,
+    profile_estimates,
+)
 from kvexplore.editing import (
     DEFAULT_EDITS,
     EditResult,
@@ -38,6 +45,12 @@ from kvexplore.offloading import (
     OffloadResult,
     offload_config,
     sweep,
+)
+from kvexplore.offloading.sizing import (
+    ChunkSizes,
+    HostSizing,
+    host_sizing,
+    lmcache_chunk_sizes,
 )
 from kvexplore.planning import (
     DEFAULT_GPU,
@@ -69,6 +82,7 @@ _LAZY = {
     "sweep_heatmap": ("kvexplore.rendering.layouts", "sweep_heatmap"),
     "sweep_heatmap_text": ("kvexplore.rendering.layouts", "sweep_heatmap_text"),
     "bar_chart": ("kvexplore.rendering.figures", "bar_chart"),
+    "prefix_cache_figure": ("kvexplore.rendering.capacity", "prefix_cache_figure"),
     "ExplorerState": ("kvexplore.explorer.state", "ExplorerState"),
     "Explorer": ("kvexplore.explorer.widgets", "Explorer"),
     "Compare": ("kvexplore.explorer.widgets", "Compare"),
@@ -118,6 +132,15 @@ __all__ = [
     "OffloadResult",
     "offload_config",
     "sweep",
+    "ChunkSizes",
+    "HostSizing",
+    "host_sizing",
+    "lmcache_chunk_sizes",
+    # capacity
+    "CapacityReport",
+    "capacity",
+    "capacity_sweep",
+    "profile_estimates",
     # errors
     "KVExploreError",
     # rendering and the Explorer (lazy)

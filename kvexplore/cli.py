@@ -5,6 +5,7 @@
     kvexplore plan MODEL [--gpu G --tp N --dcp N --block-size N --kv-cache-dtype D --backend B --json]
     kvexplore offload MODEL [--tp N --dcp N --extra JSON --json]
     kvexplore sweep MODEL --tp 1,2,4,8 [--dcp 1,2 --block-size none,64 --csv out.csv]
+    kvexplore capacity MODEL [--gpu G --gpu-memory-utilization 0.9 --max-model-len N --cpu-bytes-to-use N --json]
 
 ``--gpu`` names the GPU the answer is for (``kvexplore gpus``; default H100).
 Flags mirror vLLM's engine arguments (``--tensor-parallel-size`` / ``--tp``,
@@ -191,6 +192,33 @@ def cmd_sweep(ns) -> int:
     return 0
 
 
+def cmd_capacity(ns) -> int:
+    from kvexplore.capacity import capacity
+
+    kwargs = _plan_kwargs(ns)
+    for key in ("total_memory_bytes", "activation_peak_bytes", "non_torch_bytes",
+                "cudagraph_bytes", "cpu_bytes_to_use"):
+        if getattr(ns, key) is not None:
+            kwargs[key] = getattr(ns, key)
+    r = capacity(ns.model, gpu_memory_utilization=ns.gpu_memory_utilization, **kwargs)
+    if ns.prompt_tokens:
+        lengths = _split(ns.prompt_tokens, int)
+        for n in lengths:
+            # validated here so that a bad length fails before any output
+            r.prefix_hit_tokens(n)
+    if ns.json:
+        out = r.to_dict()
+        if ns.prompt_tokens:
+            out["prefix_hits"] = {str(n): r.prefix_hit_tokens(n) for n in lengths}
+        print(json.dumps(out, indent=2, default=str))
+        return 0
+    print(r.text())
+    if ns.prompt_tokens:
+        print()
+        _print_table(r.prefix_table(lengths))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kvexplore", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -215,6 +243,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--csv", help="write the table to this CSV file")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_sweep)
+    k = sub.add_parser("capacity", help="KV cache memory, tokens, concurrency and prefix-cache hits on a GPU")
+    _add_plan_args(k)
+    k.add_argument("--gpu-memory-utilization", dest="gpu_memory_utilization", type=float, default=0.9)
+    k.add_argument("--total-memory-bytes", dest="total_memory_bytes", type=int, default=None,
+                   help="the card's torch.cuda.mem_get_info() total (default: nominal memory, an estimate)")
+    k.add_argument("--activation-peak-bytes", dest="activation_peak_bytes", type=int, default=None)
+    k.add_argument("--non-torch-bytes", dest="non_torch_bytes", type=int, default=None)
+    k.add_argument("--cudagraph-bytes", dest="cudagraph_bytes", type=int, default=None)
+    k.add_argument("--cpu-bytes-to-use", dest="cpu_bytes_to_use", type=int, default=None,
+                   help="host bytes of the native CPU offloading tier")
+    k.add_argument("--prompt-tokens", dest="prompt_tokens", default=None,
+                   help="comma-separated prompt lengths: tokens a repeat reuses")
+    k.add_argument("--json", action="store_true")
+    k.set_defaults(func=cmd_capacity)
     return parser
 
 

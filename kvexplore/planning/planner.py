@@ -427,6 +427,13 @@ class Plan(Displayable):
 
         return allocate(self, device=device, registration=registration)
 
+    def capacity(self, gpu_memory_utilization: float = 0.9, **kwargs):
+        """vLLM's KV cache capacity for this plan on its GPU
+        (:func:`kvexplore.capacity`; keywords as there)."""
+        from kvexplore.capacity import capacity
+
+        return capacity(self, gpu_memory_utilization=gpu_memory_utilization, **kwargs)
+
     def __repr__(self) -> str:
         pad = f", mamba_page_size_padded={self.mamba_page_size_padded}" if self.mamba_page_size_padded else ""
         return (

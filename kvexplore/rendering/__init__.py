@@ -30,6 +30,21 @@ RENDERERS: dict[str, dict[str, str]] = {
         "html": "kvexplore.rendering.html:buffer_layout_html",
         "figure": "kvexplore.rendering.figures:buffer_figure",
     },
+    "CapacityReport": {
+        "text": "kvexplore.rendering.capacity:capacity_text",
+        "html": "kvexplore.rendering.capacity:capacity_html",
+        "figure": "kvexplore.rendering.capacity:capacity_figure",
+    },
+    "HostSizing": {
+        "text": "kvexplore.rendering.capacity:host_text",
+        "html": "kvexplore.rendering.capacity:host_html",
+        "figure": "kvexplore.rendering.capacity:host_figure",
+    },
+    "ChunkSizes": {
+        "text": "kvexplore.rendering.capacity:chunks_text",
+        "html": "kvexplore.rendering.capacity:chunks_html",
+        "figure": "kvexplore.rendering.capacity:chunks_figure",
+    },
 }
 
 

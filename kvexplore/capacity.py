@@ -1,0 +1,735 @@
+"""Capacity: how much KV cache a named GPU holds, how many requests of a length
+fit, what a repeated prompt reuses, and what the CPU tier holds.
+
+:func:`capacity` answers for one :class:`~kvexplore.Plan` and a
+``gpu_memory_utilization``, mirroring vLLM 0.33's start-up accounting:
+
+1. Requested memory (``vllm/v1/worker/utils.py: request_memory``):
+   ``ceil(total_memory x gpu_memory_utilization)``.
+2. KV cache memory (``vllm/v1/worker/gpu_worker.py:
+   Worker.determine_available_memory`` with ``vllm/utils/mem_utils.py:
+   memory_profiling``): requested minus ``non_kv_cache_memory`` (weights +
+   non-torch memory + the transient activation peak of the profile run) minus
+   the CUDA-graph estimate (applied since ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``
+   defaults to 1).  The weights are exact: the parameters of the model vLLM
+   builds on the meta device, per rank.  The rest vLLM only learns by running
+   the model; kvexplore shows each as a separate, overridable ESTIMATE with
+   its source (:func:`profile_estimates`).  ``kv_cache_memory_bytes`` skips
+   all of it, as vLLM's ``--kv-cache-memory-bytes`` does.
+3. Blocks, tokens and concurrency through vLLM's own functions
+   (``vllm/v1/core/kv_cache_planning.py: get_kv_cache_configs`` via
+   :func:`kvexplore.plan` with ``kv_cache_memory_bytes``; ``kv_cache_utils.py:
+   get_kv_cache_capacity`` for the logged ``GPU KV cache size: N tokens`` and
+   ``Maximum concurrency``; ``_estimate_max_model_len_from_groups`` for the
+   largest ``max_model_len`` that fits, the estimate vLLM prints when a length
+   does not fit).
+4. Prefix caching (``kv_cache_manager.py: get_computed_blocks``, the
+   coordinators and ``kv_cache_utils.py: resolve_kv_cache_block_sizes`` /
+   ``resolve_cache_hit_alignment_tokens``): a repeat of an ``n``-token prompt
+   reuses ``((n - 1) // A) x A`` tokens, ``A`` the cache-hit alignment: the
+   last prompt token is always recomputed (``max_cache_hit_length =
+   num_tokens - 1``), hits are whole alignment units, and in Mamba ``align``
+   mode the scheduler ends a prefill chunk (or the kernel exports a
+   checkpoint) at ``get_mamba_prefill_checkpoint_position`` = that same
+   boundary, so the state a repeat needs is cached.
+5. DCP: which groups span ``block_size x DCP`` tokens per block
+   (``resolve_dcp_kv_block_size``) and the blocks one request of
+   ``max_model_len`` pins per group (``max_memory_usage_bytes / page``).
+6. With ``cpu_bytes_to_use``, the CPU tier through
+   :func:`kvexplore.offloading.sizing.host_sizing`.
+
+>>> import kvexplore
+>>> r = kvexplore.capacity("Qwen/Qwen3.5-0.8B", gpu="A100", max_model_len=32768)
+>>> r.block_size, r.cache_hit_alignment, r.prefix_hit_tokens(544), r.prefix_hit_tokens(545)
+(544, 544, 0, 544)
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from types import MappingProxyType
+from typing import Any
+
+import pandas as pd
+
+from kvexplore.display import Displayable
+from kvexplore.errors import KVExploreError
+from kvexplore.layout import cdiv, check_int, jsonable
+from kvexplore.planning.planner import Plan, plan
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+#: Non-torch memory vLLM's profile measures after its start-up snapshot (CUDA
+#: context growth, cuBLAS / cuDNN workspaces, NCCL buffers at TP > 1).
+DEFAULT_NON_TORCH_BYTES = 512 * MiB
+#: Extra NCCL buffer memory per rank when TP > 1 (ESTIMATE).
+DEFAULT_NCCL_BYTES = 256 * MiB
+#: CUDA-graph pool when graphs are captured (ESTIMATE; vLLM measures it with
+#: ``profile_cudagraph_memory`` and logs it at start-up).
+DEFAULT_CUDAGRAPH_BYTES = 512 * MiB
+
+
+def _check_util(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise KVExploreError(
+            f"gpu_memory_utilization={value!r} is invalid; expected a number in (0, 1]"
+        )
+    return float(value)
+
+
+def _check_bytes(name: str, value: Any) -> None:
+    check_int(name, value, minimum=0, allow_none=True)
+
+
+# ---------------------------------------------------------------------------
+# Memory vLLM learns by profiling: explicit estimates
+# ---------------------------------------------------------------------------
+
+
+def profile_estimates(p: Plan) -> dict[str, tuple[int, str]]:
+    """ESTIMATES of the memory vLLM 0.33 only measures at start-up, with sources.
+
+    ``activation_peak_bytes``: ``memory_profiling``'s transient peak headroom
+    during ``profile_run``.  Estimated as the dummy forward over
+    ``max_num_batched_tokens`` tokens (the MLP's gate/up and down activations,
+    ``3 x intermediate_size / TP``, plus ``4 x hidden_size`` residual /
+    attention buffers, in the model dtype) plus the dummy sampler run
+    (``max_num_seqs x vocab_size`` fp32 logits, twice: logits and probs).
+    ``non_torch_bytes``: CUDA context growth, library workspaces, and NCCL
+    buffers when TP > 1.  ``cudagraph_bytes``: the graph pool that
+    ``profile_cudagraph_memory`` measures (0 with ``enforce_eager``).
+    Replace them with the numbers vLLM logs (``Memory profiling takes ...``
+    and the CUDA graph line) for an exact answer.
+    """
+    vc = p.vllm_config
+    mc, sc, pc = vc.model_config, vc.scheduler_config, vc.parallel_config
+    hf = mc.hf_text_config
+    tp = pc.tensor_parallel_size
+    hidden = int(getattr(hf, "hidden_size", 0) or 0)
+    inter = int(getattr(hf, "intermediate_size", 0) or getattr(hf, "moe_intermediate_size", 0) or 0)
+    vocab = int(getattr(hf, "vocab_size", 0) or 0)
+    dtype_bytes = mc.dtype.itemsize
+    tokens = int(sc.max_num_batched_tokens)
+    seqs = int(sc.max_num_seqs)
+    forward = tokens * (3 * cdiv(inter, tp) + 4 * hidden) * dtype_bytes
+    sampler = 2 * seqs * vocab * 4
+    eager = bool(mc.enforce_eager)
+    nccl = DEFAULT_NCCL_BYTES if tp > 1 else 0
+    return {
+        "activation_peak_bytes": (
+            forward + sampler,
+            f"ESTIMATE {forward + sampler:,} = forward {tokens} max_num_batched_tokens x "
+            f"(3 x {inter} intermediate / TP {tp} + 4 x {hidden} hidden) x {dtype_bytes} B "
+            f"+ sampler 2 x {seqs} max_num_seqs x {vocab} vocab x 4 B "
+            "(memory_profiling: transient_peak_headroom of profile_run)",
+        ),
+        "non_torch_bytes": (
+            DEFAULT_NON_TORCH_BYTES + nccl,
+            f"ESTIMATE {DEFAULT_NON_TORCH_BYTES + nccl:,} = {DEFAULT_NON_TORCH_BYTES // MiB} MiB "
+            "CUDA context / library workspaces"
+            + (f" + {nccl // MiB} MiB NCCL buffers (TP {tp})" if nccl else "")
+            + " (memory_profiling: non_torch_increase, part of total_consumed)",
+        ),
+        "cudagraph_bytes": (
+            0 if eager else DEFAULT_CUDAGRAPH_BYTES,
+            "0: enforce_eager captures no CUDA graphs" if eager else
+            f"ESTIMATE {DEFAULT_CUDAGRAPH_BYTES:,} = {DEFAULT_CUDAGRAPH_BYTES // MiB} MiB graph pool "
+            "(gpu_worker.py: profile_cudagraph_memory, applied because "
+            "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS defaults to 1)",
+        ),
+    }
+
+
+# ---------------------------------------------------------------------------
+# The report
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapacityReport(Displayable):
+    """vLLM 0.33's capacity for one plan on its GPU: memory, blocks, tokens,
+    concurrency, prefix-cache reuse, DCP and (optionally) the CPU tier.
+
+    Memory fields are bytes per rank.  ``estimated`` names the fields that
+    are estimates (not given by the caller); ``sources`` says where each
+    memory figure comes from.  ``plan`` is the plan asked about (re-planned
+    with ``kv_cache_memory_bytes`` only when ``max_model_len=-1`` asks vLLM to
+    auto-fit the length to the memory).
+    """
+
+    plan: Plan = field(repr=False, compare=False)
+    gpu_memory_utilization: float
+    total_memory_bytes: int
+    requested_memory_bytes: int
+    weight_bytes: int
+    activation_peak_bytes: int
+    non_torch_bytes: int
+    cudagraph_bytes: int
+    kv_cache_memory: int
+    kv_cache_memory_given: bool
+    estimated: tuple[str, ...]
+    sources: MappingProxyType = field(repr=False, compare=False)
+    bytes_per_block: int
+    num_blocks: int
+    max_model_len: int
+    model_max_model_len: int
+    kv_cache_size_tokens: int
+    max_concurrency: float
+    admitted: bool
+    admission_message: str | None
+    largest_max_model_len: int
+    prefix_caching: bool
+    mamba_cache_mode: str
+    block_size: int
+    scheduler_block_size: int
+    hash_block_size: int
+    cache_hit_alignment: int
+    warnings: tuple[str, ...]
+    host: Any = field(default=None, compare=False)
+    _vllm: Any = field(default=None, repr=False, compare=False)
+
+    # -- prefix caching --------------------------------------------------------
+    @property
+    def smallest_hit_prompt(self) -> int | None:
+        """Shortest prompt whose repeat hits the cache (``A + 1`` tokens: ``A``
+        reused, the last one recomputed); None when no prompt can hit."""
+        if not self.prefix_caching or self.cache_hit_alignment + 1 > self.max_model_len:
+            return None
+        return self.cache_hit_alignment + 1
+
+    def prefix_hit_tokens(self, n: int) -> int:
+        """Tokens a repeat of an ``n``-token prompt takes from the prefix cache
+        (``num_computed_tokens`` after ``get_computed_blocks``), with the first
+        run's blocks still cached."""
+        check_int("n (prompt tokens)", n)
+        if n > self.max_model_len:
+            raise KVExploreError(
+                f"n={n} is invalid; expected a prompt of at most max_model_len="
+                f"{self.max_model_len} tokens (vLLM rejects longer prompts)"
+            )
+        if not self.prefix_caching:
+            return 0
+        a = self.cache_hit_alignment
+        return (n - 1) // a * a
+
+    def prefix_table(self, lengths: Iterable[int]) -> pd.DataFrame:
+        """One row per prompt length: tokens reused by a repeat, recomputed, share."""
+        rows = []
+        for n in lengths:
+            hit = self.prefix_hit_tokens(n)
+            rows.append({"prompt_tokens": n, "cached_tokens": hit,
+                         "recomputed_tokens": n - hit, "cached_share": hit / n})
+        return pd.DataFrame(rows)
+
+    # -- concurrency -------------------------------------------------------------
+    def requests_of_length(self, n: int) -> float:
+        """Requests of ``n`` tokens the cache holds at once: vLLM's
+        ``get_max_concurrency_for_kv_cache_config`` with ``max_model_len = n``
+        (every group's blocks for ``n`` tokens drawn from one pool)."""
+        check_int("n (tokens per request)", n)
+        from vllm.v1.core.kv_cache_utils import get_max_concurrency_for_kv_cache_config
+
+        vc, cfg = self._vllm
+        vc = copy.copy(vc)
+        vc.model_config = copy.copy(vc.model_config)
+        vc.model_config.max_model_len = n
+        return get_max_concurrency_for_kv_cache_config(vc, cfg)
+
+    @cached_property
+    def group_table(self) -> pd.DataFrame:
+        """Per KV cache group: kind, layers, block size, the tokens one block
+        spans under DCP and whether DCP scales it, and the blocks and bytes one
+        request of ``max_model_len`` pins."""
+        from vllm.v1.core.kv_cache_utils import resolve_dcp_kv_block_size
+        from vllm.v1.kv_cache_interface import get_kv_cache_spec_kind
+
+        vc, cfg = self._vllm
+        dcp = vc.parallel_config.decode_context_parallel_size
+        rows = []
+        for gid, g in enumerate(cfg.kv_cache_groups):
+            spec = g.kv_cache_spec
+            span = resolve_dcp_kv_block_size(spec, dcp)
+            blocks = cdiv(spec.max_memory_usage_bytes(vc), spec.page_size_bytes)
+            rows.append({
+                "group": gid,
+                "kind": get_kv_cache_spec_kind(spec).value,
+                "layers": len(g.layer_names),
+                "block_size": spec.block_size,
+                "tokens_per_block": span,
+                "dcp_scaled": span != spec.block_size or (dcp > 1 and bool(spec.dcp_sharded)),
+                "blocks_per_request": blocks,
+                "bytes_per_request": blocks * self.bytes_per_block,
+            })
+        return pd.DataFrame(rows)
+
+    @property
+    def blocks_per_request(self) -> int:
+        """Blocks one request of ``max_model_len`` pins, all groups together."""
+        return int(self.group_table.blocks_per_request.sum())
+
+    # -- views -------------------------------------------------------------------
+    @cached_property
+    def summary(self) -> pd.DataFrame:
+        rows = [
+            ("model", self.plan.model.name),
+            ("gpu", str(self.plan.gpu)),
+            ("tensor_parallel_size", self.plan.parallel_config.tensor_parallel_size),
+            ("decode_context_parallel_size", self.plan.parallel_config.decode_context_parallel_size),
+            ("gpu_memory_utilization", self.gpu_memory_utilization),
+            ("total_memory_bytes", self.total_memory_bytes),
+            ("requested_memory_bytes", self.requested_memory_bytes),
+            ("weight_bytes", self.weight_bytes),
+            ("activation_peak_bytes", self.activation_peak_bytes),
+            ("non_torch_bytes", self.non_torch_bytes),
+            ("cudagraph_bytes", self.cudagraph_bytes),
+            ("kv_cache_memory", self.kv_cache_memory),
+            ("bytes_per_block", self.bytes_per_block),
+            ("num_blocks", self.num_blocks),
+            ("block_size", self.block_size),
+            ("max_model_len", self.max_model_len),
+            ("kv_cache_size_tokens", self.kv_cache_size_tokens),
+            ("max_concurrency", round(self.max_concurrency, 4)),
+            ("blocks_per_request", self.blocks_per_request),
+            ("admitted", self.admitted),
+            ("largest_max_model_len", self.largest_max_model_len),
+            ("prefix_caching", self.prefix_caching),
+            ("cache_hit_alignment", self.cache_hit_alignment),
+            ("smallest_hit_prompt", self.smallest_hit_prompt),
+        ]
+        if self.host is not None:
+            rows += [
+                ("cpu_bytes_to_use", self.host.cpu_bytes_to_use),
+                ("host_bytes_per_block", round(self.host.host_bytes_per_block, 1)),
+                ("host_bytes_per_token", round(self.host.host_bytes_per_token, 1)),
+                ("host_tokens", self.host.tokens),
+            ]
+        return pd.DataFrame(rows, columns=["quantity", "value"])
+
+    @cached_property
+    def derivation(self) -> MappingProxyType:
+        """How each number came about, by name."""
+        return MappingProxyType(_derivation(self))
+
+    def explain(self) -> str:
+        """Every number with its rule and inputs, one line each."""
+        lines = [f"{k}: {v}" for k, v in self.derivation.items()]
+        if self.host is not None:
+            lines += [f"host.{line}" for line in self.host.explain().splitlines()]
+        lines += [f"warning: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: jsonable(v) for k, v in zip(self.summary.quantity, self.summary.value, strict=True)}
+        out["estimated"] = list(self.estimated)
+        out["sources"] = dict(self.sources)
+        out["admission_message"] = self.admission_message
+        out["groups"] = [jsonable(r) for r in self.group_table.to_dict("records")]
+        out["warnings"] = list(self.warnings)
+        out["derivation"] = dict(self.derivation)
+        if self.host is not None:
+            out["host"] = jsonable(self.host.to_dict())
+        return out
+
+
+# ---------------------------------------------------------------------------
+# capacity()
+# ---------------------------------------------------------------------------
+
+
+class _KnownPoolBytes:
+    """A ``KVCacheConfigBuilder`` stand-in for vLLM's sizing helpers that
+    answers ``_get_pool_bytes_per_block`` with the plan's probed value (the
+    hook ``_pool_bytes_per_block_from_builder`` asks first), so that
+    ``_max_memory_usage_bytes_from_groups`` does not re-place a probe block on
+    every step of the binary search."""
+
+    def __init__(self, pool_bytes: int) -> None:
+        self.pool_bytes = pool_bytes
+
+    def _get_pool_bytes_per_block(self, vllm_config, kv_cache_groups) -> int:
+        return self.pool_bytes
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What a plan's capacity answers share whatever the memory."""
+
+    vc: Any
+    cfg: Any
+    pool_bytes: int
+    scheduler_bs: int
+    hash_bs: int
+    alignment: int
+    model_max: int
+
+
+_FACTS: OrderedDict = OrderedDict()
+_FACTS_SIZE = 256
+_FACTS_LOCK = threading.Lock()
+
+
+def _facts(p: Plan) -> _Facts:
+    with _FACTS_LOCK:
+        hit = _FACTS.get(id(p))
+        if hit is not None and hit[0] is p:
+            return hit[1]
+    from vllm.v1.core import kv_cache_planning as kcp
+    from vllm.v1.core.kv_cache_config_builder import get_kv_cache_config_builder
+    from vllm.v1.core.kv_cache_utils import (
+        generate_scheduler_kv_cache_config,
+        resolve_cache_hit_alignment_tokens,
+        resolve_kv_cache_block_sizes,
+    )
+
+    from kvexplore.planning.emulation import emulate
+
+    vc = copy.copy(p.vllm_config)
+    vc.model_config = copy.copy(vc.model_config)
+    vc.cache_config = copy.copy(vc.cache_config)
+    cfg = generate_scheduler_kv_cache_config([p.kv_cache_config])
+    groups = list(cfg.kv_cache_groups)
+    pool = 0
+    if groups:
+        with emulate(p.gpu, meta_tensors=False):
+            builder = get_kv_cache_config_builder(vc)
+            pool = kcp._pool_bytes_per_block_from_builder(builder, vc, groups)
+    scheduler_bs, hash_bs = resolve_kv_cache_block_sizes(cfg, vc)
+    alignment = resolve_cache_hit_alignment_tokens(cfg, vc, scheduler_bs, hash_bs)
+    facts = _Facts(vc, cfg, int(pool), int(scheduler_bs), int(hash_bs), int(alignment),
+                   int(p.built.vllm_config.model_config.max_model_len))
+    with _FACTS_LOCK:
+        _FACTS[id(p)] = (p, facts)  # the reference keeps id(p) unique
+        while len(_FACTS) > _FACTS_SIZE:
+            _FACTS.popitem(last=False)
+    return facts
+
+
+def _vllm_answers(p: Plan, available: int) -> dict[str, Any]:
+    """Blocks, tokens, concurrency, admission and the largest fitting length
+    for ``available`` bytes, each by vLLM 0.33's own function on ``p``'s
+    config: ``num_blocks = available // pool bytes per block``
+    (``get_kv_cache_configs``), ``get_kv_cache_capacity``,
+    ``_check_enough_kv_cache_memory`` and ``_estimate_max_model_len_from_groups``
+    on the memory less the null block, as ``get_kv_cache_configs`` checks it."""
+    from vllm.v1.core import kv_cache_planning as kcp
+    from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity
+
+    if p.inputs.get("max_model_len") == -1:
+        # auto-fit decides max_model_len from the memory: vLLM's own path
+        p = p.replace(num_blocks=None, kv_cache_memory_bytes=available)
+    f = _facts(p)
+    groups = list(f.cfg.kv_cache_groups)
+    mml = f.vc.model_config.max_model_len
+    if not groups:
+        return {"num_blocks": 1, "cfg": f.cfg, "facts": f, "tokens": 0, "concurrency": 0.0,
+                "largest": mml, "admitted": True, "message": None, "plan": p}
+    num_blocks = available // f.pool_bytes
+    cfg = dataclasses.replace(f.cfg, num_blocks=num_blocks)
+    tokens, concurrency = get_kv_cache_capacity(f.vc, cfg)
+    builder = _KnownPoolBytes(f.pool_bytes)
+    check_memory = available - f.pool_bytes
+    message = None
+    try:
+        kcp._check_enough_kv_cache_memory(
+            check_memory,
+            functools.partial(kcp._max_memory_usage_bytes_from_groups, builder, f.vc, groups),
+            mml,
+            functools.partial(kcp._estimate_max_model_len_from_groups, builder, f.vc, groups),
+        )
+    except ValueError as exc:
+        message = " ".join(str(exc).split())
+    probe = copy.copy(f.vc)
+    probe.model_config = copy.copy(f.vc.model_config)
+    probe.model_config.max_model_len = max(f.model_max, mml)
+    largest = (
+        kcp._estimate_max_model_len_from_groups(builder, probe, groups, check_memory)
+        if check_memory > 0 else 0
+    )
+    return {"num_blocks": int(num_blocks), "cfg": cfg, "facts": f, "tokens": int(tokens),
+            "concurrency": float(concurrency), "largest": int(largest),
+            "admitted": message is None, "message": message, "plan": p}
+
+
+def capacity(
+    model: Any = "Qwen/Qwen3.5-0.8B",
+    *,
+    gpu_memory_utilization: float = 0.9,
+    total_memory_bytes: int | None = None,
+    activation_peak_bytes: int | None = None,
+    non_torch_bytes: int | None = None,
+    cudagraph_bytes: int | None = None,
+    cpu_bytes_to_use: int | None = None,
+    offload_extra_config: Mapping[str, Any] | None = None,
+    **plan_kwargs,
+) -> CapacityReport:
+    """vLLM 0.33's KV cache capacity for ``model`` (an id, a config, or a
+    :class:`~kvexplore.Plan`) on one GPU rank.
+
+    ``plan_kwargs`` are :func:`kvexplore.plan`'s (``gpu="H100"``,
+    ``tensor_parallel_size``, ``max_model_len``, ...).  With
+    ``kv_cache_memory_bytes`` the memory accounting is skipped, as vLLM's
+    ``--kv-cache-memory-bytes`` skips profiling.  Otherwise the KV cache gets
+    ``ceil(total_memory_bytes x gpu_memory_utilization)`` minus the exact
+    weight bytes minus ``activation_peak_bytes``, ``non_torch_bytes`` and
+    ``cudagraph_bytes``: each defaults to an ESTIMATE
+    (:func:`profile_estimates`); pass vLLM's logged figures for an exact
+    answer.  ``total_memory_bytes`` defaults to the card's nominal memory
+    (``GPU.memory_bytes``), an ESTIMATE above what ``torch.cuda.mem_get_info``
+    reports (the driver reserves part of it).  ``cpu_bytes_to_use`` adds the
+    CPU offloading tier (:func:`kvexplore.offloading.sizing.host_sizing`, with
+    ``offload_extra_config`` as ``kv_connector_extra_config``).
+    """
+    util = _check_util(gpu_memory_utilization)
+    for name, value in (("total_memory_bytes", total_memory_bytes),
+                        ("activation_peak_bytes", activation_peak_bytes),
+                        ("non_torch_bytes", non_torch_bytes),
+                        ("cudagraph_bytes", cudagraph_bytes)):
+        _check_bytes(name, value)
+    check_int("cpu_bytes_to_use", cpu_bytes_to_use, allow_none=True)
+    if isinstance(model, Plan):
+        p = model.replace(**plan_kwargs) if plan_kwargs else model
+    else:
+        if "num_blocks" in plan_kwargs and plan_kwargs["num_blocks"] is not None:
+            raise KVExploreError(
+                f"num_blocks={plan_kwargs['num_blocks']!r} is invalid here; expected None: "
+                "capacity sizes the cache from memory (give kv_cache_memory_bytes to fix it)"
+            )
+        p = plan(model, **plan_kwargs)
+    given_kv = p.inputs.get("kv_cache_memory_bytes")
+    total = total_memory_bytes if total_memory_bytes is not None else p.gpu.memory_bytes
+    requested = math.ceil(total * util)
+    est = profile_estimates(p)
+    chosen = {
+        "activation_peak_bytes": activation_peak_bytes,
+        "non_torch_bytes": non_torch_bytes,
+        "cudagraph_bytes": cudagraph_bytes,
+    }
+    estimated = []
+    sources = {
+        "total_memory_bytes": (
+            f"given: {total:,}" if total_memory_bytes is not None else
+            f"ESTIMATE {total:,} = nominal {p.gpu.memory_gib} GiB of the {p.gpu.device_name}; "
+            "vLLM reads torch.cuda.mem_get_info()'s total, which is lower by the driver's "
+            "reservation: pass total_memory_bytes for the exact figure"
+        ),
+        "weight_bytes": (
+            f"{p.weight_bytes:,}: parameters of vLLM's model built on the meta device, "
+            f"per rank at TP {p.parallel_config.tensor_parallel_size} "
+            "(numel x element_size, packed / quantised dtypes included)"
+        ),
+    }
+    if total_memory_bytes is None:
+        estimated.append("total_memory_bytes")
+    for name, value in list(chosen.items()):
+        if value is None:
+            chosen[name] = est[name][0]
+            sources[name] = est[name][1]
+            if est[name][0]:
+                estimated.append(name)
+        else:
+            sources[name] = f"given: {value:,}"
+    if given_kv is not None:
+        for name in chosen:
+            chosen[name] = 0
+            sources[name] = "not used: kv_cache_memory_bytes is given"
+        available = int(given_kv)
+        sources["kv_cache_memory"] = (
+            f"given: kv_cache_memory_bytes={available:,} (vLLM skips memory profiling "
+            "and gpu_memory_utilization)"
+        )
+        estimated = []
+    else:
+        available = (requested - p.weight_bytes - chosen["activation_peak_bytes"]
+                     - chosen["non_torch_bytes"] - chosen["cudagraph_bytes"])
+        if available <= 0:
+            raise KVExploreError(
+                f"gpu_memory_utilization={util} of {total:,} B leaves {requested:,} B, not "
+                f"enough for {p.model.name}'s {p.weight_bytes:,} B of weights per rank plus "
+                f"{chosen['activation_peak_bytes'] + chosen['non_torch_bytes'] + chosen['cudagraph_bytes']:,} B "
+                "of activations, non-torch memory and CUDA graphs; expected more memory "
+                "(raise gpu_memory_utilization or tensor_parallel_size)"
+            )
+    v = _vllm_answers(p, available)
+    f: _Facts = v["facts"]
+    cc = f.vc.cache_config
+    warnings = []
+    prefix = bool(cc.enable_prefix_caching)
+    mml = f.vc.model_config.max_model_len
+    if not prefix:
+        warnings.append("prefix caching is off (enable_prefix_caching=False): no prompt is ever reused")
+    elif f.alignment + 1 > mml:
+        warnings.append(
+            f"cache hits come in {f.alignment}-token units and the last prompt token is "
+            f"recomputed, so a hit needs a prompt of {f.alignment + 1} tokens > "
+            f"max_model_len {mml}: prefix caching can never hit"
+        )
+    dcp = f.vc.parallel_config.decode_context_parallel_size
+    if prefix and dcp > 1 and _has_mamba(f.cfg):
+        warnings.append(
+            f"DCP {dcp} with Mamba groups: vLLM 0.33's MambaManager.find_longest_cache_hit "
+            "asserts dcp_world_size == 1, so a prefix-cache lookup fails; the hit figures "
+            "assume DCP 1"
+        )
+    if not v["admitted"]:
+        warnings.append(f"vLLM 0.33 refuses to start: {v['message']}")
+    host = None
+    if cpu_bytes_to_use is not None:
+        from kvexplore.offloading.config import offload_config
+        from kvexplore.offloading.sizing import host_sizing
+
+        host = host_sizing(offload_config(v["plan"], extra_config=offload_extra_config), cpu_bytes_to_use)
+    return CapacityReport(
+        plan=v["plan"],
+        gpu_memory_utilization=util,
+        total_memory_bytes=int(total),
+        requested_memory_bytes=int(requested),
+        weight_bytes=int(p.weight_bytes),
+        activation_peak_bytes=int(chosen["activation_peak_bytes"]),
+        non_torch_bytes=int(chosen["non_torch_bytes"]),
+        cudagraph_bytes=int(chosen["cudagraph_bytes"]),
+        kv_cache_memory=int(available),
+        kv_cache_memory_given=given_kv is not None,
+        estimated=tuple(estimated),
+        sources=MappingProxyType(sources),
+        bytes_per_block=f.pool_bytes,
+        num_blocks=v["num_blocks"],
+        max_model_len=int(mml),
+        model_max_model_len=f.model_max,
+        kv_cache_size_tokens=v["tokens"],
+        max_concurrency=v["concurrency"],
+        admitted=v["admitted"],
+        admission_message=v["message"],
+        largest_max_model_len=v["largest"],
+        prefix_caching=prefix,
+        mamba_cache_mode=str(cc.mamba_cache_mode),
+        block_size=int(cc.block_size),
+        scheduler_block_size=f.scheduler_bs,
+        hash_block_size=f.hash_bs,
+        cache_hit_alignment=f.alignment,
+        warnings=tuple(warnings),
+        host=host,
+        _vllm=(f.vc, v["cfg"]),
+    )
+
+
+def _has_mamba(cfg) -> bool:
+    from vllm.v1.kv_cache_interface import MambaSpec, iter_layer_specs
+
+    return any(isinstance(s, MambaSpec) for g in cfg.kv_cache_groups
+               for s in iter_layer_specs(g.kv_cache_spec))
+
+
+def _derivation(r: CapacityReport) -> dict[str, str]:
+    p = r.plan
+    out: dict[str, str] = {}
+    out["total_memory_bytes"] = r.sources["total_memory_bytes"]
+    if r.kv_cache_memory_given:
+        out["kv_cache_memory"] = r.sources["kv_cache_memory"]
+    else:
+        out["requested_memory_bytes"] = (
+            f"{r.requested_memory_bytes:,} = ceil({r.total_memory_bytes:,} x "
+            f"{r.gpu_memory_utilization}) (worker/utils.py: request_memory)"
+        )
+        out["weight_bytes"] = r.sources["weight_bytes"]
+        for name in ("activation_peak_bytes", "non_torch_bytes", "cudagraph_bytes"):
+            out[name] = r.sources[name]
+        out["kv_cache_memory"] = (
+            f"{r.kv_cache_memory:,} = {r.requested_memory_bytes:,} - {r.weight_bytes:,} weights "
+            f"- {r.activation_peak_bytes:,} activations - {r.non_torch_bytes:,} non-torch "
+            f"- {r.cudagraph_bytes:,} CUDA graphs (gpu_worker.py: determine_available_memory)"
+            + (f"; estimated: {', '.join(r.estimated)}" if r.estimated else "")
+        )
+    out["num_blocks"] = (
+        f"{r.num_blocks:,} = {r.kv_cache_memory:,} // {r.bytes_per_block:,} B per block id "
+        f"(kv_cache_planning.py: get_kv_cache_configs; one block id = one page in every "
+        f"tensor of the shared pool)"
+    )
+    rows = r.group_table
+    per_group = " + ".join(f"{b}" for b in rows.blocks_per_request)
+    out["blocks_per_request"] = (
+        f"{r.blocks_per_request} = {per_group} blocks over {len(rows)} groups for one request "
+        f"of {r.max_model_len:,} tokens (cdiv(max_memory_usage_bytes, page) per group)"
+    )
+    out["max_concurrency"] = (
+        f"{r.max_concurrency:.4f} = {r.num_blocks:,} blocks / {r.blocks_per_request} "
+        "(kv_cache_utils.py: get_max_concurrency_for_kv_cache_config)"
+    )
+    out["kv_cache_size_tokens"] = (
+        f"{r.kv_cache_size_tokens:,} = int({r.max_concurrency:.4f} x {r.max_model_len:,}) "
+        "(get_kv_cache_capacity: the 'GPU KV cache size: N tokens' log line, which counts "
+        "Mamba state blocks too, not num_blocks x block_size)"
+    )
+    out["admitted"] = (
+        f"{r.admitted}: " + (f"one request of {r.max_model_len:,} tokens fits"
+                             if r.admitted else str(r.admission_message))
+    )
+    out["largest_max_model_len"] = (
+        f"{r.largest_max_model_len:,}: binary search up to the model's "
+        f"{r.model_max_model_len:,} (kv_cache_planning.py: _estimate_max_model_len_from_groups, "
+        "on the memory less the null block)"
+    )
+    dcp = p.parallel_config.decode_context_parallel_size
+    scaled = [int(g) for g, s in zip(rows.group, rows.dcp_scaled, strict=True) if s]
+    out["dcp"] = (
+        f"DCP {dcp}: groups {scaled} span block_size x {dcp} tokens per block "
+        "(resolve_dcp_kv_block_size: dcp_sharded attention); Mamba groups keep their block"
+        if dcp > 1 else "DCP 1: no group is scaled"
+    )
+    if r.prefix_caching:
+        out["cache_hit_alignment"] = (
+            f"{r.cache_hit_alignment}: scheduler block {r.scheduler_block_size}, hash block "
+            f"{r.hash_block_size} (resolve_kv_cache_block_sizes, "
+            "resolve_cache_hit_alignment_tokens)"
+            + (f"; Mamba mode {r.mamba_cache_mode!r}: the state is checkpointed at "
+               "get_mamba_prefill_checkpoint_position" if r.mamba_cache_mode == "align" else "")
+        )
+        out["prefix_hit_tokens"] = (
+            f"(n - 1) // {r.cache_hit_alignment} x {r.cache_hit_alignment}: the last prompt "
+            "token is recomputed (max_cache_hit_length = num_tokens - 1) and hits are whole units"
+        )
+        out["smallest_hit_prompt"] = (
+            f"{r.smallest_hit_prompt} tokens" if r.smallest_hit_prompt is not None
+            else "none: the first hit needs more than max_model_len tokens"
+        )
+    else:
+        out["prefix_hit_tokens"] = "0: prefix caching is off"
+    return out
+
+
+def capacity_sweep(models: Iterable[Any], **kwargs) -> pd.DataFrame:
+    """One :func:`capacity` summary row per model or plan."""
+    rows = []
+    for m in models:
+        r = capacity(m, **kwargs)
+        rows.append({
+            "model": r.plan.model.name, "gpu": r.plan.gpu.name,
+            "tp": r.plan.parallel_config.tensor_parallel_size,
+            "gpu_memory_utilization": r.gpu_memory_utilization,
+            "kv_cache_memory": r.kv_cache_memory, "num_blocks": r.num_blocks,
+            "block_size": r.block_size, "max_model_len": r.max_model_len,
+            "kv_cache_size_tokens": r.kv_cache_size_tokens,
+            "max_concurrency": r.max_concurrency,
+            "largest_max_model_len": r.largest_max_model_len,
+            "cache_hit_alignment": r.cache_hit_alignment,
+        })
+    return pd.DataFrame(rows)
+
+
+__all__ = [
+    "DEFAULT_CUDAGRAPH_BYTES",
+    "DEFAULT_NCCL_BYTES",
+    "DEFAULT_NON_TORCH_BYTES",
+    "CapacityReport",
+    "capacity",
+    "capacity_sweep",
+    "profile_estimates",
+]

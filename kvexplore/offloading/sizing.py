@@ -1,0 +1,284 @@
+"""Host-memory sizing of vLLM 0.33's native CPU offloading, and LMCache chunk sizes.
+
+:func:`host_sizing` turns the ``OffloadingConfig`` that
+:func:`kvexplore.offload_config` derives into the numbers vLLM's CPU backend
+computes from ``kv_connector_extra_config["cpu_bytes_to_use"]``
+(``vllm/v1/kv_offload/cpu/spec.py: CPUOffloadingSpec.__init__``), in its
+order:
+
+1. ``num_copies`` = 1 when ``replicated_layout`` holds and the backend uses its
+   shared mmap region (CUDA / XPU platforms), else ``world_size``;
+2. ``kv_bytes_per_chunk`` = ``worker_kv_bytes_per_block x num_copies x
+   blocks_per_chunk``;
+3. that rounded up to ``SharedOffloadRegion.BLOCK_SIZE_ALIGNMENT``
+   (``mmap.PAGESIZE`` of the host, 4096 B on x86-64 Linux);
+4. ``num_chunks = cpu_bytes_to_use // aligned_kv_bytes_per_chunk``.
+
+A chunk holds ``blocks_per_chunk`` blocks of *one* group: the scheduler side
+keys every chunk by ``(block hash, group)``
+(``offloading/scheduler.py: make_offload_key(req_block_hash, group_idx)``), so a
+span of context costs one chunk per offloaded group.  That is why host bytes
+per token are not GPU bytes per block over the block size: a hybrid model
+with 4 groups needs 4 chunks for every ``tokens_per_block x blocks_per_chunk``
+tokens, and the chunk holds every rank's copy.
+
+Worked example: Qwen3.5-0.8B on an A100 (block 544, 4 groups, one block id =
+6 layers x 1,114,112 B): a chunk is 6,684,672 B, 10 GiB hold 1,606 chunks,
+i.e. 401 spans of 544 tokens = 218,144 tokens.
+
+>>> from kvexplore import plan, offload_config
+>>> h = host_sizing(offload_config(plan("Qwen/Qwen3.5-0.8B", gpu="A100")), 10 << 30)
+>>> h.aligned_kv_bytes_per_chunk, h.num_chunks, h.chunks_per_span, h.tokens
+(6684672, 1606, 4, 218144)
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import pandas as pd
+
+from kvexplore.display import Displayable
+from kvexplore.errors import KVExploreError
+from kvexplore.layout import cdiv, check_int
+from kvexplore.offloading.config import OffloadResult
+
+#: ``SharedOffloadRegion.BLOCK_SIZE_ALIGNMENT`` (``mmap.PAGESIZE``) on this host.
+HOST_PAGE_ALIGNMENT = mmap.PAGESIZE
+
+
+def _round_up(x: int, y: int) -> int:
+    return cdiv(x, y) * y
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostSizing(Displayable):
+    """How much context the CPU tier holds: vLLM 0.33's ``CPUOffloadingSpec``
+    arithmetic for one ``OffloadingConfig`` and ``cpu_bytes_to_use``.
+
+    ``host_bytes_per_block`` is one block of one group for *all* ranks (the
+    aligned chunk over ``blocks_per_chunk``); ``host_bytes_per_token`` counts
+    every offloaded group; ``tokens`` is the context the ``num_chunks`` chunks
+    hold in whole spans (``span_tokens`` tokens cost ``chunks_per_span``
+    chunks).  ``gpu_bytes_per_token_one_group`` is the figure people wrongly
+    scale host memory by (one rank's block bytes over the block size).
+    """
+
+    cpu_bytes_to_use: int
+    world_size: int
+    num_copies: int
+    replicated_layout: bool
+    blocks_per_chunk: int
+    worker_kv_bytes_per_block: int
+    kv_bytes_per_chunk: int
+    alignment: int
+    aligned_kv_bytes_per_chunk: int
+    num_chunks: int
+    group_tokens_per_chunk: tuple[int, ...]
+    span_tokens: int
+    chunks_per_span: int
+    tokens: int
+    host_bytes_per_block: float
+    host_bytes_per_token: float
+    gpu_bytes_per_token_one_group: float
+    derivation: MappingProxyType = field(repr=False, compare=False)
+
+    @property
+    def naive_tokens(self) -> int:
+        """What dividing ``cpu_bytes_to_use`` by one rank's GPU bytes per token
+        of one group would promise (the common over-estimate)."""
+        if not self.gpu_bytes_per_token_one_group:
+            return 0
+        return int(self.cpu_bytes_to_use // self.gpu_bytes_per_token_one_group)
+
+    def explain(self) -> str:
+        """Each number with the rule and the inputs behind it, one line each."""
+        return "\n".join(f"{k}: {v}" for k, v in self.derivation.items())
+
+    def to_dict(self) -> dict:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "derivation"}
+        out["group_tokens_per_chunk"] = list(self.group_tokens_per_chunk)
+        out["naive_tokens"] = self.naive_tokens
+        out["derivation"] = dict(self.derivation)
+        return out
+
+
+def host_sizing(
+    result: OffloadResult, cpu_bytes_to_use: int, *, alignment: int = HOST_PAGE_ALIGNMENT
+) -> HostSizing:
+    """Host bytes per block and per token, and the tokens ``cpu_bytes_to_use``
+    holds, as vLLM 0.33's ``CPUOffloadingSpec.__init__`` sizes its region.
+
+    ``result`` is :func:`kvexplore.offload_config`'s answer; ``alignment`` is
+    the host page size the region rounds chunks to (``mmap.PAGESIZE``).
+    """
+    if not isinstance(result, OffloadResult):
+        raise KVExploreError(
+            f"result={type(result).__name__} is invalid; expected the OffloadResult "
+            "kvexplore.offload_config(plan) returns"
+        )
+    check_int("cpu_bytes_to_use", cpu_bytes_to_use)
+    check_int("alignment", alignment)
+    c = result.config
+    world = c.parallel.world_size
+    bpc = c.cache.blocks_per_chunk
+    per_block = c.worker_kv_bytes_per_block
+    if per_block <= 0 or world <= 0 or not c.groups:
+        raise KVExploreError(
+            f"worker_kv_bytes_per_block={per_block}, world_size={world}, "
+            f"{len(c.groups)} groups: nothing to offload; expected a plan with KV cache groups"
+        )
+    # CPUOffloadingSpec: replicated_layout counts only with the shared mmap
+    # region, which the CUDA platform kvexplore answers for uses.
+    num_copies = 1 if c.replicated_layout else world
+    raw_chunk = per_block * num_copies * bpc
+    aligned = _round_up(raw_chunk, alignment)
+    num_chunks = cpu_bytes_to_use // aligned
+    tpc = tuple(g.tokens_per_block * bpc for g in c.groups)
+    span = math.lcm(*tpc)
+    chunks_per_span = sum(span // t for t in tpc)
+    tokens = (num_chunks // chunks_per_span) * span
+    host_per_token = aligned * chunks_per_span / span
+    p = result.plan
+    gpu_per_token = p.bytes_per_block / p.block_size if p.block_size else 0.0
+    d = {
+        "num_copies": (
+            f"{num_copies}: replicated_layout={c.replicated_layout} "
+            + ("(one copy for all ranks in the shared mmap region)" if c.replicated_layout
+               else f"-> one copy per worker, world_size {world}")
+        ),
+        "kv_bytes_per_chunk": (
+            f"{raw_chunk:,} = worker_kv_bytes_per_block {per_block:,} x {num_copies} "
+            f"copies x blocks_per_chunk {bpc}"
+        ),
+        "aligned_kv_bytes_per_chunk": (
+            f"{aligned:,} = round_up({raw_chunk:,}, {alignment}) "
+            "(SharedOffloadRegion.BLOCK_SIZE_ALIGNMENT = mmap.PAGESIZE)"
+        ),
+        "num_chunks": f"{num_chunks:,} = cpu_bytes_to_use {cpu_bytes_to_use:,} // {aligned:,}",
+        "chunks_per_span": (
+            f"{chunks_per_span}: a chunk holds one group's blocks (offload key = "
+            f"(block hash, group)); {len(tpc)} groups with "
+            f"{', '.join(map(str, tpc))} tokens per chunk -> {chunks_per_span} chunks "
+            f"per {span:,}-token span"
+        ),
+        "tokens": (
+            f"{tokens:,} = {num_chunks:,} // {chunks_per_span} spans x {span:,} tokens"
+        ),
+        "host_bytes_per_block": (
+            f"{aligned / bpc:,.1f} = aligned chunk {aligned:,} / {bpc} blocks "
+            f"(all {num_copies} copies of one group's block)"
+        ),
+        "host_bytes_per_token": (
+            f"{host_per_token:,.1f} = {aligned:,} x {chunks_per_span} chunks / {span:,} tokens"
+        ),
+        "not_gpu_bytes_per_token": (
+            f"one rank's GPU block {p.bytes_per_block:,} B / {p.block_size} tokens = "
+            f"{gpu_per_token:,.1f} B per token would promise "
+            f"{int(cpu_bytes_to_use // gpu_per_token) if gpu_per_token else 0:,} tokens; "
+            f"host tokens are {tokens:,}"
+        ),
+    }
+    return HostSizing(
+        cpu_bytes_to_use=cpu_bytes_to_use,
+        world_size=world,
+        num_copies=num_copies,
+        replicated_layout=bool(c.replicated_layout),
+        blocks_per_chunk=bpc,
+        worker_kv_bytes_per_block=per_block,
+        kv_bytes_per_chunk=raw_chunk,
+        alignment=alignment,
+        aligned_kv_bytes_per_chunk=aligned,
+        num_chunks=num_chunks,
+        group_tokens_per_chunk=tpc,
+        span_tokens=span,
+        chunks_per_span=chunks_per_span,
+        tokens=tokens,
+        host_bytes_per_block=aligned / bpc,
+        host_bytes_per_token=host_per_token,
+        gpu_bytes_per_token_one_group=gpu_per_token,
+        derivation=MappingProxyType(d),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChunkSizes(Displayable):
+    """The LMCache ``chunk_size`` values a plan accepts, and the rule.
+
+    LMCache stores whole vLLM blocks of every group, so its chunk size must
+    be a multiple of the hybrid block, the scheduler block
+    (``vllm/v1/core/kv_cache_utils.py: resolve_kv_cache_block_sizes``: the lcm
+    of every group's DCP-resolved block size).  ``valid`` lists the first
+    multiples; ``checked`` maps each asked size to whether it is valid.
+    """
+
+    hybrid_block_size: int
+    group_block_sizes: tuple[int, ...]
+    valid: tuple[int, ...]
+    checked: MappingProxyType
+    rule: str
+
+    def is_valid(self, chunk_size: int) -> bool:
+        check_int("chunk_size", chunk_size)
+        return chunk_size % self.hybrid_block_size == 0
+
+    def table(self) -> pd.DataFrame:
+        return pd.DataFrame(
+            [{"chunk_size": k, "valid": v} for k, v in self.checked.items()]
+        )
+
+    def explain(self) -> str:
+        return self.rule
+
+    def to_dict(self) -> dict:
+        return {
+            "hybrid_block_size": self.hybrid_block_size,
+            "group_block_sizes": list(self.group_block_sizes),
+            "valid": list(self.valid),
+            "checked": {str(k): v for k, v in self.checked.items()},
+            "rule": self.rule,
+        }
+
+
+def lmcache_chunk_sizes(
+    result: OffloadResult, *, check: Sequence[int] = (256,), count: int = 8
+) -> ChunkSizes:
+    """The LMCache chunk sizes valid for ``result``'s plan (model, TP, DCP,
+    dtypes): multiples of the hybrid block, the first ``count`` of them, and a
+    verdict on each size in ``check`` (LMCache's default is 256)."""
+    if not isinstance(result, OffloadResult):
+        raise KVExploreError(
+            f"result={type(result).__name__} is invalid; expected the OffloadResult "
+            "kvexplore.offload_config(plan) returns"
+        )
+    check_int("count", count)
+    for size in check:
+        check_int("chunk_size", size)
+    sizes = tuple(g.tokens_per_block for g in result.config.groups)
+    if not sizes:
+        raise KVExploreError("the plan has no offloadable KV cache groups; expected at least one")
+    hybrid = math.lcm(*sizes)
+    p = result.plan
+    checked = {s: s % hybrid == 0 for s in check}
+    rule = (
+        f"chunk_size % {hybrid} == 0: LMCache moves whole vLLM blocks of every group; "
+        f"the groups' DCP-resolved block sizes {list(sizes)} "
+        f"(TP {p.parallel_config.tensor_parallel_size}, DCP "
+        f"{p.parallel_config.decode_context_parallel_size}, kv_cache_dtype "
+        f"{p.cache_config.cache_dtype}) have lcm {hybrid}"
+        + "".join(f"; {s}: {'valid' if ok else 'invalid'}" for s, ok in checked.items())
+    )
+    return ChunkSizes(
+        hybrid_block_size=hybrid,
+        group_block_sizes=sizes,
+        valid=tuple(hybrid * k for k in range(1, count + 1)),
+        checked=MappingProxyType(checked),
+        rule=rule,
+    )
+
+
+__all__ = ["HOST_PAGE_ALIGNMENT", "ChunkSizes", "HostSizing", "host_sizing", "lmcache_chunk_sizes"]

@@ -1,0 +1,472 @@
+"""Capacity answers against vLLM 0.33's own functions, called here independently
+of kvexplore's code path, and against hand-computed cases."""
+
+import copy
+import dataclasses
+import json
+import types
+import unittest.mock
+
+import pytest
+
+import kvexplore
+from kvexplore import KVExploreError, capacity, plan
+
+QWEN = "Qwen/Qwen3.5-0.8B"
+LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
+GiB = 1 << 30
+
+
+@pytest.fixture(scope="module")
+def qwen_a100():
+    return plan(QWEN, gpu="A100", max_model_len=32768)
+
+
+@pytest.fixture(scope="module")
+def qwen_h100():
+    return plan(QWEN, gpu="H100", max_model_len=32768)
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    return plan("google/gemma-3-1b-it", gpu="H100", max_model_len=8192)
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return plan(LLAMA, gpu="H100", max_model_len=8192)
+
+
+# ---------------------------------------------------------------------------
+# vLLM's functions, called directly
+# ---------------------------------------------------------------------------
+
+
+def _vllm_kv_cache_config(p, memory, max_model_len=None):
+    """``get_kv_cache_configs`` on a copy of the plan's config with ``memory``."""
+    from vllm.v1.core.kv_cache_planning import get_kv_cache_configs
+
+    from kvexplore.planning.emulation import emulate
+
+    vc = copy.copy(p.vllm_config)
+    vc.model_config = copy.copy(vc.model_config)
+    vc.cache_config = copy.copy(vc.cache_config)
+    vc.cache_config.num_gpu_blocks_override = None
+    if max_model_len is not None:
+        vc.model_config.max_model_len = max_model_len
+    with emulate(p.gpu, meta_tensors=False):
+        cfg = get_kv_cache_configs(vc, [dict(p.layer_specs)], [memory], copy.deepcopy(list(p.built.groups)))[0]
+    return vc, cfg
+
+
+@pytest.mark.parametrize("which", ["qwen_a100", "qwen_h100", "llama"])
+@pytest.mark.parametrize("util", [0.5, 0.9])
+def test_blocks_tokens_concurrency_match_get_kv_cache_configs(which, util, request):
+    from vllm.v1.core.kv_cache_utils import (
+        generate_scheduler_kv_cache_config,
+        get_kv_cache_capacity,
+    )
+
+    p = request.getfixturevalue(which)
+    r = p.capacity(util)
+    vc, cfg = _vllm_kv_cache_config(p, r.kv_cache_memory)
+    assert r.num_blocks == cfg.num_blocks
+    assert r.bytes_per_block == cfg.kv_cache_tensors[0].size // cfg.num_blocks
+    tokens, concurrency = get_kv_cache_capacity(vc, generate_scheduler_kv_cache_config([cfg]))
+    assert r.kv_cache_size_tokens == tokens
+    assert r.max_concurrency == pytest.approx(concurrency)
+    assert r.admitted
+
+
+def test_memory_accounting_adds_up(qwen_a100):
+    r = qwen_a100.capacity(0.8, activation_peak_bytes=1 << 28, non_torch_bytes=1 << 29, cudagraph_bytes=0)
+    total = qwen_a100.gpu.memory_gib << 30
+    assert r.requested_memory_bytes == -(-total * 8 // 10)
+    assert r.kv_cache_memory == r.requested_memory_bytes - r.weight_bytes - (1 << 28) - (1 << 29)
+    assert set(r.estimated) == {"total_memory_bytes"}
+    exact = qwen_a100.capacity(0.8, total_memory_bytes=total - (1 << 30), activation_peak_bytes=1,
+                               non_torch_bytes=1, cudagraph_bytes=1)
+    assert exact.estimated == ()
+    assert exact.num_blocks < r.num_blocks + (1 << 30) // r.bytes_per_block + 1
+    # every estimate is named in the derivation as an ESTIMATE with its source
+    for name in r.estimated:
+        assert "ESTIMATE" in r.derivation[name]
+
+
+def test_kv_cache_memory_bytes_skips_accounting(qwen_a100):
+    r = capacity(QWEN, gpu="A100", max_model_len=32768, kv_cache_memory_bytes=10 * GiB,
+                 gpu_memory_utilization=0.1)
+    assert r.kv_cache_memory == 10 * GiB and r.kv_cache_memory_given
+    assert r.num_blocks == _vllm_kv_cache_config(qwen_a100, 10 * GiB)[1].num_blocks
+
+
+def test_llama_hand_computed():
+    """Pure attention: tokens = memory // (bytes per token per layer x layers),
+    rounded down to whole blocks; weights from the config's shapes."""
+    cfg = kvexplore.load_model_config(LLAMA).config
+    layers, hidden, inter = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["intermediate_size"]
+    kv_heads, heads, vocab = cfg["num_key_value_heads"], cfg["num_attention_heads"], cfg["vocab_size"]
+    head = cfg.get("head_dim") or hidden // heads
+    per_token = 2 * kv_heads * head * 2 * layers  # K and V, bf16, every layer
+    memory = 20 * GiB + 12345
+    r = capacity(LLAMA, gpu="H100", max_model_len=8192, kv_cache_memory_bytes=memory)
+    block = r.block_size
+    assert r.bytes_per_block == block * per_token
+    assert r.num_blocks == memory // (block * per_token)
+    assert r.kv_cache_size_tokens == r.num_blocks * block  # 8192 is a whole number of blocks
+    assert r.blocks_per_request == 8192 // block
+    assert r.requests_of_length(8192) == pytest.approx(r.num_blocks / (8192 // block))
+    norms = (2 * layers + 1) * hidden
+    params = (2 * vocab * hidden + norms
+              + layers * (2 * hidden * hidden + 2 * hidden * kv_heads * head + 3 * hidden * inter))
+    assert r.weight_bytes == 2 * params  # bf16, untied embeddings
+
+
+def test_llama_tp2_weights_per_rank():
+    cfg = kvexplore.load_model_config(LLAMA).config
+    layers, hidden = cfg["num_hidden_layers"], cfg["hidden_size"]
+    p1 = plan(LLAMA, gpu="H100", max_model_len=8192)
+    p2 = plan(LLAMA, gpu="H100", max_model_len=8192, tensor_parallel_size=2)
+    norms = (2 * layers + 1) * hidden * 2  # replicated on every rank
+    assert p2.weight_bytes == (p1.weight_bytes - norms) // 2 + norms
+    r1, r2 = p1.capacity(0.9), p2.capacity(0.9)
+    assert r2.weight_bytes == p2.weight_bytes
+    assert r2.kv_cache_memory - r1.kv_cache_memory == (
+        r1.weight_bytes - r2.weight_bytes + r1.activation_peak_bytes - r2.activation_peak_bytes
+        + r1.non_torch_bytes - r2.non_torch_bytes)
+
+
+def test_dcp_scales_attention_groups_only():
+    from vllm.v1.core.kv_cache_utils import resolve_dcp_kv_block_size
+
+    p = plan(QWEN, gpu="A100", tensor_parallel_size=4, decode_context_parallel_size=2,
+             max_model_len=32768)
+    r = p.capacity(kv_cache_memory_bytes=4 * GiB)
+    t = r.group_table
+    for row, group in zip(t.itertuples(), p.kv_cache_config.kv_cache_groups, strict=True):
+        spec = group.kv_cache_spec
+        assert row.tokens_per_block == resolve_dcp_kv_block_size(spec, 2)
+        assert row.dcp_scaled == (row.kind == "full_attention")
+        # one request pins 2 state blocks per GDN group, cdiv(len, block x DCP) attention blocks
+        expected = 2 if row.kind == "mamba" else -(-32768 // (2 * spec.block_size))
+        assert row.blocks_per_request == expected
+    assert "DCP 2: groups [3]" in r.derivation["dcp"]
+    assert any("dcp_world_size == 1" in w for w in r.warnings)
+
+
+def test_hybrid_groups_dcp_and_pinned_blocks(qwen_a100):
+    r = qwen_a100.capacity(0.9)
+    t = r.group_table
+    # three GDN groups pin 2 state blocks each in align mode, attention cdiv(len, block)
+    assert list(t.kind) == ["mamba", "mamba", "mamba", "full_attention"]
+    assert list(t.blocks_per_request) == [2, 2, 2, -(-32768 // 544)]
+    assert not t.dcp_scaled.any()
+    # "GPU KV cache size" is not num_blocks x block_size for a hybrid
+    assert r.kv_cache_size_tokens < r.num_blocks * r.block_size
+
+
+def test_largest_max_model_len_is_vllms_estimate(qwen_a100):
+    """A length that does not fit: vLLM refuses with the estimate kvexplore reports."""
+    from vllm.v1.core.kv_cache_planning import get_kv_cache_configs
+
+    from kvexplore.planning.emulation import emulate
+
+    memory = 1 * GiB
+    r = capacity(QWEN, gpu="A100", max_model_len=262144, kv_cache_memory_bytes=memory)
+    assert not r.admitted and r.warnings
+    vc = copy.copy(r.plan.vllm_config)
+    vc.model_config = copy.copy(vc.model_config)
+    vc.cache_config = copy.copy(vc.cache_config)
+    vc.cache_config.num_gpu_blocks_override = None
+    with emulate(r.plan.gpu, meta_tensors=False), pytest.raises(ValueError) as err:
+        get_kv_cache_configs(vc, [dict(r.plan.layer_specs)], [memory], copy.deepcopy(list(r.plan.built.groups)))
+    assert f"estimated maximum model length is {r.largest_max_model_len}." in str(err.value)
+    # and that length is admitted, one more token is not
+    assert capacity(QWEN, gpu="A100", max_model_len=r.largest_max_model_len,
+                    kv_cache_memory_bytes=memory).admitted
+    assert not capacity(QWEN, gpu="A100", max_model_len=r.largest_max_model_len + 1,
+                        kv_cache_memory_bytes=memory).admitted
+    # auto-fit (max_model_len=-1) lands on the same length
+    auto = plan(QWEN, gpu="A100", max_model_len=-1, kv_cache_memory_bytes=memory)
+    assert auto.model_config.max_model_len == r.largest_max_model_len
+
+
+# ---------------------------------------------------------------------------
+# Prefix caching: a real vLLM Scheduler runs a prompt, then its repeat
+# ---------------------------------------------------------------------------
+
+
+def _repeat_hit(p, n, *, enable_caching=True):
+    """num_computed_tokens vLLM's Scheduler gives the second of two identical
+    n-token prompts, the first having run to completion (chunked as vLLM
+    chunks it)."""
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import (
+        generate_scheduler_kv_cache_config,
+        get_request_block_hasher,
+        init_none_hash,
+        resolve_kv_cache_block_sizes,
+    )
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    init_none_hash(sha256)
+    vc = copy.copy(p.vllm_config)
+    vc.cache_config = copy.copy(vc.cache_config)
+    vc.cache_config.enable_prefix_caching = enable_caching
+    cfg = generate_scheduler_kv_cache_config([copy.deepcopy(p.kv_cache_config)])
+    cfg = dataclasses.replace(cfg, num_blocks=4000)
+    vc.cache_config.num_gpu_blocks = cfg.num_blocks
+    sb, hb = resolve_kv_cache_block_sizes(cfg, vc)
+    no_mm = unittest.mock.patch.object(
+        type(vc.model_config), "supports_multimodal_inputs", property(lambda self: False)
+    )
+    with no_mm:
+        s = Scheduler(vllm_config=vc, kv_cache_config=cfg,
+                      structured_output_manager=StructuredOutputManager(vc),
+                      block_size=sb, hash_block_size=hb)
+    hasher = get_request_block_hasher(hb, sha256)
+    hits = []
+    for rep in range(2):
+        req = Request(f"r{rep}", list(range(1, n + 1)), SamplingParams(max_tokens=1), None,
+                      block_hasher=hasher)
+        s.add_request(req)
+        first = True
+        while s.has_unfinished_requests():
+            out = s.schedule()
+            if first:
+                hits.append(out.scheduled_new_reqs[0].num_computed_tokens)
+                first = False
+            ids = list(out.num_scheduled_tokens)
+            done = req.num_computed_tokens >= n  # schedule() advanced it
+            s.update_from_output(out, ModelRunnerOutput(
+                req_ids=ids, req_id_to_index={i: k for k, i in enumerate(ids)},
+                sampled_token_ids=[[7] if done else [] for _ in ids]))
+    assert hits[0] == 0
+    return hits[1]
+
+
+def _lengths(unit):
+    return sorted({1, unit - 1, unit, unit + 1, unit + 2, 2 * unit, 2 * unit + 1,
+                   3 * unit + 5, 2048, 2049, 3000, 5000})
+
+
+@pytest.mark.parametrize("which", ["qwen_a100", "qwen_h100", "llama", "gemma"])
+def test_prefix_hits_match_vllm_scheduler(which, request):
+    p = request.getfixturevalue(which)
+    r = p.capacity(kv_cache_memory_bytes=8 * GiB)
+    assert r.prefix_caching
+    unit = r.cache_hit_alignment
+    got = {n: r.prefix_hit_tokens(n) for n in _lengths(unit)}
+    seen = {n: _repeat_hit(p, n) for n in _lengths(unit)}
+    assert got == seen
+    assert r.smallest_hit_prompt == unit + 1
+    assert _repeat_hit(p, unit) == 0 and _repeat_hit(p, unit + 1) == unit
+
+
+def test_prefix_hits_gpu_dependent(qwen_a100, qwen_h100):
+    a, h = qwen_a100.capacity(), qwen_h100.capacity()
+    assert (a.cache_hit_alignment, h.cache_hit_alignment) == (544, 576)
+    # 544 tokens: no hit on either; 576 + 1: a hit of 544 on A100, 576 on H100
+    assert (a.prefix_hit_tokens(544), h.prefix_hit_tokens(544)) == (0, 0)
+    assert (a.prefix_hit_tokens(577), h.prefix_hit_tokens(577)) == (544, 576)
+    table = a.prefix_table([544, 545, 2096])
+    assert list(table.cached_tokens) == [0, 544, 1632]
+    assert list(table.recomputed_tokens) == [544, 1, 464]
+
+
+def test_prefix_caching_off_and_block_larger_than_max_model_len(qwen_a100):
+    off = capacity(QWEN, gpu="A100", max_model_len=32768, enable_prefix_caching=False,
+                   kv_cache_memory_bytes=8 * GiB)
+    assert not off.prefix_caching and off.prefix_hit_tokens(5000) == 0
+    assert any("prefix caching is off" in w for w in off.warnings)
+    assert _repeat_hit(off.plan, 5000, enable_caching=False) == 0
+    short = capacity(QWEN, gpu="A100", max_model_len=512, kv_cache_memory_bytes=8 * GiB)
+    assert short.block_size > short.max_model_len
+    assert short.smallest_hit_prompt is None
+    assert any("can never hit" in w for w in short.warnings)
+    assert max(short.prefix_hit_tokens(n) for n in range(1, 513)) == 0
+
+
+# ---------------------------------------------------------------------------
+# CPU offloading and LMCache chunk sizes
+# ---------------------------------------------------------------------------
+
+
+def _cpu_spec(result, cpu_bytes):
+    from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
+
+    config = dataclasses.replace(result.config, extra_config={
+        **dict(result.config.extra_config), "cpu_bytes_to_use": cpu_bytes})
+    with unittest.mock.patch.object(CPUOffloadingSpec, "_uses_shared_region", lambda self: True):
+        return CPUOffloadingSpec(config)
+
+
+@pytest.mark.parametrize("extra", [None, {"blocks_per_chunk": 3}])
+@pytest.mark.parametrize("cpu_bytes", [10 * GiB, 123_456_789])
+def test_host_sizing_matches_cpu_offloading_spec(qwen_a100, extra, cpu_bytes):
+    from kvexplore import host_sizing, offload_config
+
+    result = offload_config(qwen_a100, extra_config=extra)
+    h = host_sizing(result, cpu_bytes)
+    spec = _cpu_spec(result, cpu_bytes)
+    assert h.num_chunks == spec.num_chunks
+    assert h.aligned_kv_bytes_per_chunk == spec.kv_bytes_per_chunk
+    # 4 groups of 544-token blocks: every span of blocks_per_chunk x 544 tokens
+    # costs one chunk per group
+    span = 544 * result.config.cache.blocks_per_chunk
+    assert h.chunks_per_span == 4 and h.span_tokens == span
+    assert h.tokens == spec.num_chunks // 4 * span
+    assert h.host_bytes_per_token == pytest.approx(4 * spec.kv_bytes_per_chunk / span)
+    assert h.naive_tokens > h.tokens  # GPU bytes per token of one group over-promise
+
+
+def test_capacity_with_cpu_bytes(qwen_a100):
+    r = qwen_a100.capacity(0.9, cpu_bytes_to_use=10 * GiB)
+    assert r.host is not None and r.host.num_chunks == _cpu_spec(
+        kvexplore.offload_config(qwen_a100), 10 * GiB).num_chunks
+    assert "host.num_chunks" in r.explain()
+
+
+def test_lmcache_chunk_sizes(qwen_a100, qwen_h100, llama):
+    from kvexplore import lmcache_chunk_sizes, offload_config
+
+    a = lmcache_chunk_sizes(offload_config(qwen_a100), check=(256, 544, 1088))
+    assert a.hybrid_block_size == qwen_a100.block_size == 544
+    assert dict(a.checked) == {256: False, 544: True, 1088: True}
+    h = lmcache_chunk_sizes(offload_config(qwen_h100))
+    assert h.hybrid_block_size == 576 and not h.checked[256]
+    assert all(v % 576 == 0 for v in h.valid)
+    lm = lmcache_chunk_sizes(offload_config(llama))
+    assert lm.checked[256] == (256 % llama.block_size == 0)
+
+
+# ---------------------------------------------------------------------------
+# Display, CLI and bad input
+# ---------------------------------------------------------------------------
+
+
+def test_display_trio(qwen_a100):
+    from matplotlib.figure import Figure
+
+    r = qwen_a100.capacity(0.9, cpu_bytes_to_use=GiB)
+    text = r.text()
+    assert f"{r.num_blocks:,} blocks of 544 tokens" in text
+    assert "kv_cache_memory:" in text
+    assert "<table" in r._repr_html_()
+    assert isinstance(r.figure(), Figure)
+    assert isinstance(r.host.figure(), Figure)
+    assert f"{r.host.tokens:,} tokens" in r.host.text()
+    assert isinstance(kvexplore.prefix_cache_figure([r]), Figure)
+    json.dumps(r.to_dict())
+
+
+def test_cli_capacity_json(qwen_a100, capsys):
+    from kvexplore.cli import main
+
+    rc = main(["capacity", QWEN, "--gpu", "A100", "--max-model-len", "32768",
+               "--gpu-memory-utilization", "0.9", "--cpu-bytes-to-use", str(GiB),
+               "--prompt-tokens", "544,545", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    r = qwen_a100.capacity(0.9, cpu_bytes_to_use=GiB)
+    assert out["num_blocks"] == r.num_blocks
+    assert out["kv_cache_size_tokens"] == r.kv_cache_size_tokens
+    assert out["host"]["num_chunks"] == r.host.num_chunks
+    assert out["prefix_hits"] == {"544": 0, "545": 544}
+
+
+def test_cli_capacity_bad_utilisation(capsys):
+    from kvexplore.cli import main
+
+    assert main(["capacity", QWEN, "--gpu", "A100", "--gpu-memory-utilization", "1.5"]) == 2
+    assert "gpu_memory_utilization=1.5" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", [0, -0.1, 1.01, "0.9", True, None])
+def test_bad_utilisation(qwen_a100, bad):
+    with pytest.raises(KVExploreError, match="gpu_memory_utilization=.*expected a number in \\(0, 1\\]"):
+        qwen_a100.capacity(bad)
+
+
+def test_memory_smaller_than_weights(qwen_a100):
+    with pytest.raises(KVExploreError, match="weights per rank"):
+        qwen_a100.capacity(0.01)
+    with pytest.raises(KVExploreError, match="weights per rank"):
+        qwen_a100.capacity(0.9, total_memory_bytes=qwen_a100.weight_bytes)
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    ({"total_memory_bytes": -1}, "total_memory_bytes"),
+    ({"activation_peak_bytes": 1.5}, "activation_peak_bytes"),
+    ({"non_torch_bytes": "1"}, "non_torch_bytes"),
+    ({"cpu_bytes_to_use": 0}, "cpu_bytes_to_use"),
+])
+def test_bad_byte_counts(qwen_a100, kwargs, name):
+    with pytest.raises(KVExploreError, match=name):
+        qwen_a100.capacity(0.9, **kwargs)
+
+
+@pytest.mark.parametrize("n", [0, -5, 1.5, "100", 10**9])
+def test_bad_prompt_lengths(qwen_a100, n):
+    r = qwen_a100.capacity(0.9)
+    with pytest.raises(KVExploreError, match="n"):
+        r.prefix_hit_tokens(n)
+
+
+def test_bad_host_inputs(qwen_a100):
+    from kvexplore import host_sizing, lmcache_chunk_sizes, offload_config
+
+    with pytest.raises(KVExploreError, match="OffloadResult"):
+        host_sizing(qwen_a100, GiB)
+    with pytest.raises(KVExploreError, match="cpu_bytes_to_use=-1"):
+        host_sizing(offload_config(qwen_a100), -1)
+    with pytest.raises(KVExploreError, match="chunk_size=0"):
+        lmcache_chunk_sizes(offload_config(qwen_a100), check=(0,))
+    with pytest.raises(KVExploreError, match="num_blocks"):
+        capacity(QWEN, gpu="A100", num_blocks=10)
+
+
+def test_report_is_frozen(qwen_a100):
+    r = qwen_a100.capacity(0.9)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.num_blocks = 1
+    assert isinstance(r.plan, kvexplore.Plan)
+    assert isinstance(types.MappingProxyType({}), type(r.sources))
+
+
+def test_module_doctests():
+    import doctest
+    import importlib
+
+    for name in ("kvexplore.capacity", "kvexplore.offloading.sizing"):
+        result = doctest.testmod(importlib.import_module(name))
+        assert result.attempted > 0 and result.failed == 0, name
+
+
+def test_capacity_sweep_rows(qwen_a100, qwen_h100):
+    df = kvexplore.capacity_sweep([qwen_a100, qwen_h100], gpu_memory_utilization=0.8)
+    assert list(df.gpu) == ["A100", "H100"]
+    assert list(df.num_blocks) == [qwen_a100.capacity(0.8).num_blocks, qwen_h100.capacity(0.8).num_blocks]
+    assert list(df.cache_hit_alignment) == [544, 576]
+
+
+@pytest.mark.parametrize("value", [-5, 0, 1.5, "4096"])
+def test_bad_max_model_len(value):
+    with pytest.raises(KVExploreError, match=f"max_model_len={value!r}"):
+        capacity(QWEN, gpu="A100", max_model_len=value)
+
+
+def test_cli_capacity_text(capsys):
+    from kvexplore.cli import main
+
+    assert main(["capacity", QWEN, "--gpu", "A100", "--max-model-len", "32768",
+                 "--kv-cache-memory-bytes", str(8 * GiB), "--prompt-tokens", "544,2096"]) == 0
+    out = capsys.readouterr().out
+    r = capacity(QWEN, gpu="A100", max_model_len=32768, kv_cache_memory_bytes=8 * GiB)
+    assert f"{r.num_blocks:,} blocks of 544 tokens" in out
+    assert "kv_cache_memory: given: kv_cache_memory_bytes=8,589,934,592" in out
+    assert "1632" in out.split("prompt_tokens")[-1]

@@ -7,7 +7,7 @@ the stages before it:
 * :mod:`kvexplore.registration` a plan's KV cache as the tensors vLLM registers
 * :mod:`kvexplore.editing`    LMCache's validation, edits and the round-trip proof
 * :mod:`kvexplore.offloading` the ``OffloadingConfig`` vLLM hands a backend, sweeps
-* :mod:`kvexplore.capacity`   memory, tokens, concurrency, prefix-cache hits, host tier
+* :mod:`kvexplore.capacity_planning`   memory, tokens, concurrency, prefix-cache hits, host tier
 * :mod:`kvexplore.rendering`  layouts as data, text, HTML and figures
 * :mod:`kvexplore.explorer`   the Explorer widget over plain-Python state
 * :mod:`kvexplore.cli`        the command line, mirroring this API
@@ -19,7 +19,7 @@ the stages before it:
 576
 """
 
-from kvexplore.capacity import (
+from kvexplore.capacity_planning import (
     CapacityReport,
     capacity,
     capacity_sweep,

@@ -193,7 +193,7 @@ def cmd_sweep(ns) -> int:
 
 
 def cmd_capacity(ns) -> int:
-    from kvexplore.capacity import capacity
+    from kvexplore.capacity_planning import capacity
 
     kwargs = _plan_kwargs(ns)
     for key in ("total_memory_bytes", "activation_peak_bytes", "non_torch_bytes",

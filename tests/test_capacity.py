@@ -442,7 +442,7 @@ def test_module_doctests():
     import doctest
     import importlib
 
-    for name in ("kvexplore.capacity", "kvexplore.offloading.sizing"):
+    for name in ("kvexplore.capacity_planning", "kvexplore.offloading.sizing"):
         result = doctest.testmod(importlib.import_module(name))
         assert result.attempted > 0 and result.failed == 0, name
 

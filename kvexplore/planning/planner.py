@@ -430,7 +430,7 @@ class Plan(Displayable):
     def capacity(self, gpu_memory_utilization: float = 0.9, **kwargs):
         """vLLM's KV cache capacity for this plan on its GPU
         (:func:`kvexplore.capacity`; keywords as there)."""
-        from kvexplore.capacity import capacity
+        from kvexplore.capacity_planning import capacity
 
         return capacity(self, gpu_memory_utilization=gpu_memory_utilization, **kwargs)
 

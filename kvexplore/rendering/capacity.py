@@ -1,4 +1,4 @@
-"""Text, HTML and figures of the capacity answers (:mod:`kvexplore.capacity`,
+"""Text, HTML and figures of the capacity answers (:mod:`kvexplore.capacity_planning`,
 :mod:`kvexplore.offloading.sizing`).
 
 Figures are plain ``matplotlib.figure.Figure`` objects with an Agg canvas
@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kvexplore.errors import KVExploreError
+from kvexplore.rendering.figures import new_figure
 from kvexplore.rendering.html import message_html, pairs_html, pre_html, table_html
+from kvexplore.rendering.layouts import plan_title
 
 
 def _gib(n: float) -> str:
@@ -18,12 +20,7 @@ def _gib(n: float) -> str:
 
 
 def _figure(width: float, height: float):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=100)
-    FigureCanvasAgg(fig)
-    return fig
+    return new_figure(width, height)
 
 
 # ---------------------------------------------------------------------------
@@ -112,7 +109,8 @@ def capacity_figure(r):
     top = min(r.max_model_len, max(4 * r.cache_hit_alignment, 4096))
     lengths = list(range(1, top + 1, max(1, top // 400)))
     _prefix_axis(ax2, [r], lengths, [f"{r.plan.gpu.name} TP {r.plan.parallel_config.tensor_parallel_size}"])
-    fig.subplots_adjust(bottom=0.35, wspace=0.3)
+    fig.subplots_adjust(bottom=0.35, wspace=0.3, top=0.8)
+    fig.suptitle(plan_title(r.plan), fontsize=8, x=0.01, ha="left")
     return fig
 
 

@@ -24,16 +24,18 @@ import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 logging.getLogger("vllm").setLevel(logging.ERROR)
 
+# vLLM's own inputs are test scaffolding (tests/offload_reference.py)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from offload_reference import vllm_offload_inputs, vllm_parallel_config  # noqa: E402
+
 import kvexplore  # noqa: E402
-from kvexplore.offloading.config import (  # noqa: E402
-    offload_config,
-    vllm_offload_inputs,
-    vllm_parallel_config,
-)
+from kvexplore.offloading.config import offload_config  # noqa: E402
 from kvexplore.offloading.sweep import sweep  # noqa: E402
 
 MODEL = "Qwen/Qwen3.5-0.8B"

@@ -35,6 +35,7 @@ from kvexplore.editing import (
 from kvexplore.errors import KVExploreError
 from kvexplore.offloading import (
     OffloadConfigError,
+    OffloadOptions,
     OffloadResult,
     offload_config,
     sweep,
@@ -112,6 +113,7 @@ __all__ = [
     "verify_roundtrip",
     # offloading
     "OffloadConfigError",
+    "OffloadOptions",
     "OffloadResult",
     "offload_config",
     "sweep",

@@ -20,6 +20,7 @@ import traceback
 from collections import Counter
 
 import pytest
+from offload_reference import vllm_offload_inputs, vllm_parallel_config
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading.config import (
     build_offloading_config,
 )
@@ -29,8 +30,6 @@ from kvexplore.errors import KVExploreError
 from kvexplore.offloading.config import (
     OffloadConfigError,
     offload_config,
-    vllm_offload_inputs,
-    vllm_parallel_config,
 )
 from kvexplore.offloading.standin import VllmConfigStandIn
 

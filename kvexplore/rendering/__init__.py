@@ -14,7 +14,13 @@ import importlib
 from kvexplore.errors import KVExploreError
 
 #: type name -> {form: "module:function"}; the function takes the result.
-RENDERERS: dict[str, dict[str, str]] = {}
+RENDERERS: dict[str, dict[str, str]] = {
+    "OffloadResult": {
+        "text": "kvexplore.rendering.offload:offload_text",
+        "html": "kvexplore.rendering.offload:offload_html",
+        "figure": "kvexplore.rendering.offload:offload_figure",
+    },
+}
 
 
 def render(form: str, obj):

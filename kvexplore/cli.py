@@ -126,10 +126,12 @@ def _offload_kwargs(ns: argparse.Namespace, *, lists: bool = False) -> dict:
 
 def _option_value(name: str, raw):
     """A flag's text as the option's type (``int``, ``bool`` or ``str``; 'none' -> None)."""
+    import dataclasses
+
     from kvexplore.errors import KVExploreError
     from kvexplore.offloading.options import OffloadOptions
 
-    kind = OffloadOptions.__dataclass_fields__[name].type
+    kind = next(f.type for f in dataclasses.fields(OffloadOptions) if f.name == name)
     if not isinstance(raw, str):  # a store_true flag
         return raw
     if kind == "int":

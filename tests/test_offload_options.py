@@ -227,3 +227,14 @@ def test_cli_sweep_offload_axes(capsys):
     rows = json.loads(capsys.readouterr().out)
     assert [r["nnodes_within_dp"] for r in rows] == [1, 2, 1, 2]
     assert [r["blocks_per_chunk"] for r in rows] == [2, 2, 1, 1]
+
+
+def test_module_doctests():
+    import doctest
+
+    import kvexplore.offloading.derive
+    import kvexplore.offloading.options
+
+    for module in (kvexplore.offloading.options, kvexplore.offloading.derive):
+        result = doctest.testmod(module)
+        assert result.attempted > 0 and result.failed == 0, module.__name__

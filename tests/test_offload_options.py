@@ -178,8 +178,10 @@ def test_text_html_and_figure(qwen):
     labels = [t.get_text() for t in ax_tokens.get_yticklabels()]
     assert labels[0] == "group 0: MambaSpec x 6" and labels[3] == "group 3: FullAttentionSpec x 6"
     notes = [t.get_text() for t in ax_tokens.texts]
-    assert notes[0] == "2 x 544 = 1088 tokens"
-    assert any(t.get_text() == f"{r.config.worker_kv_bytes_per_block:,} B" for t in ax_bytes.texts)
+    assert notes[0] == "2 x 544 = 1088 tokens; keeps 1 chunk(s)"
+    assert notes[3] == "2 x 544 = 1088 tokens"
+    assert f"{r.config.worker_kv_bytes_per_block:,} B" in ax_bytes.get_xlabel()
+    assert [t.get_text() for t in ax_bytes.texts][0] == "6,684,672 B"
 
 
 # -- the CLI ---------------------------------------------------------------------------------

@@ -45,8 +45,8 @@ def _title(result) -> str:
 
 def offload_figure(result):
     """Per offloaded group: one offloaded chunk as its GPU blocks (tokens,
-    left) and the bytes of one GPU block of the group (right), with
-    ``worker_kv_bytes_per_block`` dashed.  A matplotlib ``Figure``, not
+    left, with the chunks a sliding window keeps) and the bytes of one GPU
+    block of the group (right), with ``worker_kv_bytes_per_block`` dashed.  A matplotlib ``Figure``, not
     managed by pyplot."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -55,7 +55,7 @@ def offload_figure(result):
     kv_groups = p.kv_cache_config.kv_cache_groups
     bpc = c.cache.blocks_per_chunk
     n = len(c.groups)
-    fig = Figure(figsize=(10, 1.2 + 0.45 * n), dpi=100)
+    fig = Figure(figsize=(10, 1.5 + 0.45 * n), dpi=100)
     FigureCanvasAgg(fig)
     ax_tok, ax_bytes = fig.subplots(1, 2, sharey=True, gridspec_kw={"width_ratios": [3, 2]})
     labels = []
@@ -73,8 +73,10 @@ def offload_figure(result):
             linewidth=0.5,
         )
         more = f" ({bpc - drawn} more)" if bpc > drawn else ""
+        window = g.sliding_window_size_in_chunks
+        kept = "" if window is None else f"; keeps {window} chunk(s)"
         ax_tok.annotate(
-            f"{bpc} x {t} = {bpc * t} tokens{more}",
+            f"{bpc} x {t} = {bpc * t} tokens{more}{kept}",
             (max(drawn * t, 0), y),
             xytext=(4, 0),
             textcoords="offset points",
@@ -88,23 +90,19 @@ def offload_figure(result):
             va="center", fontsize=7,
         )
     ax_bytes.axvline(c.worker_kv_bytes_per_block, color="#c0392b", linestyle="--", linewidth=1)
-    ax_bytes.annotate(
-        f"worker_kv_bytes_per_block {c.worker_kv_bytes_per_block:,} B",
-        (c.worker_kv_bytes_per_block, n - 0.5),
-        xytext=(-4, 2),
-        textcoords="offset points",
-        ha="right",
-        fontsize=7,
-        color="#c0392b",
-    )
     ax_tok.set_yticks(range(n))
     ax_tok.set_yticklabels(labels, fontsize=7)
     ax_tok.set_ylim(n - 0.5, -0.5)
     ax_tok.set_xlabel(f"tokens: one offloaded chunk = {bpc} GPU block(s)", fontsize=8)
-    ax_bytes.set_xlabel("bytes of one GPU block of the group", fontsize=8)
-    for ax in (ax_tok, ax_bytes):
+    ax_bytes.set_xlabel(
+        f"bytes of one GPU block of the group\n(dashed: worker_kv_bytes_per_block "
+        f"{c.worker_kv_bytes_per_block:,} B)",
+        fontsize=8,
+    )
+    for ax, room in ((ax_tok, 1.8), (ax_bytes, 1.45)):  # room for the notes
         ax.tick_params(labelsize=7)
-        ax.margins(x=0.25)
+        right = ax.get_xlim()[1]
+        ax.set_xlim(0, right * room if right > 0 else 1)
     fig.suptitle(_title(result), fontsize=9)
     fig.tight_layout()
     return fig

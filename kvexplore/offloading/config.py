@@ -56,6 +56,7 @@ from kvexplore.offloading.derive import (
     Derivation,
     OffloadConfigError,
     derive,
+    offloaded_layer_names,
 )
 from kvexplore.offloading.options import (
     DEFAULT_ENGINE_ID,
@@ -278,15 +279,17 @@ def build_config(p: Plan, o: OffloadOptions, d: Derivation):
     V = _v()
     vc = p.vllm_config
     mc, cc, pc = vc.model_config, vc.cache_config, vc.parallel_config
-    kv_groups = p.kv_cache_config.kv_cache_groups
     groups = tuple(
         V.OffloadingGroupConfig(
             group_id=gid,
             tokens_per_block=t.value,
-            layer_names=tuple(kv_groups[gid].layer_names),
+            layer_names=names,
             sliding_window_size_in_chunks=w.value,
         )
-        for gid, t, w in zip(d.groups.value, d.tokens_per_block, d.sliding_window_size_in_chunks, strict=True)
+        for gid, t, names, w in zip(
+            d.groups.value, d.tokens_per_block, offloaded_layer_names(p), d.sliding_window_size_in_chunks,
+            strict=True,
+        )
     )
     return V.OffloadingConfig(
         groups=groups,

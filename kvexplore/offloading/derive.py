@@ -11,7 +11,9 @@ computes and the rule with the actual numbers), or raising
 Steps that read only the plan (groups, tokens per block and per hash, bytes
 per block, the canonical certification, the cache dtype) are remembered per
 plan, so a sweep over thousands of option rows pays for them once; an error
-is remembered as its message, and every call raises a fresh exception.
+is remembered as its message, and every call raises a fresh exception.  Steps
+over plain numbers keep their recent answers (``functools.lru_cache``, which
+never keeps an exception).
 
 >>> from kvexplore import plan
 >>> d = derive(plan("Qwen/Qwen3.5-0.8B", gpu="A100"), OffloadOptions())
@@ -28,7 +30,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from functools import cache, wraps
+from functools import cache, lru_cache, wraps
 from types import SimpleNamespace
 from typing import Any, NamedTuple, TypeVar
 
@@ -179,16 +181,17 @@ class ParallelLayout(NamedTuple):
     data_parallel_rank_local: Derived
 
 
-def parallel_layout(o: OffloadOptions, tp: int) -> ParallelLayout:
+@lru_cache(maxsize=1024)
+def parallel_layout(pp: int, tp: int, pcp: int, dp: int, backend: str | None) -> ParallelLayout:
     """What ``ParallelConfig.__post_init__`` (``vllm/config/parallel.py``) fills
-    in before ``build_offloading_config`` reads it: the world size, the
-    executor backend when none is named, and the local DP rank (read from
-    ``VLLM_DP_RANK_LOCAL``, default 0, with one DP replica)."""
-    pp, pcp, dp = o.pipeline_parallel_size, o.prefill_context_parallel_size, o.data_parallel_size
-    world = o.world_size(tp)
+    in before ``build_offloading_config`` reads it: the world size (PP x TP x
+    PCP, times DP under ``external_launcher``), the executor backend when none
+    is named, and the local DP rank (read from ``VLLM_DP_RANK_LOCAL``,
+    default 0, with one DP replica)."""
+    world = pp * tp * pcp
     world_rule = f"PP {pp} x TP {tp} x PCP {pcp}"
-    backend = o.distributed_executor_backend
     if backend == "external_launcher":
+        world *= dp
         world_rule += f" x DP {dp} (external_launcher)"
     if backend is None:
         backend = "mp" if world * dp > 1 else "uni"
@@ -245,6 +248,13 @@ def offloading_groups(p: Plan) -> Derived:
             code="no_eligible_groups",
         )
     return Derived(selected, rule)
+
+
+@per_plan
+def offloaded_layer_names(p: Plan) -> tuple[tuple[str, ...], ...]:
+    """``OffloadingGroupConfig.layer_names`` of each offloaded group."""
+    groups = p.kv_cache_config.kv_cache_groups
+    return tuple(tuple(groups[gid].layer_names) for gid in offloading_groups(p).value)
 
 
 def dcp_tokens_per_block(spec, dcp: int) -> Derived:
@@ -428,50 +438,78 @@ def blocks_per_chunk(extra: Mapping[str, Any], group_ids: tuple[int, ...], tpb: 
     return Derived(bpc, rule)
 
 
-def sliding_window_size_in_chunks(gid: int, spec, tpb: int, bpc: int) -> Derived:
-    """``get_sliding_window_size_in_chunks`` for a group's first layer spec:
-    the chunks of ``tpb x bpc`` tokens the tier keeps for one request."""
+class Window(NamedTuple):
+    """How ``get_sliding_window_size_in_chunks`` treats a group's first layer spec."""
+
+    kind: str  # "sliding", "chunked", "mamba", "full" or "unsupported"
+    spec_name: str
+    size: int = 0  # sliding window or attention chunk, in tokens
+    extra_retained_tokens: int = 0
+
+
+@per_plan
+def group_windows(p: Plan) -> tuple[Window, ...]:
+    """Each offloaded group's :class:`Window`, from the first of its layer
+    specs (``next(iter(iter_layer_specs(group.kv_cache_spec)))``)."""
     V = _v()
-    first = leaf_specs(spec)[0]
-    name = _spec_name(first)
-    chunk = tpb * bpc
-    if isinstance(first, V.SlidingWindowSpec):
-        window, extra, what = first.sliding_window, first.extra_retained_tokens, "sliding window"
-    elif isinstance(first, V.ChunkedLocalAttentionSpec):
-        window, extra, what = first.attention_chunk_size, None, "attention chunk"
-    elif isinstance(first, V.MambaSpec):
+    groups = p.kv_cache_config.kv_cache_groups
+    out = []
+    for gid in offloading_groups(p).value:
+        first = leaf_specs(groups[gid].kv_cache_spec)[0]
+        name = _spec_name(first)
+        if isinstance(first, V.SlidingWindowSpec):
+            out.append(Window("sliding", name, first.sliding_window, first.extra_retained_tokens))
+        elif isinstance(first, V.ChunkedLocalAttentionSpec):
+            out.append(Window("chunked", name, first.attention_chunk_size))
+        elif isinstance(first, V.MambaSpec):
+            out.append(Window("mamba", name))
+        elif isinstance(first, V.FullAttentionSpec):
+            out.append(Window("full", name))
+        else:
+            out.append(Window("unsupported", name))
+    return tuple(out)
+
+
+@lru_cache(maxsize=4096)
+def sliding_window_size_in_chunks(gid: int, window: Window, tpb: int, bpc: int) -> Derived:
+    """``get_sliding_window_size_in_chunks``: the chunks of ``tpb x bpc``
+    tokens the tier keeps for one request of a group; 1 for a Mamba group,
+    None (no bound) for full attention."""
+    kind, name, size, extra = window
+    if kind == "mamba":
         return Derived(1, "a Mamba layer depends on a single state")
-    elif isinstance(first, V.FullAttentionSpec):
+    if kind == "full":
         return Derived(None, f"{name} reaches back without a bound")
-    else:
+    if kind == "unsupported":
         raise OffloadConfigError(
             f"group {gid} is {name}; vLLM 0.33's offloading supports full, "
             "sliding-window, chunked-local and Mamba groups only "
             "(get_sliding_window_size_in_chunks asserts FullAttentionSpec)",
             code="unsupported_spec",
         )
-    if not window > 0:
+    if not size > 0:
         raise OffloadConfigError(
-            f"group {gid} ({name}) has window {window}; expected a positive "
+            f"group {gid} ({name}) has window {size}; expected a positive "
             "sliding window / attention chunk size (get_sliding_window_size_in_chunks)",
             code="invalid_window",
         )
+    chunk = tpb * bpc
     if chunk == 0:
         raise OffloadConfigError(
             f"group {gid} ({name}): a chunk of {tpb} tokens per block x "
-            f"{bpc} blocks = 0 tokens cannot hold its window of {window} tokens; "
+            f"{bpc} blocks = 0 tokens cannot hold its window of {size} tokens; "
             "expected a positive chunk size (vLLM fails with ZeroDivisionError)",
             code="zero_chunk",
         )
-    if extra is None:
+    if kind == "chunked":
         return Derived(
-            cdiv(window, chunk),
-            f"cdiv({window}, {chunk}): {what} {window}, chunk {tpb} x {bpc} tokens",
+            cdiv(size, chunk),
+            f"cdiv({size}, {chunk}): attention chunk {size}, chunk {tpb} x {bpc} tokens",
         )
     return Derived(
-        max(cdiv(window, chunk), cdiv(window - 1 + extra, chunk)),
-        f"max(cdiv({window}, {chunk}), cdiv({window} - 1 + {extra}, "
-        f"{chunk})): {what} {window}, chunk {tpb} x {bpc} tokens",
+        max(cdiv(size, chunk), cdiv(size - 1 + extra, chunk)),
+        f"max(cdiv({size}, {chunk}), cdiv({size} - 1 + {extra}, "
+        f"{chunk})): sliding window {size}, chunk {tpb} x {bpc} tokens",
     )
 
 
@@ -512,16 +550,21 @@ def worker_kv_bytes_per_block(p: Plan) -> Derived:
     return Derived(total, "sum of the offloaded groups' pages per block (" + "; ".join(parts) + ")")
 
 
+@per_plan
+def uses_mla(p: Plan) -> bool:
+    """``model_config.use_mla`` (a property that asks the model's architecture)."""
+    return bool(p.vllm_config.model_config.use_mla)
+
+
+@lru_cache(maxsize=4096)
 def replicated_layout(
-    p: Plan, o: OffloadOptions, par: ParallelLayout, worker_bytes: int
+    use_mla: bool, tp: int, kv_tp_replicas: int, worker_bytes: int,
+    pp: int, pcp: int, dcp: int, world: int, backend: str, nnodes_within_dp: int,
 ) -> Derived:
     """``replicated_layout`` for the direct layout: an MLA latent replicated on
-    every TP rank, TP-only, single-node ``mp`` (one shared host copy)."""
-    tp = p.vllm_config.parallel_config.tensor_parallel_size
-    dcp = p.vllm_config.parallel_config.decode_context_parallel_size
-    replicas = p.kv_cache_config.kv_tp_replicas
-    use_mla = bool(p.vllm_config.model_config.use_mla)
-    world, backend = par.world_size.value, par.distributed_executor_backend.value
+    every TP rank (``kv_tp_replicas == TP``), TP only, single-node ``mp`` (one
+    shared host copy)."""
+    replicas, nnodes = kv_tp_replicas, nnodes_within_dp
     return verdict(
         (
             Clause(use_mla, "the model uses MLA" if use_mla else "the model does not use MLA"),
@@ -531,12 +574,12 @@ def replicated_layout(
                 worker_bytes > 0,
                 f"worker_kv_bytes_per_block {worker_bytes} {'>' if worker_bytes > 0 else '<='} 0",
             ),
-            _eq_clause("PP", o.pipeline_parallel_size, 1),
-            _eq_clause("PCP", o.prefill_context_parallel_size, 1),
+            _eq_clause("PP", pp, 1),
+            _eq_clause("PCP", pcp, 1),
             _eq_clause("DCP", dcp, 1),
             Clause(world == tp, f"world size {world} {_cmp(world, tp)} TP {tp}"),
             Clause(backend == "mp", f"executor backend {backend!r} {_cmp(backend, 'mp')} 'mp'"),
-            _eq_clause("nnodes_within_dp", o.nnodes_within_dp, 1),
+            _eq_clause("nnodes_within_dp", nnodes, 1),
         )
     )
 
@@ -662,19 +705,20 @@ def offloaded_layers_exact_mla(p: Plan) -> Clause:
     return Clause(True, "every offloaded layer is MLAAttentionSpec")
 
 
+@lru_cache(maxsize=4096)
 def is_parallelism_agnostic(
-    p: Plan, o: OffloadOptions, par: ParallelLayout, canonical: bool
+    v2: bool, single_group: tuple[Clause, ...], pcp: int, canonical: bool,
+    certification: Clause, dcp: int, world: int, tp: int,
 ) -> Derived:
-    """``is_parallelism_agnostic``: the direct rule (V1 model runner and
-    :func:`single_full_attention_group`, PCP 1), widened by the canonical
-    layout gate to every config whose layers all certify, with no context
-    parallelism and world size == TP."""
-    v2 = o.use_v2_model_runner
-    pcp = o.prefill_context_parallel_size
+    """``is_parallelism_agnostic``: the direct rule (V1 model runner,
+    :func:`single_full_attention_group`'s terms, PCP 1), widened by the
+    canonical layout gate to every config whose layers all certify
+    (:func:`canonical_certification`), with no context parallelism and
+    world size == TP."""
     direct = verdict(
         (
             Clause(not v2, "V2 model runner" if v2 else "V1 model runner"),
-            *single_full_attention_group(p),
+            *single_group,
             _eq_clause("PCP", pcp, 1),
         )
     )
@@ -682,12 +726,9 @@ def is_parallelism_agnostic(
         return direct
     if direct.value:
         return Derived(True, f"direct rule holds, canonical layout kept it: {direct.rule}")
-    tp = p.vllm_config.parallel_config.tensor_parallel_size
-    dcp = p.vllm_config.parallel_config.decode_context_parallel_size
-    world = par.world_size.value
     gate = verdict(
         (
-            canonical_certification(p),
+            certification,
             _eq_clause("DCP", dcp, 1),
             _eq_clause("PCP", pcp, 1),
             Clause(world == tp, f"world size {world} {_cmp(world, tp)} TP {tp}"),
@@ -696,18 +737,19 @@ def is_parallelism_agnostic(
     return Derived(gate.value, f"canonical layout gate: {gate.rule} (direct rule: {direct.rule})")
 
 
+@lru_cache(maxsize=4096)
 def canonical_replicated_layout(
-    p: Plan, o: OffloadOptions, par: ParallelLayout, agnostic: bool
+    agnostic: bool, exact_mla: Clause, nnodes_within_dp: int, world: int, backend: str
 ) -> Derived:
     """``replicated_layout`` under the canonical layout: parallelism-agnostic,
-    pure MLA, one node, and one worker or ``mp``."""
-    world, backend = par.world_size.value, par.distributed_executor_backend.value
+    pure MLA (:func:`offloaded_layers_exact_mla`), one node, and one worker
+    or ``mp``."""
     single_host = world == 1 or backend == "mp"
     rule = verdict(
         (
             Clause(agnostic, "parallelism-agnostic" if agnostic else "not parallelism-agnostic"),
-            offloaded_layers_exact_mla(p),
-            _eq_clause("nnodes_within_dp", o.nnodes_within_dp, 1),
+            exact_mla,
+            _eq_clause("nnodes_within_dp", nnodes_within_dp, 1),
             Clause(
                 single_host,
                 f"world size {world} with executor backend {backend!r}"
@@ -755,6 +797,10 @@ class Derivation:
     dtype: Derived
 
 
+#: Stands in for the canonical certification when the canonical layout is off.
+_NOT_ASKED = Clause(False, "canonical layout not requested")
+
+
 def check_plan(p: Any) -> None:
     """Raise ``KVExploreError`` unless ``p`` is a :class:`~kvexplore.Plan`."""
     if not isinstance(p, Plan):
@@ -772,27 +818,36 @@ def derive(p: Plan, o: OffloadOptions) -> Derivation:
     ``build_offloading_config`` raises or asserts.
     """
     check_plan(p)
-    pc = p.vllm_config.parallel_config
-    tp = pc.tensor_parallel_size
-    o.check_parallel(tp, pc.decode_context_parallel_size)
-    par = parallel_layout(o, tp)
+    vc = p.vllm_config
+    tp, dcp = vc.parallel_config.tensor_parallel_size, vc.parallel_config.decode_context_parallel_size
+    o.check_parallel(tp, dcp)
+    pp, pcp = o.pipeline_parallel_size, o.prefill_context_parallel_size
+    par = parallel_layout(pp, tp, pcp, o.data_parallel_size, o.distributed_executor_backend)
+    world, backend = par.world_size.value, par.distributed_executor_backend.value
     extra = o.extra_config
     groups = offloading_groups(p)
     tpb = tokens_per_block(p)
     hashing = tokens_per_hash(p)
     tpb_values = tuple(t.value for t in tpb)
     bpc = blocks_per_chunk(extra, groups.value, tpb_values)
-    kv_groups = p.kv_cache_config.kv_cache_groups
     windows = tuple(
-        sliding_window_size_in_chunks(gid, kv_groups[gid].kv_cache_spec, t, bpc.value)
-        for gid, t in zip(groups.value, tpb_values, strict=True)
+        sliding_window_size_in_chunks(gid, w, t, bpc.value)
+        for gid, w, t in zip(groups.value, group_windows(p), tpb_values, strict=True)
     )
     wbytes = worker_kv_bytes_per_block(p)
-    replicated = replicated_layout(p, o, par, wbytes.value)
+    replicated = replicated_layout(
+        uses_mla(p), tp, p.kv_cache_config.kv_tp_replicas, wbytes.value,
+        pp, pcp, dcp, world, backend, o.nnodes_within_dp,
+    )
     canonical = canonical_layout(extra)
-    agnostic = is_parallelism_agnostic(p, o, par, canonical.value)
+    agnostic = is_parallelism_agnostic(
+        o.use_v2_model_runner, single_full_attention_group(p), pcp, canonical.value,
+        canonical_certification(p) if canonical.value else _NOT_ASKED, dcp, world, tp,
+    )
     if canonical.value:
-        replicated = canonical_replicated_layout(p, o, par, agnostic.value)
+        replicated = canonical_replicated_layout(
+            agnostic.value, offloaded_layers_exact_mla(p), o.nnodes_within_dp, world, backend
+        )
     return Derivation(
         world_size=par.world_size,
         distributed_executor_backend=par.distributed_executor_backend,
@@ -816,8 +871,10 @@ __all__ = [
     "Derived",
     "OffloadConfigError",
     "ParallelLayout",
+    "Window",
     "check_plan",
     "derive",
     "group_bytes_per_block",
+    "offloaded_layer_names",
     "verdict",
 ]

@@ -97,10 +97,12 @@ class OffloadOptions:
             extra = MappingProxyType(dict(extra)) if extra else _EMPTY
         object.__setattr__(self, "extra_config", extra)
         for name, minimum in _MINIMUMS:
-            check_int(name, getattr(self, name), minimum=minimum)
+            value = getattr(self, name)
+            if type(value) is not int or value < minimum:  # the common case is checked fast
+                check_int(name, value, minimum=minimum)
         for name in _FLAGS:
             value = getattr(self, name)
-            if not isinstance(value, bool):
+            if value is not True and value is not False:
                 raise KVExploreError(f"{name}={value!r} is invalid; expected True or False")
         backend = self.distributed_executor_backend
         if backend is not None and backend not in EXECUTOR_BACKENDS:

@@ -42,6 +42,7 @@ from kvexplore.editing import (
 from kvexplore.errors import KVExploreError
 from kvexplore.offloading import (
     OffloadConfigError,
+    OffloadOptions,
     OffloadResult,
     offload_config,
     sweep,
@@ -129,6 +130,7 @@ __all__ = [
     "verify_roundtrip",
     # offloading
     "OffloadConfigError",
+    "OffloadOptions",
     "OffloadResult",
     "offload_config",
     "sweep",

@@ -3,14 +3,16 @@
     kvexplore catalog [--gpu G]
     kvexplore gpus
     kvexplore plan MODEL [--gpu G --tp N --dcp N --block-size N --kv-cache-dtype D --backend B --json]
-    kvexplore offload MODEL [--tp N --dcp N --extra JSON --json]
-    kvexplore sweep MODEL --tp 1,2,4,8 [--dcp 1,2 --block-size none,64 --csv out.csv]
+    kvexplore offload MODEL [--tp N --dcp N --extra JSON --pipeline-parallel-size N ... --json]
+    kvexplore sweep MODEL --tp 1,2,4,8 [--dcp 1,2 --block-size none,64 --nnodes-within-dp 1,2 --csv out.csv]
     kvexplore capacity MODEL [--gpu G --gpu-memory-utilization 0.9 --max-model-len N --cpu-bytes-to-use N --json]
 
 ``--gpu`` names the GPU the answer is for (``kvexplore gpus``; default H100).
 Flags mirror vLLM's engine arguments (``--tensor-parallel-size`` / ``--tp``,
 ``--decode-context-parallel-size`` / ``--dcp``, ``--block-size``,
-``--kv-cache-dtype``, ``--attention-backend`` / ``--backend``, ...).  Errors
+``--kv-cache-dtype``, ``--attention-backend`` / ``--backend``, ...); the
+offloading flags are the fields of ``OffloadOptions``
+(``--pipeline-parallel-size``, ``--distributed-executor-backend``, ...).  Errors
 print one line to stderr and exit with status 2.
 """
 
@@ -66,6 +68,85 @@ def _json_object(value: str) -> dict:
     if not isinstance(out, dict):
         raise argparse.ArgumentTypeError(f"{value!r} must be a JSON object")
     return out
+
+
+def _add_offload_args(p: argparse.ArgumentParser, *, lists: bool = False) -> None:
+    """One flag per ``OffloadOptions`` field (``extra_config`` is ``--extra``)."""
+    import dataclasses
+
+    from kvexplore.offloading.options import OffloadOptions
+
+    for f in dataclasses.fields(OffloadOptions):
+        flag = "--extra" if f.name == "extra_config" else "--" + f.name.replace("_", "-")
+        more = {"action": "store_true"} if f.type == "bool" and not lists else {}
+        if f.name == "extra_config":
+            what = "a JSON object, or a JSON array of them (one row each)" if lists else "a JSON object"
+            p.add_argument(flag, dest=f.name, default=None, help=f"{f.metadata['help']}: {what}")
+        else:
+            help_text = f.metadata["help"] + (" (comma-separated)" if lists else "")
+            p.add_argument(flag, dest=f.name, default=None, help=help_text, **more)
+
+
+def _extra(value: str, *, lists: bool = False) -> list | dict:
+    """``--extra``: a JSON object (or, for a sweep, a JSON array of objects / null)."""
+    from kvexplore.errors import KVExploreError
+
+    example = '\'{"block_size": 1088}\''
+    try:
+        out = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise KVExploreError(f"--extra {value!r} is not JSON ({exc.msg}); expected a JSON object such as {example}") from None
+    if lists and isinstance(out, list) and all(v is None or isinstance(v, dict) for v in out) and out:
+        return out
+    if not isinstance(out, dict):
+        kind = {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}.get(type(out), "null")
+        raise KVExploreError(
+            f"--extra {value!r} is a JSON {kind}, not an object; expected a JSON object "
+            f"such as {example}" + (" or a non-empty array of them" if lists else "")
+        )
+    return [out] if lists else out
+
+
+def _offload_kwargs(ns: argparse.Namespace, *, lists: bool = False) -> dict:
+    """The offload options given on the command line (lists of values for a sweep)."""
+    from kvexplore.offloading.options import OffloadOptions
+
+    out = {}
+    for name in OffloadOptions.names():
+        raw = getattr(ns, name, None)
+        if raw is None or raw is False:
+            continue
+        if name == "extra_config":
+            out[name] = _extra(raw, lists=lists)
+        elif not lists:
+            out[name] = _option_value(name, raw)
+        else:
+            out[name] = _split(raw, lambda part, name=name: _option_value(name, part))
+    return out
+
+
+def _option_value(name: str, raw):
+    """A flag's text as the option's type (``int``, ``bool`` or ``str``; 'none' -> None)."""
+    import dataclasses
+
+    from kvexplore.errors import KVExploreError
+    from kvexplore.offloading.options import OffloadOptions
+
+    kind = next(f.type for f in dataclasses.fields(OffloadOptions) if f.name == name)
+    if not isinstance(raw, str):  # a store_true flag
+        return raw
+    if kind == "int":
+        try:
+            return int(raw)
+        except ValueError:
+            pass
+    elif kind == "bool":
+        if raw.lower() in ("true", "false"):
+            return raw.lower() == "true"
+    else:
+        return None if raw.lower() == "none" and "None" in kind else raw
+    flag = "--" + name.replace("_", "-")
+    raise KVExploreError(f"{flag} {raw!r} is invalid; expected {'an integer' if kind == 'int' else 'true or false'}")
 
 
 def _block_size(value: str | None):
@@ -125,19 +206,11 @@ def cmd_plan(ns) -> int:
 
 
 def cmd_offload(ns) -> int:
-    from kvexplore.errors import KVExploreError
     from kvexplore.offloading.config import offload_config
     from kvexplore.planning.planner import plan
 
-    extra = None
-    if ns.extra is not None:
-        try:
-            extra = json.loads(ns.extra)
-        except json.JSONDecodeError as exc:
-            raise KVExploreError(f"--extra {ns.extra!r} is not JSON: {exc.msg}") from None
-        if not isinstance(extra, dict):
-            raise KVExploreError(f"--extra {ns.extra!r} must be a JSON object")
-    result = offload_config(plan(ns.model, **_plan_kwargs(ns)), extra_config=extra)
+    options = _offload_kwargs(ns)  # before planning: a bad flag fails fast
+    result = offload_config(plan(ns.model, **_plan_kwargs(ns)), **options)
     if ns.json:
         print(json.dumps(result.to_dict(), indent=2, default=str))
     else:
@@ -181,6 +254,7 @@ def cmd_sweep(ns) -> int:
             axes[key] = [part.strip() for part in raw.split(",")]
         else:
             axes[key] = _split(raw, str)
+    axes.update(_offload_kwargs(ns, lists=True))
     df = sweep(ns.model, **axes)
     if ns.csv:
         df.to_csv(ns.csv, index=False)
@@ -235,11 +309,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_plan)
     o = sub.add_parser("offload", help="the OffloadingConfig vLLM hands an offloading backend")
     _add_plan_args(o)
-    o.add_argument("--extra", help='kv_connector_extra_config as JSON, e.g. \'{"block_size": 1088}\'')
+    _add_offload_args(o)
     o.add_argument("--json", action="store_true")
     o.set_defaults(func=cmd_offload)
     s = sub.add_parser("sweep", help="plans and offloading configs over comma-separated axes")
     _add_plan_args(s, lists=True)
+    _add_offload_args(s, lists=True)
     s.add_argument("--csv", help="write the table to this CSV file")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_sweep)

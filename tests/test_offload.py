@@ -8,6 +8,7 @@ import json
 
 import pandas as pd
 import pytest
+from offload_reference import offload_cli_table
 
 import kvexplore
 import kvexplore.offloading.config
@@ -15,7 +16,6 @@ from kvexplore import KVExploreError
 from kvexplore.offloading.config import (
     OffloadConfigError,
     OffloadResult,
-    offload_cli_table,
     offload_config,
 )
 

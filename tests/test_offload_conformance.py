@@ -20,6 +20,11 @@ import traceback
 from collections import Counter
 
 import pytest
+from offload_reference import (
+    VllmConfigStandIn,
+    vllm_offload_inputs,
+    vllm_parallel_config,
+)
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading.config import (
     build_offloading_config,
 )
@@ -29,10 +34,7 @@ from kvexplore.errors import KVExploreError
 from kvexplore.offloading.config import (
     OffloadConfigError,
     offload_config,
-    vllm_offload_inputs,
-    vllm_parallel_config,
 )
-from kvexplore.offloading.standin import VllmConfigStandIn
 
 SEED = 20260433
 N_COMPARED = 700  # offload comparisons (valid plans); plan-level DCP cases come on top

@@ -1,11 +1,13 @@
 """Offloading: the ``OffloadingConfig`` vLLM 0.33 hands an offloading backend
-(``config``) and tables of it over many settings (``sweep``)."""
+(``options`` in, ``derive`` step by step, ``config`` out) and tables of it
+over many settings (``sweep``)."""
 
 from kvexplore.offloading.config import (
     OffloadConfigError,
     OffloadResult,
     offload_config,
 )
+from kvexplore.offloading.options import OffloadOptions
 from kvexplore.offloading.sweep import sweep
 
-__all__ = ["OffloadConfigError", "OffloadResult", "offload_config", "sweep"]
+__all__ = ["OffloadConfigError", "OffloadOptions", "OffloadResult", "offload_config", "sweep"]

@@ -4,7 +4,8 @@
 {"blocks_per_chunk": 2}])`` plans every combination of the ``plan`` keywords
 once, derives vLLM 0.33's ``OffloadingConfig`` (``build_offloading_config``
 in ``vllm/distributed/kv_transfer/kv_connector/v1/offloading/config.py``) for
-every row through :func:`kvexplore.offloading.config.offload_config`'s derivation, and
+every row through :func:`kvexplore.offloading.derive.derive` (the derivation
+``offload_config`` runs, without building vLLM's dataclasses), and
 returns a pandas DataFrame.  A combination vLLM rejects (in planning or in
 ``build_offloading_config``) is a row whose ``error`` column holds the reason.
 
@@ -26,12 +27,9 @@ from typing import Any
 import pandas as pd
 
 from kvexplore.errors import KVExploreError
-from kvexplore.offloading.config import (
-    DEFAULT_ENGINE_ID,
-    OFFLOAD_KEYWORDS,
-    _derive_checked,
-    _jsonable,
-)
+from kvexplore.layout import jsonable
+from kvexplore.offloading.derive import derive
+from kvexplore.offloading.options import OffloadOptions
 from kvexplore.planning.models import load_model_config
 from kvexplore.planning.planner import plan as make_plan
 
@@ -40,19 +38,8 @@ PLAN_KEYWORDS = tuple(
     name for name in inspect.signature(make_plan).parameters if name != "model"
 )
 
-_OFFLOAD_DEFAULTS = {
-    "extra_config": None,
-    "pipeline_parallel_size": 1,
-    "prefill_context_parallel_size": 1,
-    "data_parallel_size": 1,
-    "data_parallel_rank": 0,
-    "distributed_executor_backend": "mp",
-    "nnodes_within_dp": 1,
-    "use_v2_model_runner": False,
-    "enable_kv_cache_events": False,
-    "rank": 0,
-    "engine_id": DEFAULT_ENGINE_ID,
-}
+#: ``offload_config`` keywords a sweep can vary: the option names.
+OFFLOAD_KEYWORDS = OffloadOptions.names()
 
 #: Result columns after the input columns, in order.
 RESULT_COLUMNS = (
@@ -96,7 +83,7 @@ def _key(values: tuple):
 
 def _cell(name: str, value):
     if name == "extra_config":
-        return None if value is None else json.dumps(_jsonable(value), sort_keys=True)
+        return None if value is None else json.dumps(jsonable(value), sort_keys=True)
     return value
 
 
@@ -157,32 +144,29 @@ def sweep(model: Any = "Qwen/Qwen3.5-0.8B", **axes) -> pd.DataFrame:
             rows.append(row)
             continue
         row["gpu_block_size"], row["padding_share"], row["tokens_per_gib"] = stats
-        o = dict(_OFFLOAD_DEFAULTS)
-        for i in off_idx:
-            o[names[i]] = combo[i]
         try:
-            facts, _, d = _derive_checked(p, o)
+            d = derive(p, OffloadOptions(**{names[i]: combo[i] for i in off_idx}))
         except ValueError as exc:
             for c in RESULT_COLUMNS[3:]:
                 row[c] = None
             row["error"] = str(exc)
             rows.append(row)
             continue
-        row["groups"] = facts.selected
-        row["tokens_per_block"] = facts.tokens_per_block
-        row["sliding_window_size_in_chunks"] = d.windows
-        row["tokens_per_hash"] = facts.tokens_per_hash
-        row["blocks_per_chunk"] = d.blocks_per_chunk
-        row["worker_kv_bytes_per_block"] = facts.worker_kv_bytes_per_block
-        row["world_size"] = d.world_size
-        row["replicated_layout"] = d.replicated_layout
-        row["replicated_layout_reason"] = d.replicated_rule
-        row["is_parallelism_agnostic"] = d.is_parallelism_agnostic
-        row["is_parallelism_agnostic_reason"] = d.agnostic_rule
-        row["canonical_layout"] = d.canonical_layout
+        row["groups"] = d.groups.value
+        row["tokens_per_block"] = tuple(t.value for t in d.tokens_per_block)
+        row["sliding_window_size_in_chunks"] = tuple(w.value for w in d.sliding_window_size_in_chunks)
+        row["tokens_per_hash"] = d.tokens_per_hash.value
+        row["blocks_per_chunk"] = d.blocks_per_chunk.value
+        row["worker_kv_bytes_per_block"] = d.worker_kv_bytes_per_block.value
+        row["world_size"] = d.world_size.value
+        row["replicated_layout"] = d.replicated_layout.value
+        row["replicated_layout_reason"] = d.replicated_layout.rule
+        row["is_parallelism_agnostic"] = d.is_parallelism_agnostic.value
+        row["is_parallelism_agnostic_reason"] = d.is_parallelism_agnostic.rule
+        row["canonical_layout"] = d.canonical_layout.value
         row["error"] = None
         rows.append(row)
     return pd.DataFrame(rows, columns=["model", *names, *RESULT_COLUMNS])
 
 
-__all__ = ["PLAN_KEYWORDS", "RESULT_COLUMNS", "sweep"]
+__all__ = ["OFFLOAD_KEYWORDS", "PLAN_KEYWORDS", "RESULT_COLUMNS", "sweep"]

@@ -45,6 +45,11 @@ RENDERERS: dict[str, dict[str, str]] = {
         "html": "kvexplore.rendering.capacity:chunks_html",
         "figure": "kvexplore.rendering.capacity:chunks_figure",
     },
+    "OffloadResult": {
+        "text": "kvexplore.rendering.offload:offload_text",
+        "html": "kvexplore.rendering.offload:offload_html",
+        "figure": "kvexplore.rendering.offload:offload_figure",
+    },
 }
 
 

@@ -1,0 +1,880 @@
+"""``build_offloading_config`` as one pass of small steps, each value with its reason.
+
+vLLM 0.33's ``build_offloading_config``
+(``vllm/distributed/kv_transfer/kv_connector/v1/offloading/config.py``) reads
+the engine's ``VllmConfig`` and ``KVCacheConfig`` top to bottom.  :func:`derive`
+takes the same steps in the same order (so the same input fails on the same
+rule), each a pure function returning a :class:`Derived` (the value vLLM
+computes and the rule with the actual numbers), or raising
+:class:`OffloadConfigError` where vLLM raises or asserts.
+
+Steps that read only the plan (groups, tokens per block and per hash, bytes
+per block, the canonical certification, the cache dtype) are remembered per
+plan, so a sweep over thousands of option rows pays for them once; an error
+is remembered as its message, and every call raises a fresh exception.  Steps
+over plain numbers keep their recent answers (``functools.lru_cache``, which
+never keeps an exception).
+
+>>> from kvexplore import plan
+>>> d = derive(plan("Qwen/Qwen3.5-0.8B", gpu="A100"), OffloadOptions())
+>>> d.tokens_per_hash
+Derived(value=544, rule="gcd(544, 544, 544, 544) of the prefix-cacheable groups' DCP-resolved block sizes")
+>>> [w.value for w in d.sliding_window_size_in_chunks]
+[1, 1, 1, None]
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import cache, lru_cache, wraps
+from types import SimpleNamespace
+from typing import Any, NamedTuple, TypeVar
+
+from kvexplore.errors import KVExploreError
+from kvexplore.layout import cdiv, leaf_specs
+from kvexplore.offloading.options import OffloadOptions
+from kvexplore.planning.planner import Plan
+
+T = TypeVar("T")
+
+
+class OffloadConfigError(KVExploreError):
+    """A configuration ``build_offloading_config`` rejects (raise or assert).
+
+    ``code`` names the vLLM rule, so callers and the conformance test can tell
+    the cases apart without parsing the message:
+
+    ``no_eligible_groups``, ``prefix_match_unit``, ``tokens_per_hash``,
+    ``both_chunk_keys``, ``not_an_integer``, ``blocks_per_chunk_not_positive``,
+    ``mixed_tokens_per_block``, ``block_size_not_multiple``,
+    ``unsupported_spec``, ``invalid_window``, ``zero_chunk``.
+    """
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Derived(NamedTuple):
+    """One derived value and the rule, with the actual inputs, that gave it."""
+
+    value: Any
+    rule: str
+
+
+class Clause(NamedTuple):
+    """One term of a boolean rule vLLM ANDs together: holds or not, and why."""
+
+    ok: bool
+    text: str
+
+
+def verdict(clauses: Iterable[Clause]) -> Derived:
+    """The AND of ``clauses``: the failing texts when False, all texts when True."""
+    clauses = tuple(clauses)
+    bad = [c.text for c in clauses if not c.ok]
+    if bad:
+        return Derived(False, "; ".join(bad))
+    return Derived(True, "; ".join(c.text for c in clauses))
+
+
+def _cmp(a, b) -> str:
+    return "==" if a == b else "!="
+
+
+def _eq_clause(name: str, value, expected) -> Clause:
+    return Clause(value == expected, f"{name} {value} {_cmp(value, expected)} {expected}")
+
+
+def _spec_name(spec) -> str:
+    return type(spec).__name__
+
+
+def _is_per_token_head(spec) -> bool:
+    mode = getattr(spec, "kv_quant_mode", None)
+    return bool(mode is not None and mode.is_per_token_head)
+
+
+def _round_up(x: int, y: int) -> int:
+    """vLLM's ``round_up`` (``vllm/utils/math_utils.py``)."""
+    return ((x + y - 1) // y) * y
+
+
+@cache
+def _v() -> SimpleNamespace:
+    """vLLM's spec classes, imported on first use (``import kvexplore`` stays light)."""
+    from vllm.v1.kv_cache_interface import (
+        AttentionSpec,
+        ChunkedLocalAttentionSpec,
+        FullAttentionSpec,
+        KVCacheGroupRole,
+        MambaSpec,
+        MLAAttentionSpec,
+        SlidingWindowMLASpec,
+        SlidingWindowSpec,
+        UniformTypeKVCacheSpecs,
+    )
+
+    return SimpleNamespace(**{c.__name__: c for c in (
+        AttentionSpec, ChunkedLocalAttentionSpec, FullAttentionSpec, KVCacheGroupRole,
+        MambaSpec, MLAAttentionSpec, SlidingWindowMLASpec, SlidingWindowSpec,
+        UniformTypeKVCacheSpecs,
+    )})
+
+
+# ---------------------------------------------------------------------------
+# Remembering the steps that read only the plan
+# ---------------------------------------------------------------------------
+
+
+class _Failure(NamedTuple):
+    message: str
+    code: str
+
+
+_MEMO: OrderedDict[tuple[str, int], tuple[Plan, Any]] = OrderedDict()
+_MEMO_SIZE = 4096
+_MEMO_LOCK = threading.Lock()
+
+
+def per_plan(step: Callable[[Plan], T]) -> Callable[[Plan], T]:
+    """Remember ``step(plan)`` per plan object; a rejection is remembered as
+    its message and code, and raised as a new :class:`OffloadConfigError` on
+    every call (one exception instance raised twice would carry both
+    tracebacks)."""
+    name = step.__qualname__
+
+    @wraps(step)
+    def remembered(p: Plan) -> T:
+        key = (name, id(p))
+        hit = _MEMO.get(key)
+        if hit is not None and hit[0] is p:
+            out = hit[1]
+        else:
+            try:
+                out = step(p)
+            except OffloadConfigError as exc:
+                out = _Failure(str(exc), exc.code)
+            with _MEMO_LOCK:
+                _MEMO[key] = (p, out)  # the reference keeps id(p) from being reused
+                while len(_MEMO) > _MEMO_SIZE:
+                    _MEMO.popitem(last=False)
+        if type(out) is _Failure:
+            raise OffloadConfigError(out.message, code=out.code)
+        return out
+
+    return remembered
+
+
+# ---------------------------------------------------------------------------
+# The steps, in build_offloading_config's order
+# ---------------------------------------------------------------------------
+
+
+class ParallelLayout(NamedTuple):
+    world_size: Derived
+    distributed_executor_backend: Derived
+    data_parallel_rank_local: Derived
+
+
+@lru_cache(maxsize=1024)
+def parallel_layout(pp: int, tp: int, pcp: int, dp: int, backend: str | None) -> ParallelLayout:
+    """What ``ParallelConfig.__post_init__`` (``vllm/config/parallel.py``) fills
+    in before ``build_offloading_config`` reads it: the world size (PP x TP x
+    PCP, times DP under ``external_launcher``), the executor backend when none
+    is named, and the local DP rank (read from ``VLLM_DP_RANK_LOCAL``,
+    default 0, with one DP replica)."""
+    world = pp * tp * pcp
+    world_rule = f"PP {pp} x TP {tp} x PCP {pcp}"
+    if backend == "external_launcher":
+        world *= dp
+        world_rule += f" x DP {dp} (external_launcher)"
+    if backend is None:
+        backend = "mp" if world * dp > 1 else "uni"
+        backend_rule = f"None resolves to {backend!r} for {world * dp} worker(s) on one node"
+    else:
+        backend_rule = "as given"
+    local = Derived(
+        0 if dp == 1 else None,
+        "DP 1: vLLM reads VLLM_DP_RANK_LOCAL (default 0)"
+        if dp == 1
+        else f"DP {dp}: set only in SPMD mode",
+    )
+    return ParallelLayout(Derived(world, world_rule), Derived(backend, backend_rule), local)
+
+
+@per_plan
+def offloading_groups(p: Plan) -> Derived:
+    """``get_offloading_group_ids``: the transferable, prefix-cacheable groups
+    (``KVCacheConfig.prefix_cacheable_group_ids``), or the HiSparse indexer
+    groups when a HiSparse host pool is configured."""
+    V = _v()
+    kc = p.kv_cache_config
+    groups = kc.kv_cache_groups
+    if kc.hisparse_host_num_blocks is None:
+        selected = tuple(
+            gid
+            for gid, g in enumerate(groups)
+            if g.enable_kv_transfer and g.kv_cache_spec.prefix_cacheable
+        )
+        skipped = [
+            f"group {gid} ({_spec_name(g.kv_cache_spec)}) "
+            + ("has KV transfer disabled" if not g.enable_kv_transfer else "is not prefix-cacheable")
+            for gid, g in enumerate(groups)
+            if gid not in selected
+        ]
+        rule = (
+            f"{len(selected)} of {len(groups)} KV cache groups are transferable and "
+            "prefix-cacheable (KVCacheConfig.prefix_cacheable_group_ids)"
+            + (f"; skipped: {', '.join(skipped)}" if skipped else "")
+        )
+    else:
+        selected = tuple(
+            gid for gid, g in enumerate(groups) if g.role is V.KVCacheGroupRole.HISPARSE_INDEXER
+        )
+        rule = (
+            f"HiSparse host pool of {kc.hisparse_host_num_blocks} blocks: the "
+            f"{len(selected)} HISPARSE_INDEXER groups"
+        )
+    if not selected:
+        raise OffloadConfigError(
+            f"KV offloading found no eligible cache groups in {p.model.name}: "
+            f"{rule}; expected at least one transferable, prefix-cacheable group "
+            "(build_offloading_config)",
+            code="no_eligible_groups",
+        )
+    return Derived(selected, rule)
+
+
+@per_plan
+def offloaded_layer_names(p: Plan) -> tuple[tuple[str, ...], ...]:
+    """``OffloadingGroupConfig.layer_names`` of each offloaded group."""
+    groups = p.kv_cache_config.kv_cache_groups
+    return tuple(tuple(groups[gid].layer_names) for gid in offloading_groups(p).value)
+
+
+def dcp_tokens_per_block(spec, dcp: int) -> Derived:
+    """``resolve_dcp_kv_block_size`` (``vllm/v1/core/kv_cache_utils.py``): a
+    DCP-sharded (attention) group spans ``block_size x DCP`` tokens, a Mamba
+    group keeps ``block_size`` (each rank holds the whole state)."""
+    if spec.dcp_sharded:
+        return Derived(
+            spec.block_size * dcp,
+            f"block_size {spec.block_size} x DCP {dcp} ({_spec_name(spec)} is DCP-sharded)",
+        )
+    return Derived(
+        spec.block_size,
+        f"block_size {spec.block_size} ({_spec_name(spec)} is not DCP-sharded: "
+        "each rank holds the whole state)",
+    )
+
+
+@per_plan
+def tokens_per_block(p: Plan) -> tuple[Derived, ...]:
+    """Each offloaded group's ``tokens_per_block`` (:func:`dcp_tokens_per_block`)."""
+    groups = p.kv_cache_config.kv_cache_groups
+    dcp = p.vllm_config.parallel_config.decode_context_parallel_size
+    return tuple(dcp_tokens_per_block(groups[gid].kv_cache_spec, dcp) for gid in offloading_groups(p).value)
+
+
+def hash_block_size(groups, cache_config, dcp: int) -> Derived:
+    """``resolve_kv_cache_block_sizes`` (``vllm/v1/core/kv_cache_utils.py``) as
+    the offloading connector sees it: a connector is configured, so block
+    hashing is on.  One group hashes at its block size; several at the gcd of
+    the prefix-cacheable groups' DCP-resolved block sizes (or
+    ``prefix_match_unit``), unless a Mamba group outside ``align`` mode backs
+    off to their lcm."""
+    V = _v()
+    unit = cache_config.prefix_match_unit
+    if len(groups) <= 1:
+        sharded = not groups or groups[0].kv_cache_spec.dcp_sharded
+        d = dcp if sharded else 1
+        bs = cache_config.block_size * d
+        if unit not in (None, bs) and len(groups) == 1:
+            raise OffloadConfigError(
+                f"prefix_match_unit={unit} is invalid with a single KV cache group: "
+                f"prefix-cache hits land on the block size ({bs}); expected it unset or "
+                f"{bs} (resolve_kv_cache_block_sizes)",
+                code="prefix_match_unit",
+            )
+        return Derived(
+            bs,
+            f"single group: cache block_size {cache_config.block_size}"
+            + (f" x DCP {d}" if d != 1 else "")
+            + (" (not DCP-sharded)" if not sharded and dcp != 1 else ""),
+        )
+    sizes = [g.kv_cache_spec.block_size * (dcp if g.kv_cache_spec.dcp_sharded else 1) for g in groups]
+    lcm = math.lcm(*sizes)
+    specs = [s for g in groups for s in leaf_specs(g.kv_cache_spec)]
+    non_align = sorted(
+        {s.mamba_cache_mode for s in specs if isinstance(s, V.MambaSpec) and s.mamba_cache_mode != "align"}
+    )
+    if non_align:
+        return Derived(
+            lcm,
+            f"lcm{tuple(sizes)} of the groups' DCP-resolved block sizes: Mamba cache mode "
+            f"{non_align[0]!r} (not 'align') disables finer hashing",
+        )
+    hashing = [s for g, s in zip(groups, sizes, strict=True) if g.kv_cache_spec.prefix_cacheable] or sizes
+    h = unit if unit is not None else math.gcd(*hashing)
+    if any(s % h for s in hashing):
+        raise OffloadConfigError(
+            f"prefix_match_unit={h} is invalid: prefix-cacheable KV cache group block "
+            f"sizes must be divisible by it; got group block sizes={sizes}, "
+            f"prefix-cacheable={hashing} (resolve_kv_cache_block_sizes)",
+            code="prefix_match_unit",
+        )
+    alignments = sorted(
+        {
+            s.tokens_per_state
+            for s in specs
+            if s.prefix_cacheable and isinstance(s.tokens_per_state, int) and s.tokens_per_state > 1
+        }
+    )
+    if alignments:
+        # partial_hash_hits_enabled: an align-mode Mamba block larger than the hash unit
+        partial = any(
+            isinstance(s, V.MambaSpec)
+            and s.mamba_cache_mode == "align"
+            and ((dcp == 1 and s.block_size > h) or (dcp > 1 and s.block_size >= h))
+            for s in specs
+        )
+        hit = h if partial else lcm
+        if any(hit % a for a in alignments):
+            raise OffloadConfigError(
+                f"prefix_match_unit={h} is invalid: prefix-cache boundaries ({hit} tokens) "
+                f"must align with each spec's per-state compression; got alignments="
+                f"{alignments} (resolve_kv_cache_block_sizes)",
+                code="prefix_match_unit",
+            )
+    return Derived(
+        h,
+        f"prefix_match_unit {unit}"
+        if unit is not None
+        else f"gcd{tuple(hashing)} of the prefix-cacheable groups' DCP-resolved block sizes",
+    )
+
+
+@per_plan
+def tokens_per_hash(p: Plan) -> Derived:
+    """``tokens_per_hash`` (:func:`hash_block_size`), and the assertion that
+    follows it in ``build_offloading_config``: every offloaded group's
+    ``tokens_per_block`` is a multiple of it."""
+    kc, vc = p.kv_cache_config, p.vllm_config
+    h = hash_block_size(kc.kv_cache_groups, vc.cache_config, vc.parallel_config.decode_context_parallel_size)
+    for gid, t in zip(offloading_groups(p).value, tokens_per_block(p), strict=True):
+        if t.value % h.value:
+            raise OffloadConfigError(
+                f"group {gid}: tokens_per_block={t.value} is not divisible by "
+                f"tokens_per_hash={h.value} ({h.rule}); expected every "
+                f"offloaded group's tokens per block to be a multiple of it. Hybrid "
+                "models (e.g. Mamba+Attention) need --enable-prefix-caching to "
+                "align block sizes (build_offloading_config)",
+                code="tokens_per_hash",
+            )
+    return h
+
+
+def _as_int(name: str, value) -> int:
+    """``int(value)`` as vLLM applies it to ``kv_connector_extra_config`` entries."""
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise OffloadConfigError(
+            f"extra_config[{name!r}]={value!r} is not an integer; expected a whole number "
+            f"(vLLM calls int() on it)",
+            code="not_an_integer",
+        ) from None
+
+
+def blocks_per_chunk(extra: Mapping[str, Any], group_ids: tuple[int, ...], tpb: tuple[int, ...]) -> Derived:
+    """``blocks_per_chunk`` from ``kv_connector_extra_config``: given directly,
+    or ``block_size`` (tokens) over the one ``tokens_per_block`` every group
+    shares; 1 when neither is given."""
+    bpc_raw = extra.get("blocks_per_chunk")
+    tok_raw = extra.get("block_size")
+    if bpc_raw is not None and tok_raw is not None:
+        raise OffloadConfigError(
+            f"extra_config gives both 'block_size'={tok_raw!r} and 'blocks_per_chunk'="
+            f"{bpc_raw!r}; expected only one of them (kv_connector_extra_config)",
+            code="both_chunk_keys",
+        )
+    if bpc_raw is not None:
+        bpc = _as_int("blocks_per_chunk", bpc_raw)
+        if bpc <= 0:
+            raise OffloadConfigError(
+                f"extra_config['blocks_per_chunk']={bpc_raw!r} is invalid; expected an "
+                "integer greater than 0",
+                code="blocks_per_chunk_not_positive",
+            )
+        return Derived(bpc, f"extra_config['blocks_per_chunk'] = {bpc_raw!r}")
+    if tok_raw is None:
+        return Derived(1, "default: extra_config has neither 'block_size' nor 'blocks_per_chunk'")
+    tokens = _as_int("block_size", tok_raw)
+    unique = sorted(set(tpb))
+    if len(unique) != 1:
+        raise OffloadConfigError(
+            f"extra_config['block_size']={tok_raw!r} needs all offloaded groups to share "
+            f"one tokens_per_block; got {dict(zip(group_ids, tpb, strict=True))} "
+            f"(group: tokens). Use 'blocks_per_chunk' instead",
+            code="mixed_tokens_per_block",
+        )
+    t = unique[0]
+    if tokens % t:
+        raise OffloadConfigError(
+            f"extra_config['block_size']={tokens} must be a multiple of the GPU KV "
+            f"cache block size ({t} tokens); use {_round_up(tokens, t)} instead, or set "
+            "'blocks_per_chunk' to express the chunk size in blocks",
+            code="block_size_not_multiple",
+        )
+    bpc = tokens // t
+    rule = f"extra_config['block_size'] {tokens} // {t} tokens per block"
+    if bpc <= 0:
+        rule += f" (vLLM 0.33 accepts this block_size, though it rejects blocks_per_chunk={bpc} given directly)"
+    return Derived(bpc, rule)
+
+
+class Window(NamedTuple):
+    """How ``get_sliding_window_size_in_chunks`` treats a group's first layer spec."""
+
+    kind: str  # "sliding", "chunked", "mamba", "full" or "unsupported"
+    spec_name: str
+    size: int = 0  # sliding window or attention chunk, in tokens
+    extra_retained_tokens: int = 0
+
+
+@per_plan
+def group_windows(p: Plan) -> tuple[Window, ...]:
+    """Each offloaded group's :class:`Window`, from the first of its layer
+    specs (``next(iter(iter_layer_specs(group.kv_cache_spec)))``)."""
+    V = _v()
+    groups = p.kv_cache_config.kv_cache_groups
+    out = []
+    for gid in offloading_groups(p).value:
+        first = leaf_specs(groups[gid].kv_cache_spec)[0]
+        name = _spec_name(first)
+        if isinstance(first, V.SlidingWindowSpec):
+            out.append(Window("sliding", name, first.sliding_window, first.extra_retained_tokens))
+        elif isinstance(first, V.ChunkedLocalAttentionSpec):
+            out.append(Window("chunked", name, first.attention_chunk_size))
+        elif isinstance(first, V.MambaSpec):
+            out.append(Window("mamba", name))
+        elif isinstance(first, V.FullAttentionSpec):
+            out.append(Window("full", name))
+        else:
+            out.append(Window("unsupported", name))
+    return tuple(out)
+
+
+@lru_cache(maxsize=4096)
+def sliding_window_size_in_chunks(gid: int, window: Window, tpb: int, bpc: int) -> Derived:
+    """``get_sliding_window_size_in_chunks``: the chunks of ``tpb x bpc``
+    tokens the tier keeps for one request of a group; 1 for a Mamba group,
+    None (no bound) for full attention."""
+    kind, name, size, extra = window
+    if kind == "mamba":
+        return Derived(1, "a Mamba layer depends on a single state")
+    if kind == "full":
+        return Derived(None, f"{name} reaches back without a bound")
+    if kind == "unsupported":
+        raise OffloadConfigError(
+            f"group {gid} is {name}; vLLM 0.33's offloading supports full, "
+            "sliding-window, chunked-local and Mamba groups only "
+            "(get_sliding_window_size_in_chunks asserts FullAttentionSpec)",
+            code="unsupported_spec",
+        )
+    if not size > 0:
+        raise OffloadConfigError(
+            f"group {gid} ({name}) has window {size}; expected a positive "
+            "sliding window / attention chunk size (get_sliding_window_size_in_chunks)",
+            code="invalid_window",
+        )
+    chunk = tpb * bpc
+    if chunk == 0:
+        raise OffloadConfigError(
+            f"group {gid} ({name}): a chunk of {tpb} tokens per block x "
+            f"{bpc} blocks = 0 tokens cannot hold its window of {size} tokens; "
+            "expected a positive chunk size (vLLM fails with ZeroDivisionError)",
+            code="zero_chunk",
+        )
+    if kind == "chunked":
+        return Derived(
+            cdiv(size, chunk),
+            f"cdiv({size}, {chunk}): attention chunk {size}, chunk {tpb} x {bpc} tokens",
+        )
+    return Derived(
+        max(cdiv(size, chunk), cdiv(size - 1 + extra, chunk)),
+        f"max(cdiv({size}, {chunk}), cdiv({size} - 1 + {extra}, "
+        f"{chunk})): sliding window {size}, chunk {tpb} x {bpc} tokens",
+    )
+
+
+def group_bytes_per_block(group) -> int:
+    """``_group_kv_bytes_per_block``: one block of a group, every layer
+    (a ``UniformTypeKVCacheSpecs`` page already spans its layers)."""
+    spec = group.kv_cache_spec
+    if isinstance(spec, _v().UniformTypeKVCacheSpecs):
+        return spec.page_size_bytes
+    return spec.page_size_bytes * len(group.layer_names)
+
+
+@per_plan
+def worker_kv_bytes_per_block(p: Plan) -> Derived:
+    """``worker_kv_bytes_per_block``: the backing allocation over ``num_blocks``
+    (every ``KVCacheTensor`` places layers in the same allocation, so its
+    size is the total), else the offloaded groups' pages summed."""
+    kc = p.kv_cache_config
+    if kc.hisparse_host_num_blocks is None and kc.num_blocks > 0 and kc.kv_cache_tensors:
+        total = kc.kv_cache_tensors[0].size
+        return Derived(
+            total // kc.num_blocks,
+            f"backing KV cache allocation {total} B // {kc.num_blocks} blocks "
+            "(every KVCacheTensor places layers in one shared allocation)",
+        )
+    if kc.num_blocks <= 0:
+        return Derived(0, f"0: the KV cache has {kc.num_blocks} blocks")
+    V = _v()
+    parts = []
+    for gid in offloading_groups(p).value:
+        g = kc.kv_cache_groups[gid]
+        page = g.kv_cache_spec.page_size_bytes
+        if isinstance(g.kv_cache_spec, V.UniformTypeKVCacheSpecs):
+            parts.append(f"group {gid}: {page}")
+        else:
+            parts.append(f"group {gid}: {page} x {len(g.layer_names)} layers")
+    total = sum(group_bytes_per_block(kc.kv_cache_groups[gid]) for gid in offloading_groups(p).value)
+    return Derived(total, "sum of the offloaded groups' pages per block (" + "; ".join(parts) + ")")
+
+
+@per_plan
+def uses_mla(p: Plan) -> bool:
+    """``model_config.use_mla`` (a property that asks the model's architecture)."""
+    return bool(p.vllm_config.model_config.use_mla)
+
+
+@lru_cache(maxsize=4096)
+def replicated_layout(
+    use_mla: bool, tp: int, kv_tp_replicas: int, worker_bytes: int,
+    pp: int, pcp: int, dcp: int, world: int, backend: str, nnodes_within_dp: int,
+) -> Derived:
+    """``replicated_layout`` for the direct layout: an MLA latent replicated on
+    every TP rank (``kv_tp_replicas == TP``), TP only, single-node ``mp`` (one
+    shared host copy)."""
+    replicas, nnodes = kv_tp_replicas, nnodes_within_dp
+    return verdict(
+        (
+            Clause(use_mla, "the model uses MLA" if use_mla else "the model does not use MLA"),
+            Clause(tp > 1, f"TP {tp} {'>' if tp > 1 else '<='} 1"),
+            Clause(replicas == tp, f"kv_tp_replicas {replicas} {_cmp(replicas, tp)} TP {tp}"),
+            Clause(
+                worker_bytes > 0,
+                f"worker_kv_bytes_per_block {worker_bytes} {'>' if worker_bytes > 0 else '<='} 0",
+            ),
+            _eq_clause("PP", pp, 1),
+            _eq_clause("PCP", pcp, 1),
+            _eq_clause("DCP", dcp, 1),
+            Clause(world == tp, f"world size {world} {_cmp(world, tp)} TP {tp}"),
+            Clause(backend == "mp", f"executor backend {backend!r} {_cmp(backend, 'mp')} 'mp'"),
+            _eq_clause("nnodes_within_dp", nnodes, 1),
+        )
+    )
+
+
+def canonical_layout(extra: Mapping[str, Any]) -> Derived:
+    """``bool(extra_config.get("canonical_layout", False))``, as vLLM reads it."""
+    raw = extra.get("canonical_layout", False)
+    return Derived(bool(raw), f"bool(extra_config.get('canonical_layout', False)) = bool({raw!r})")
+
+
+@per_plan
+def single_full_attention_group(p: Plan) -> tuple[Clause, ...]:
+    """The plan's terms of the direct ``is_parallelism_agnostic`` rule: a
+    single non-MLA ``FullAttentionSpec`` group whose KV heads are really split
+    over TP, without per-token-head quantization, and DCP 1."""
+    V = _v()
+    groups = p.kv_cache_config.kv_cache_groups
+    tp = p.vllm_config.parallel_config.tensor_parallel_size
+    dcp = p.vllm_config.parallel_config.decode_context_parallel_size
+    total = p.vllm_config.model_config.get_total_num_kv_heads()
+    clauses: list[Clause] = []
+    single = groups[0].kv_cache_spec if len(groups) == 1 else None
+    if single is None:
+        clauses.append(Clause(False, f"{len(groups)} KV cache groups, not a single full-attention group"))
+    elif not isinstance(single, V.FullAttentionSpec) or isinstance(single, V.MLAAttentionSpec):
+        why = "MLA" if isinstance(single, V.MLAAttentionSpec) else "not FullAttentionSpec"
+        clauses.append(Clause(False, f"the single group is {_spec_name(single)} ({why})"))
+    else:
+        clauses.append(Clause(True, "a single FullAttentionSpec group"))
+        per_rank = single.num_kv_heads
+        prod = per_rank * tp
+        if prod == total:
+            clauses.append(
+                Clause(True, f"{per_rank} KV heads per rank x TP {tp} = {prod} == {total} total KV heads")
+            )
+        else:
+            clauses.append(
+                Clause(
+                    False,
+                    f"{per_rank} KV heads per rank x TP {tp} = {prod} != {total} total KV heads "
+                    "(heads replicated across ranks)",
+                )
+            )
+        if _is_per_token_head(single):
+            clauses.append(
+                Clause(False, f"per-token-head KV quantization ({p.vllm_config.cache_config.cache_dtype})")
+            )
+        else:
+            clauses.append(Clause(True, "no per-token-head KV quantization"))
+    clauses.append(_eq_clause("DCP", dcp, 1))
+    return tuple(clauses)
+
+
+def uncertifiable(spec, tp: int, total_kv_heads: int) -> str | None:
+    """Why a layer spec fails the canonical gate's certification, or None
+    (``spec_certifiable`` inside ``build_offloading_config``, a static
+    mirror of the per-layer mapping checks)."""
+    V = _v()
+    name = _spec_name(spec)
+    if not isinstance(spec, V.AttentionSpec):
+        return f"{name} is not an attention spec"
+    if _is_per_token_head(spec):
+        return f"{name} uses per-token-head KV quantization"
+    if type(spec) is V.MLAAttentionSpec:
+        if spec.tokens_per_state != 1:
+            return f"MLAAttentionSpec compresses {spec.tokens_per_state} tokens per state"
+        if spec.real_page_size_bytes % spec.block_size:
+            return (
+                f"MLAAttentionSpec page {spec.real_page_size_bytes} B is not a multiple of "
+                f"block_size {spec.block_size}"
+            )
+        return None
+    if isinstance(spec, (V.SlidingWindowMLASpec, V.MLAAttentionSpec)):
+        return f"{name} (an MLA variant) has no canonical mapping"
+    if not isinstance(spec, (V.FullAttentionSpec, V.SlidingWindowSpec)):
+        return f"{name} is neither full nor sliding-window attention"
+    if not (total_kv_heads % tp == 0 or tp % total_kv_heads == 0):
+        return f"TP {tp} and {total_kv_heads} total KV heads do not divide one another"
+    expected = max(1, total_kv_heads // tp)
+    if spec.num_kv_heads != expected:
+        return (
+            f"{name} has {spec.num_kv_heads} KV heads per rank, expected max(1, "
+            f"{total_kv_heads} // TP {tp}) = {expected}"
+        )
+    return None
+
+
+@per_plan
+def canonical_certification(p: Plan) -> Clause:
+    """Every layer spec of every group certifiable (:func:`uncertifiable`),
+    the plan's term of the ``canonical_layout`` gate."""
+    tp = p.vllm_config.parallel_config.tensor_parallel_size
+    total = p.vllm_config.model_config.get_total_num_kv_heads()
+    specs = [s for g in p.kv_cache_config.kv_cache_groups for s in leaf_specs(g.kv_cache_spec)]
+    if not specs:
+        return Clause(False, "no layer specs to certify")
+    failures: dict[str, int] = {}
+    for s in specs:
+        why = uncertifiable(s, tp, total)
+        if why is not None:
+            failures[why] = failures.get(why, 0) + 1
+    if failures:
+        return Clause(False, "; ".join(f"{n} layer(s): {why}" for why, n in failures.items()))
+    return Clause(True, f"all {len(specs)} layer specs certifiable (canonical mapping derivable)")
+
+
+@per_plan
+def offloaded_layers_exact_mla(p: Plan) -> Clause:
+    """Every offloaded layer exactly ``MLAAttentionSpec`` (the canonical
+    layout's ``replicated_layout`` term)."""
+    V = _v()
+    groups = p.kv_cache_config.kv_cache_groups
+    not_mla = sorted(
+        {
+            _spec_name(s)
+            for gid in offloading_groups(p).value
+            for s in leaf_specs(groups[gid].kv_cache_spec)
+            if type(s) is not V.MLAAttentionSpec
+        }
+    )
+    if not_mla:
+        return Clause(False, f"offloaded layers include {', '.join(not_mla)} (not pure MLAAttentionSpec)")
+    return Clause(True, "every offloaded layer is MLAAttentionSpec")
+
+
+@lru_cache(maxsize=4096)
+def is_parallelism_agnostic(
+    v2: bool, single_group: tuple[Clause, ...], pcp: int, canonical: bool,
+    certification: Clause, dcp: int, world: int, tp: int,
+) -> Derived:
+    """``is_parallelism_agnostic``: the direct rule (V1 model runner,
+    :func:`single_full_attention_group`'s terms, PCP 1), widened by the
+    canonical layout gate to every config whose layers all certify
+    (:func:`canonical_certification`), with no context parallelism and
+    world size == TP."""
+    direct = verdict(
+        (
+            Clause(not v2, "V2 model runner" if v2 else "V1 model runner"),
+            *single_group,
+            _eq_clause("PCP", pcp, 1),
+        )
+    )
+    if not canonical:
+        return direct
+    if direct.value:
+        return Derived(True, f"direct rule holds, canonical layout kept it: {direct.rule}")
+    gate = verdict(
+        (
+            certification,
+            _eq_clause("DCP", dcp, 1),
+            _eq_clause("PCP", pcp, 1),
+            Clause(world == tp, f"world size {world} {_cmp(world, tp)} TP {tp}"),
+        )
+    )
+    return Derived(gate.value, f"canonical layout gate: {gate.rule} (direct rule: {direct.rule})")
+
+
+@lru_cache(maxsize=4096)
+def canonical_replicated_layout(
+    agnostic: bool, exact_mla: Clause, nnodes_within_dp: int, world: int, backend: str
+) -> Derived:
+    """``replicated_layout`` under the canonical layout: parallelism-agnostic,
+    pure MLA (:func:`offloaded_layers_exact_mla`), one node, and one worker
+    or ``mp``."""
+    single_host = world == 1 or backend == "mp"
+    rule = verdict(
+        (
+            Clause(agnostic, "parallelism-agnostic" if agnostic else "not parallelism-agnostic"),
+            exact_mla,
+            _eq_clause("nnodes_within_dp", nnodes_within_dp, 1),
+            Clause(
+                single_host,
+                f"world size {world} with executor backend {backend!r}"
+                + (" (single process or mp)" if single_host else ": needs world size 1 or 'mp'"),
+            ),
+        )
+    )
+    return Derived(rule.value, f"canonical layout rule: {rule.rule}")
+
+
+@per_plan
+def cache_dtype(p: Plan) -> Derived:
+    """``model.dtype``: the KV cache dtype, the model dtype under ``auto``,
+    without the ``torch.`` prefix."""
+    mc, cc = p.vllm_config.model_config, p.vllm_config.cache_config
+    auto = cc.cache_dtype == "auto"
+    dtype = str(mc.dtype if auto else cc.cache_dtype).removeprefix("torch.")
+    if auto:
+        return Derived(dtype, f"kv_cache_dtype 'auto' follows the model dtype ({dtype})")
+    return Derived(dtype, f"kv_cache_dtype {cc.cache_dtype!r}")
+
+
+# ---------------------------------------------------------------------------
+# The pass
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Derivation:
+    """Every value ``build_offloading_config`` derives for one plan and
+    options, each a :class:`Derived` (per group: a tuple in ``groups`` order)."""
+
+    world_size: Derived
+    distributed_executor_backend: Derived
+    data_parallel_rank_local: Derived
+    groups: Derived
+    tokens_per_block: tuple[Derived, ...]
+    tokens_per_hash: Derived
+    blocks_per_chunk: Derived
+    sliding_window_size_in_chunks: tuple[Derived, ...]
+    worker_kv_bytes_per_block: Derived
+    replicated_layout: Derived
+    canonical_layout: Derived
+    is_parallelism_agnostic: Derived
+    dtype: Derived
+
+
+#: Stands in for the canonical certification when the canonical layout is off.
+_NOT_ASKED = Clause(False, "canonical layout not requested")
+
+
+def check_plan(p: Any) -> None:
+    """Raise ``KVExploreError`` unless ``p`` is a :class:`~kvexplore.Plan`."""
+    if not isinstance(p, Plan):
+        raise KVExploreError(
+            f"offload_config expects a kvexplore.Plan (from kvexplore.plan(model, ...)); "
+            f"got {type(p).__name__} {p!r:.80}"
+        )
+
+
+def derive(p: Plan, o: OffloadOptions) -> Derivation:
+    """``build_offloading_config`` for plan ``p`` and options ``o``, in vLLM's order.
+
+    Raises ``KVExploreError`` for inputs vLLM's ``ParallelConfig`` rejects and
+    :class:`OffloadConfigError` (a ``ValueError``) where
+    ``build_offloading_config`` raises or asserts.
+    """
+    check_plan(p)
+    vc = p.vllm_config
+    tp, dcp = vc.parallel_config.tensor_parallel_size, vc.parallel_config.decode_context_parallel_size
+    o.check_parallel(tp, dcp)
+    pp, pcp = o.pipeline_parallel_size, o.prefill_context_parallel_size
+    par = parallel_layout(pp, tp, pcp, o.data_parallel_size, o.distributed_executor_backend)
+    world, backend = par.world_size.value, par.distributed_executor_backend.value
+    extra = o.extra_config
+    groups = offloading_groups(p)
+    tpb = tokens_per_block(p)
+    hashing = tokens_per_hash(p)
+    tpb_values = tuple(t.value for t in tpb)
+    bpc = blocks_per_chunk(extra, groups.value, tpb_values)
+    windows = tuple(
+        sliding_window_size_in_chunks(gid, w, t, bpc.value)
+        for gid, w, t in zip(groups.value, group_windows(p), tpb_values, strict=True)
+    )
+    wbytes = worker_kv_bytes_per_block(p)
+    replicated = replicated_layout(
+        uses_mla(p), tp, p.kv_cache_config.kv_tp_replicas, wbytes.value,
+        pp, pcp, dcp, world, backend, o.nnodes_within_dp,
+    )
+    canonical = canonical_layout(extra)
+    agnostic = is_parallelism_agnostic(
+        o.use_v2_model_runner, single_full_attention_group(p), pcp, canonical.value,
+        canonical_certification(p) if canonical.value else _NOT_ASKED, dcp, world, tp,
+    )
+    if canonical.value:
+        replicated = canonical_replicated_layout(
+            agnostic.value, offloaded_layers_exact_mla(p), o.nnodes_within_dp, world, backend
+        )
+    return Derivation(
+        world_size=par.world_size,
+        distributed_executor_backend=par.distributed_executor_backend,
+        data_parallel_rank_local=par.data_parallel_rank_local,
+        groups=groups,
+        tokens_per_block=tpb,
+        tokens_per_hash=hashing,
+        blocks_per_chunk=bpc,
+        sliding_window_size_in_chunks=windows,
+        worker_kv_bytes_per_block=wbytes,
+        replicated_layout=replicated,
+        canonical_layout=canonical,
+        is_parallelism_agnostic=agnostic,
+        dtype=cache_dtype(p),
+    )
+
+
+__all__ = [
+    "Clause",
+    "Derivation",
+    "Derived",
+    "OffloadConfigError",
+    "ParallelLayout",
+    "Window",
+    "check_plan",
+    "derive",
+    "group_bytes_per_block",
+    "offloaded_layer_names",
+    "verdict",
+]

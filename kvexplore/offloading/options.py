@@ -1,0 +1,198 @@
+"""The inputs of an offloading deployment that a :class:`~kvexplore.Plan` does not carry.
+
+vLLM's ``build_offloading_config`` reads TP and DCP from the engine's
+``ParallelConfig``, which the plan holds; the rest of what it reads (the other
+parallel sizes, the executor backend, the model runner, KV events and
+``kv_connector_extra_config``) is an :class:`OffloadOptions`.  Its fields are
+the one list of option names, defaults and checks: ``offload_config``,
+``sweep``, the CLI and the Explorer all read them from here.
+
+>>> OffloadOptions(pipeline_parallel_size=2).pipeline_parallel_size
+2
+>>> OffloadOptions.from_kwargs(pipline_parallel_size=2)
+Traceback (most recent call last):
+...
+kvexplore.errors.KVExploreError: unknown offload option 'pipline_parallel_size'; expected one of ['extra_config', 'pipeline_parallel_size', 'prefill_context_parallel_size', 'data_parallel_size', 'data_parallel_rank', 'distributed_executor_backend', 'nnodes_within_dp', 'use_v2_model_runner', 'enable_kv_cache_events', 'rank', 'engine_id']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from kvexplore.errors import KVExploreError
+from kvexplore.layout import check_int
+
+#: ``--distributed-executor-backend`` values vLLM accepts by name.
+EXECUTOR_BACKENDS = ("mp", "uni", "ray", "external_launcher")
+
+#: Backends vLLM's ``ParallelConfig`` allows a DP replica to span nodes with.
+MULTI_NODE_BACKENDS = (None, "mp", "uni", "external_launcher")
+
+DEFAULT_ENGINE_ID = "kvexplore"
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def _help(text: str, **more: Any) -> dict[str, Any]:
+    return {"help": text, **more}
+
+
+@dataclass(frozen=True, kw_only=True)
+class OffloadOptions:
+    """What the engine's ``ParallelConfig``, ``KVEventsConfig`` and
+    ``KVTransferConfig`` hold besides TP and DCP, checked on construction.
+
+    ``extra_config`` is ``kv_connector_extra_config``: ``block_size`` in tokens
+    *or* ``blocks_per_chunk``, ``canonical_layout``; it is copied into a
+    read-only mapping, so the caller's dict is never shared.
+    ``distributed_executor_backend=None`` resolves as
+    ``ParallelConfig.__post_init__`` does on one node (``mp`` for more than one
+    worker, else ``uni``).  ``nnodes_within_dp`` is the number of nodes one DP
+    replica spans.  Checks that need the plan's TP and DCP (``rank`` below the
+    world size, PCP against DCP) are :meth:`check_parallel`.
+    """
+
+    extra_config: Mapping[str, Any] | None = field(
+        default=None,
+        metadata=_help('kv_connector_extra_config, e.g. {"block_size": 1088}'),
+    )
+    pipeline_parallel_size: int = field(default=1, metadata=_help("PP size", minimum=1))
+    prefill_context_parallel_size: int = field(
+        default=1, metadata=_help("PCP size", minimum=1)
+    )
+    data_parallel_size: int = field(default=1, metadata=_help("DP size", minimum=1))
+    data_parallel_rank: int = field(
+        default=0, metadata=_help("this engine's DP replica index", minimum=0)
+    )
+    distributed_executor_backend: str | None = field(
+        default="mp",
+        metadata=_help("executor backend; None resolves as vLLM does", choices=EXECUTOR_BACKENDS),
+    )
+    nnodes_within_dp: int = field(
+        default=1, metadata=_help("nodes one DP replica spans", minimum=1)
+    )
+    use_v2_model_runner: bool = field(default=False, metadata=_help("vLLM's V2 model runner"))
+    enable_kv_cache_events: bool = field(
+        default=False, metadata=_help("kv_events_config.enable_kv_cache_events")
+    )
+    rank: int = field(default=0, metadata=_help("worker index in [0, world size)", minimum=0))
+    engine_id: str = field(
+        default=DEFAULT_ENGINE_ID, metadata=_help("kv_transfer_config.engine_id")
+    )
+
+    def __post_init__(self) -> None:
+        extra = self.extra_config
+        if extra is None:
+            extra = _EMPTY
+        elif not isinstance(extra, Mapping):
+            raise KVExploreError(
+                f"extra_config={extra!r} is invalid; expected a mapping such as "
+                "{'block_size': 1088} or {'blocks_per_chunk': 2} (kv_connector_extra_config)"
+            )
+        elif extra is not _EMPTY:  # a private, read-only copy
+            extra = MappingProxyType(dict(extra)) if extra else _EMPTY
+        object.__setattr__(self, "extra_config", extra)
+        for name, minimum in _MINIMUMS:
+            value = getattr(self, name)
+            if type(value) is not int or value < minimum:  # the common case is checked fast
+                check_int(name, value, minimum=minimum)
+        for name in _FLAGS:
+            value = getattr(self, name)
+            if value is not True and value is not False:
+                raise KVExploreError(f"{name}={value!r} is invalid; expected True or False")
+        backend = self.distributed_executor_backend
+        if backend is not None and backend not in EXECUTOR_BACKENDS:
+            raise KVExploreError(
+                f"distributed_executor_backend={backend!r} is invalid; expected one of "
+                f"{list(EXECUTOR_BACKENDS)} or None"
+            )
+        dp, dp_rank = self.data_parallel_size, self.data_parallel_rank
+        if dp_rank >= dp:
+            raise KVExploreError(
+                f"data_parallel_rank={dp_rank} is invalid; expected it in [0, {dp}) "
+                f"for data_parallel_size={dp}"
+            )
+        if self.nnodes_within_dp > 1 and backend not in MULTI_NODE_BACKENDS:
+            raise KVExploreError(
+                f"nnodes_within_dp={self.nnodes_within_dp} with distributed_executor_backend="
+                f"{backend!r} is invalid; vLLM's ParallelConfig allows nnodes > 1 only with "
+                "'mp', 'uni' or 'external_launcher'"
+            )
+        if not isinstance(self.engine_id, str) or not self.engine_id:
+            raise KVExploreError(
+                f"engine_id={self.engine_id!r} is invalid; expected a non-empty string"
+            )
+
+    # -- construction by name ------------------------------------------------------
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The option names, in field order."""
+        return _NAMES
+
+    @classmethod
+    def from_kwargs(cls, **options: Any) -> OffloadOptions:
+        """``OffloadOptions(**options)``, with an unknown name a ``KVExploreError``."""
+        unknown = [name for name in options if name not in _NAMES]
+        if unknown:
+            raise KVExploreError(
+                f"unknown offload option {unknown[0]!r}; expected one of {list(_NAMES)}"
+            )
+        return cls(**options)
+
+    def replace(self, **changes: Any) -> OffloadOptions:
+        """A copy with ``changes`` (checked names and values)."""
+        if not changes:
+            return self
+        return type(self).from_kwargs(**{**self.as_dict(), **changes})
+
+    def as_dict(self) -> dict[str, Any]:
+        """Field name -> value, in field order (``extra_config`` a plain dict)."""
+        out = {name: getattr(self, name) for name in _NAMES}
+        out["extra_config"] = dict(self.extra_config)
+        return out
+
+    # -- checks that need the plan -----------------------------------------------------
+    def world_size(self, tensor_parallel_size: int) -> int:
+        """``ParallelConfig.world_size``: PP x TP x PCP, times DP under
+        ``external_launcher`` (every DP replica is one world there)."""
+        world = self.pipeline_parallel_size * tensor_parallel_size * self.prefill_context_parallel_size
+        if self.distributed_executor_backend == "external_launcher":
+            world *= self.data_parallel_size
+        return world
+
+    def check_parallel(self, tensor_parallel_size: int, decode_context_parallel_size: int) -> None:
+        """Raise ``KVExploreError`` where vLLM's ``ParallelConfig`` rejects these
+        options with the plan's TP and DCP."""
+        tp, dcp = tensor_parallel_size, decode_context_parallel_size
+        pcp = self.prefill_context_parallel_size
+        if pcp > 1 and dcp not in (1, pcp, tp * pcp):
+            raise KVExploreError(
+                f"prefill_context_parallel_size={pcp} with the plan's decode context "
+                f"parallel size {dcp} is invalid: when PCP is enabled, DCP must be "
+                f"disabled, span the PCP axis, or span the full TP x PCP axis (TP={tp}); "
+                f"expected DCP in {sorted({1, pcp, tp * pcp})} (vLLM's ParallelConfig)"
+            )
+        world = self.world_size(tp)
+        if self.rank >= world:
+            raise KVExploreError(
+                f"rank={self.rank} is invalid; expected a worker index in [0, {world}) "
+                f"(world size {world})"
+            )
+
+
+_NAMES = tuple(f.name for f in dataclasses.fields(OffloadOptions))
+_MINIMUMS = tuple(
+    (f.name, f.metadata["minimum"]) for f in dataclasses.fields(OffloadOptions) if "minimum" in f.metadata
+)
+_FLAGS = tuple(f.name for f in dataclasses.fields(OffloadOptions) if f.type in ("bool", bool))
+
+__all__ = [
+    "DEFAULT_ENGINE_ID",
+    "EXECUTOR_BACKENDS",
+    "MULTI_NODE_BACKENDS",
+    "OffloadOptions",
+]

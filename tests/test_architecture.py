@@ -95,6 +95,8 @@ def test_no_import_cycles_between_modules():
     graph = {m: set() for m in MODULES}
     for m, path in MODULES.items():
         for target, name in _imports(path):
+            if (m, target) in ALLOWED_UP:
+                continue  # a documented call up the pipeline, imported inside a method
             if target in graph and target != m:
                 graph[m].add(target)
             if name and f"{target}.{name}" in graph:

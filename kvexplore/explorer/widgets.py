@@ -316,7 +316,6 @@ class Compare(widgets.VBox):
             self.summary.value = _error_html(exc)
             return
         self.comparison = c
-        from kvexplore.explorer.state import _esc
 
         la, lb = c.labels()
         errors = "".join(_error_html(ValueError(f"{side}: {st.error}"))
@@ -325,7 +324,7 @@ class Compare(widgets.VBox):
                               + errors + c.callouts_html())
         for i, (st, label) in enumerate(((c.a, la), (c.b, lb))):
             png = st.page_map_png()
-            self.captions[i].value = f"<b>{'AB'[i]}</b>: {_esc(label)}"
+            self.captions[i].value = f"<b>{'AB'[i]}</b>: {_escape(label)}"
             if png:
                 self.figures[i].value = png
                 self.figures[i].layout.display = ""

@@ -32,11 +32,13 @@ def _texts(fig):
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     out = []
+    items = list(fig.texts)
     for ax in fig.axes:
-        items = list(ax.texts) + list(ax.get_xticklabels()) + list(ax.get_yticklabels())
-        for t in items:
-            if t.get_visible() and t.get_text().strip():
-                out.append((t.get_text(), t.get_window_extent(renderer)))
+        items += list(ax.texts) + list(ax.get_xticklabels()) + list(ax.get_yticklabels())
+        items += [t for t in ax.findobj(lambda a: a.__class__.__name__ == "Text") if t in (ax.title,)]
+    for t in items:
+        if t.get_visible() and t.get_text().strip():
+            out.append((t.get_text(), t.get_window_extent(renderer)))
     return out
 
 
@@ -79,7 +81,7 @@ def test_no_label_overlaps_and_one_legend(model, gpu, layer):
                 kind = kind_of(label)
                 drawn.add(kind)
                 assert to_hex(face) == COLORS[kind].lower(), (label, to_hex(face))
-        legend_texts = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+        legend_texts = figures.legend_entries(fig)
         assert sorted(legend_texts) == sorted(LEGEND_TEXT[k] for k in drawn)
 
 
@@ -140,8 +142,8 @@ def test_plan_display_trio():
     html = p._repr_html_()
     assert html.count('class="kvx-bar"') == len(p.groups)  # one page bar per group
     fig = p.figure()
-    rows = [t.get_text() for t in fig.axes[0].get_yticklabels()]
-    assert rows == [f"g{g} {k} x6" for g, k in reversed(list(enumerate(["mamba"] * 3 + ["full_attention"])))]
+    rows = figures.row_names(fig.axes[0])
+    assert rows == [f"g{g} {k} x6" for g, k in enumerate(["mamba"] * 3 + ["full_attention"])]
 
 
 def test_unknown_form_is_a_clear_error():

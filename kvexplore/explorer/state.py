@@ -451,9 +451,12 @@ def _page_map_panel(p, layer: int, block: int, registration: str) -> Panel:
 
 
 def _page_map_png(p, layer: int, block: int, registration: str) -> bytes:
+    from kvexplore.rendering.figures import page_figure
     from kvexplore.rendering.layouts import page_layout
 
-    return figure_png(page_layout(p, layer, block=block, registration=registration, edited=True).figure())
+    # the panel's HTML carries the title and the legend, so the image leaves them out
+    lay = page_layout(p, layer, block=block, registration=registration, edited=True)
+    return figure_png(page_figure(lay, title=False, legend_row=False))
 
 
 def figure_png(fig, dpi: int = FIGURE_DPI) -> bytes:

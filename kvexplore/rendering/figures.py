@@ -40,10 +40,12 @@ from kvexplore.rendering.segments import (
 
 #: Rows of a buffer map drawn (the text form lists them all).
 MAX_DRAWN_ROWS = 12
+#: Ticks on a byte axis at most.
+MAX_TICKS = 8
 #: Callouts per row at most (the widest thin segments win).
 MAX_CALLOUTS = 4
 #: Labels inside rectangles per row at most (text is what costs in Agg).
-MAX_INNER_LABELS = 10
+MAX_INNER_LABELS = 6
 #: Kinds worth a callout when too thin for an inner label.
 CALLOUT_KINDS = frozenset({"pad", "conv", "ssm", "state", "latent", "c_kv", "k_pe", "edited"})
 
@@ -122,22 +124,58 @@ def byte_ticks(bounds: Sequence[int], lo: int, hi: int, axis_in: float) -> list[
         if x - x_prev >= room(kept[-1], b) and x_end - x >= room(b, hi):
             kept.append(b)
     kept.append(hi)
+    if len(kept) > MAX_TICKS:  # every tick costs a Tick artist: keep an even spread
+        step = (len(kept) - 1) / (MAX_TICKS - 1)
+        kept = sorted({kept[round(i * step)] for i in range(MAX_TICKS)})
     return kept
 
 
-def legend(fig, kinds: Sequence[str], *, y: float = 0.0) -> None:
-    """The shared legend: the given kinds in :data:`LEGEND` order, one row at the
-    figure's bottom edge."""
-    from matplotlib.patches import Patch
+def legend(fig, kinds: Sequence[str], *, y_in: float = 0.12) -> None:
+    """The shared legend: one swatch and name per kind present, in
+    :data:`LEGEND` order, centred on one line ``y_in`` inches above the
+    figure's bottom edge.
+
+    Drawn as one ``PolyCollection`` of swatches plus one text per kind (gid
+    ``"legend"``), not with ``Figure.legend``, whose box layout costs more than
+    the rest of a page map.
+    """
+    import numpy as np
+    from matplotlib.collections import PolyCollection
 
     present = [k for k in LEGEND if k in set(kinds)]
     if not present:
         return
-    handles = [Patch(facecolor=COLORS[k], edgecolor="black", linewidth=0.4,
-                     hatch="//" if k in ("pad", "...") else None, label=LEGEND_TEXT[k])
-               for k in present]
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=6,
-               frameon=False, bbox_to_anchor=(0.5, y), handlelength=1.2, columnspacing=1.0)
+    w, h = fig.get_figwidth(), fig.get_figheight()
+    sw, gap = 0.16, 0.06  # swatch width and gap, inches
+    widths = [sw + gap + text_width_in(LEGEND_TEXT[k], 6) + 0.18 for k in present]
+    x = (w - sum(widths)) / 2
+    verts, texts = [], []
+    for k, width in zip(present, widths, strict=True):
+        x0, x1 = x / w, (x + sw) / w
+        y0, y1 = (y_in - 0.045) / h, (y_in + 0.045) / h
+        verts.append([(x0, y0), (x1, y0), (x1, y1), (x0, y1)])
+        texts.append(((x + sw + gap) / w, y_in / h, LEGEND_TEXT[k]))
+        x += width
+    verts = np.array(verts)
+    fig.add_artist(PolyCollection(verts, facecolors=[COLORS[k] for k in present], edgecolors="black",
+                                  linewidths=0.4, transform=fig.transFigure))
+    hatched = [i for i, k in enumerate(present) if k in ("pad", "...")]
+    if hatched:
+        fig.add_artist(PolyCollection(verts[hatched], facecolors="none", edgecolors="#777777",
+                                      linewidths=0, hatch="//", transform=fig.transFigure))
+    for tx, ty, text in texts:
+        fig.text(tx, ty, text, fontsize=6, va="center", ha="left", gid="legend")
+
+
+def legend_entries(fig) -> list[str]:
+    """The names a figure's legend shows (for tests and tooling)."""
+    return [t.get_text() for t in fig.texts if t.get_gid() == "legend"]
+
+
+def row_names(ax) -> list[str]:
+    """A rows figure's row names, top to bottom (for tests and tooling)."""
+    named = [t for t in ax.texts if t.get_gid() == "row-name"]
+    return [t.get_text() for t in sorted(named, key=lambda t: -t.get_position()[1])]
 
 
 def rows_axes(fig, names: Sequence[str], title: str, *, bottom_in: float = 0.62,
@@ -153,12 +191,15 @@ def rows_axes(fig, names: Sequence[str], title: str, *, bottom_in: float = 0.62,
     ax = fig.add_axes((left, bottom_in / h, 0.98 - left, 1 - (bottom_in + top_in) / h))
     n = len(names)
     ax.set_ylim(-0.6, (n - 1) * row_gap + 1.2)
-    ax.set_yticks([i * row_gap for i in range(n)])
-    ax.set_yticklabels(list(reversed(names)), fontsize=_FONT)
+    # row names as plain texts (gid "row-name"): y ticks would cost a Tick each
+    ax.set_yticks([])
+    trans = ax.get_yaxis_transform()
+    for i, name in enumerate(reversed(names)):
+        ax.text(-0.006, i * row_gap, name, transform=trans, ha="right", va="center",
+                fontsize=_FONT, gid="row-name")
     ax.set_title(title, fontsize=8, loc="left")
     for spine in ("top", "right", "left"):
         ax.spines[spine].set_visible(False)
-    ax.tick_params(axis="y", length=0)
     return ax
 
 
@@ -254,22 +295,31 @@ def _page_rows(lay) -> list[tuple[str, Sequence[Segment], int, int]]:
     return rows
 
 
-def page_figure(lay):
+def page_title(lay) -> str:
+    """``'Qwen/Qwen3.5-0.8B on A100, tp=1, ...' + layer, kind, group, block, page``."""
+    return (f"{lay.plan_label}\n{lay.layer} ({lay.kind}, group {lay.group}), "
+            f"{lay.registration} registration, block {lay.block}: "
+            f"{fmt_size(lay.page_bytes)} page")
+
+
+def page_figure(lay, *, title: bool = True, legend_row: bool = True):
     """A :class:`~kvexplore.rendering.layouts.PageLayout` as a figure.
 
     Rows (top to bottom): the registered page (``conv | ssm | pad``, or K and V
     per kernel page), the zoom into kernel page 0 (how K and V interleave,
     scaled to full width), and the edited view's synthetic coordinates on the
     same byte axis as the registered row, so a coordinate sits over the bytes
-    it addresses.
+    it addresses.  ``title=False`` / ``legend_row=False`` leave the title and
+    the legend to the caller (the Explorer shows both as HTML next to the
+    image: text is most of a page map's drawing time).
     """
     rows = _page_rows(lay)
     fig_w = 10.0
-    fig = new_figure(fig_w, 1.45 + 0.62 * len(rows))
-    title = (f"{lay.plan_label}\n{lay.layer} ({lay.kind}, group {lay.group}), "
-             f"{lay.registration} registration, block {lay.block}: "
-             f"{fmt_size(lay.page_bytes)} page")
-    ax = rows_axes(fig, [r[0] for r in rows], title)
+    top_in = 0.5 if title else 0.15
+    bottom_in = 0.62 if legend_row else 0.42
+    fig = new_figure(fig_w, top_in + bottom_in + 0.33 + 0.62 * len(rows))
+    ax = rows_axes(fig, [r[0] for r in rows], page_title(lay) if title else "",
+                   top_in=top_in, bottom_in=bottom_in)
     axis_in = ax.get_position().width * fig_w
     width = float(lay.page_bytes)
     kinds: list[str] = []
@@ -283,8 +333,10 @@ def page_figure(lay):
     ax.set_xticks(ticks)
     ax.set_xticklabels(["0" if t == 0 else fmt_size(t) for t in ticks], fontsize=6)
     ax.set_xlabel("byte offset in the page", fontsize=_FONT, labelpad=1)
-    legend(fig, kinds)
+    if legend_row:
+        legend(fig, kinds)
     fig.kvexplore_layout = lay
+    fig.kvexplore_kinds = tuple(dict.fromkeys(kinds))
     return fig
 
 

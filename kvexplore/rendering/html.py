@@ -17,7 +17,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 from typing import Any
 
-from kvexplore.rendering.segments import capped, color_of, fmt_size
+from kvexplore.rendering.segments import (
+    COLORS,
+    LEGEND,
+    LEGEND_TEXT,
+    capped,
+    color_of,
+    fmt_size,
+    kind_of,
+)
 
 #: Rows shown by :func:`table_html` before the rest is summarised.
 MAX_ROWS = 200
@@ -150,7 +158,28 @@ def _bar_html(segments, total: int, *, max_items: int = 64) -> str:
 
 def page_layout_html(layout) -> str:
     """``PageLayout._repr_html_``: bars (page, kernel page 0, edited) and the text form."""
-    return f'<div class="kvx-page-map">{page_bars_html(layout)}{pre_html(layout.text())}</div>'
+    from kvexplore.rendering.figures import page_title
+
+    kinds = [kind_of(seg.label) for seg in layout.segments]
+    kinds += [kind_of(seg.label) for seg in layout.cells]
+    if layout.edited is not None:
+        kinds += [kind_of(seg.label) for seg in layout.edited.segments]
+    head = "<br>".join(escape(line) for line in page_title(layout).splitlines())
+    return (f'<div class="kvx-page-map"><p style="font-size:11px;margin:2px 0"><b>{head}</b></p>'
+            f"{legend_html(kinds)}{page_bars_html(layout)}{pre_html(layout.text())}</div>")
+
+
+def legend_html(kinds) -> str:
+    """The shared legend as HTML: a swatch and name per kind, in the figures'
+    order and colours (:data:`kvexplore.rendering.segments.LEGEND`)."""
+    present = [k for k in LEGEND if k in set(kinds)]
+    items = "".join(
+        f'<span style="margin-right:10px;white-space:nowrap"><span style="display:inline-block;'
+        f'width:12px;height:9px;background:{COLORS[k]};border:1px solid #333;margin-right:3px">'
+        f"</span>{escape(LEGEND_TEXT[k])}</span>"
+        for k in present
+    )
+    return f'<div class="kvx-legend" style="font-size:10px;margin:2px 0">{items}</div>'
 
 
 def page_bars_html(layout) -> str:

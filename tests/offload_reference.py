@@ -39,6 +39,13 @@ class VllmConfigStandIn(SimpleNamespace):
     max_concurrent_batches = VllmConfig.max_concurrent_batches
     max_in_flight_tokens = VllmConfig.max_in_flight_tokens
 
+    def __copy__(self):
+        # a plan hands out copies of its config; SimpleNamespace's own copy
+        # would call __init__ without the required keywords
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
     def __init__(
         self,
         *,

@@ -111,8 +111,9 @@ def _with(p, kv_cache_config=None, cache_changes=None):
         cache_config=cc,
         parallel_config=vc.parallel_config,
     )
+    # a plan the planner never makes: the private fields hold vLLM's objects
     return dataclasses.replace(
-        p, vllm_config=new_vc, kv_cache_config=kv_cache_config or p.kv_cache_config
+        p, _vllm_config=new_vc, _kv_cache_config=kv_cache_config or p.kv_cache_config
     )
 
 

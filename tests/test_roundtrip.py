@@ -376,3 +376,35 @@ def test_long_rows_are_split_so_the_pattern_ramp_stays_small():
     assert split_rows(prime) is prime
     short = torch.zeros(2, 512, dtype=torch.int64)  # 4 KiB rows already
     assert split_rows(short) is short
+
+
+def test_report_is_frozen_and_renders_per_group():
+    from dataclasses import FrozenInstanceError
+
+    cfg, caches = legacy_registration(qwen_groups(1), 2, kernel=32)
+    edited = dict(apply_kv_cache_group_edits(cfg, caches))
+    edited["model.layers.3.0"] = edited["model.layers.3.0"].clone()  # a copy
+    report = verify_roundtrip(cfg, caches, edited)
+    with pytest.raises(FrozenInstanceError):
+        report.device = "cuda"
+    with pytest.raises(FrozenInstanceError):
+        report.table = None
+    handed_out = report.table
+    handed_out.loc[0, "ok"] = False  # a copy: the report is unchanged
+    assert report.table.loc[0, "ok"]
+    assert not report.ok and report.failures()["layer"].tolist() == [
+        "model.layers.3.0"
+    ]
+    assert report.text() == repr(report)
+    assert report.text().startswith("RoundTripReport(FAILED on 1 layer(s): 4 layers")
+    assert "<table" in report._repr_html_()
+    fig = report.figure()
+    checked, failures = fig.axes[:2]
+    assert [t.get_text() for t in checked.get_yticklabels()] == [
+        "group 0",
+        "group 1",
+        "group 2",
+        "group 3",
+    ]
+    labels = {t.get_text().strip() for t in failures.texts}
+    assert f"{2 * QWEN_PAGE:,}" in labels  # group 3's uncovered bytes

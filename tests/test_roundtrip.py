@@ -408,3 +408,15 @@ def test_report_is_frozen_and_renders_per_group():
     ]
     labels = {t.get_text().strip() for t in failures.texts}
     assert f"{2 * QWEN_PAGE:,}" in labels  # group 3's uncovered bytes
+
+
+def test_the_callers_thread_count_is_restored():
+    threads = torch.get_num_threads()
+    cfg, caches = legacy_registration([(["g"], qwen_gdn())], 1)
+    edited = apply_kv_cache_group_edits(cfg, caches)
+    torch.set_num_threads(2)
+    try:
+        assert verify_roundtrip(cfg, caches, edited).ok
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)

@@ -30,6 +30,7 @@ zeroing sound (no zero check is needed after it).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Sequence
@@ -96,15 +97,37 @@ class LayerDamage:
 
 
 def default_chunk_bytes(device: torch.device) -> int:
-    """Tile budget: 8 MiB on the CPU, 256 MiB on CUDA.
+    """Tile budget: 4 MiB on the CPU, 256 MiB on CUDA.
 
-    On the CPU a tile and its store buffer together stay within a share of
-    the last-level cache (32 MiB L3, 2 x 1 MiB L2 on the 2-core EPYC the
-    benchmarks ran on), so every pass after a tile's first hits cache; 2, 4
-    and 8 MiB are measured in ``benchmarks/bench_edits.py``.  On CUDA the
+    On the CPU a tile and its store buffer (8 MiB together) stay within a
+    share of the last-level cache (32 MiB L3 on the 2-core EPYC the
+    benchmarks ran on), so every pass after a tile's first hits cache; 0.25
+    to 8 MiB are measured in ``benchmarks/bench_edits.py``.  On CUDA the
     tile is large enough that kernel launches do not dominate.
     """
-    return (256 << 20) if device.type == "cuda" else (8 << 20)
+    return (256 << 20) if device.type == "cuda" else (4 << 20)
+
+
+@contextlib.contextmanager
+def _one_thread(device: torch.device):
+    """Run the CPU engine on one intra-op thread, then restore the caller's.
+
+    A tile costs about ten torch calls per group on a few MiB each; with two
+    threads every call ends in a barrier that waits for the slower thread,
+    which on a shared machine is often descheduled.  Measured on 2 shared
+    cores (64 MiB bench registration, median of 5): 0.12x of a plain copy
+    with 2 threads, 0.25-0.57x with 1 at 1-8 MiB tiles.  The tile is in
+    cache, so one core's bandwidth is what a pass needs.
+    """
+    threads = torch.get_num_threads()
+    if device.type != "cpu" or threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def compare_kernel(device: torch.device) -> str:
@@ -806,6 +829,22 @@ def exercise(
     # One allocation for the store buffer and the saved bytes.
     buffer = torch.empty(scratch_bytes + span_bytes, dtype=torch.uint8, device=device)
     scratch, saved = buffer[:scratch_bytes], buffer[scratch_bytes:]
+    with _one_thread(device):
+        _run_tiles(tiles, chunks, ramps, scratch, saved, spans, restore, tally)
+    return tally.damage()
+
+
+def _run_tiles(
+    tiles: list[list[Group]],
+    chunks: list[tuple[int, slice]],
+    ramps: dict,
+    scratch: torch.Tensor,
+    saved: torch.Tensor,
+    spans: list,
+    restore: bool,
+    tally: _Tally,
+) -> None:
+    """Every chunk of blocks, every window of layers, every group in turn."""
     for c, (lo, chunk) in enumerate(chunks):
         for t, tile in enumerate(tiles):
             kept = []
@@ -822,4 +861,3 @@ def exercise(
             finally:
                 for target, keep in kept:
                     target.copy_(keep)
-    return tally.damage()

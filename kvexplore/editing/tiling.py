@@ -115,9 +115,15 @@ def _one_thread(device: torch.device):
     A tile costs about ten torch calls per group on a few MiB each; with two
     threads every call ends in a barrier that waits for the slower thread,
     which on a shared machine is often descheduled.  Measured on 2 shared
-    cores (64 MiB bench registration, median of 5): 0.12x of a plain copy
-    with 2 threads, 0.25-0.57x with 1 at 1-8 MiB tiles.  The tile is in
-    cache, so one core's bandwidth is what a pass needs.
+    cores (ratio to a plain copy of the same bytes, median of 5):
+
+    * loaded (load average 10-28): 64 MiB bench registration 0.12x with 2
+      threads, 0.25-0.57x with 1; Qwen3.5-0.8B x 64 blocks 0.07x -> 0.63x;
+    * idle (load average 2): 0.47x with 2 threads, 0.30x with 1; Qwen3.5
+      0.63x with 2 (worst run 0.14x), 0.40x with 1 (worst run 0.36x).
+
+    One thread is taken for its worst case: slower on an idle machine, never
+    an order of magnitude slower on a busy one.
     """
     threads = torch.get_num_threads()
     if device.type != "cpu" or threads == 1:

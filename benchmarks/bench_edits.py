@@ -12,7 +12,9 @@ Prints, side by side in one run (medians over repeats):
   ``--repeats`` runs of copy seconds / verify seconds and the worst run
   (goal: median >= 0.6, never below 0.5), with ``restore=False`` and with
   ``restore=True`` (the default call, which also saves and puts back the
-  caches' bytes), on the CPU also at 2, 4 and 8 MiB tiles;
+  caches' bytes), on the CPU also at 2, 4 and 8 MiB tiles and on one
+  intra-op thread (``threads=1``: the --root of an older checkout without
+  that argument cannot run it);
 * the same ratio on a catalog model's own layout (``--model``, default
   Qwen/Qwen3.5-0.8B with 64 blocks, 1,114,112-byte pages; ``--model ''``
   skips it).
@@ -199,6 +201,7 @@ def main() -> None:
                 for m in (2, 4, 8)
             }
         )
+        runs[f"{label}, restore=False, threads=1"] = dict(restore=False, threads=1)
     table = against_copy(cfg, caches, edited, runs, reps, dev)
     if args.model:
         table.update(real_model(args.model, args.model_blocks, reps, dev))
@@ -283,9 +286,10 @@ def real_model(model: str, num_blocks: int, reps: int, dev: str):
     assert report.ok, report
     page = cfg.kv_cache_groups[0].kv_cache_spec.page_size_bytes
     name = f"{model} x{num_blocks}, page {page:,} B"
-    return against_copy(
-        cfg, caches, edited, {f"{name}, restore=False": dict(restore=False)}, reps, dev
-    )
+    runs = {f"{name}, restore=False": dict(restore=False)}
+    if not dev.startswith("cuda"):
+        runs[f"{name}, threads=1"] = dict(restore=False, threads=1)
+    return against_copy(cfg, caches, edited, runs, reps, dev)
 
 
 if __name__ == "__main__":

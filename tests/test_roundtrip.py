@@ -416,7 +416,11 @@ def test_the_callers_thread_count_is_restored():
     edited = apply_kv_cache_group_edits(cfg, caches)
     torch.set_num_threads(2)
     try:
+        assert verify_roundtrip(cfg, caches, edited, threads=1).ok
+        assert torch.get_num_threads() == 2
         assert verify_roundtrip(cfg, caches, edited).ok
         assert torch.get_num_threads() == 2
+        with pytest.raises(ValueError, match=r"threads=0 is invalid"):
+            verify_roundtrip(cfg, caches, edited, threads=0)
     finally:
         torch.set_num_threads(threads)

@@ -109,31 +109,33 @@ def default_chunk_bytes(device: torch.device) -> int:
 
 
 @contextlib.contextmanager
-def _one_thread(device: torch.device):
-    """Run the CPU engine on one intra-op thread, then restore the caller's.
+def _threads(device: torch.device, threads: int | None):
+    """Run the CPU engine on ``threads`` intra-op threads, then restore the caller's.
 
     A tile costs about ten torch calls per group on a few MiB each; with two
     threads every call ends in a barrier that waits for the slower thread,
     which on a shared machine is often descheduled.  Measured on 2 shared
-    cores (ratio to a plain copy of the same bytes, median of 5):
+    cores (ratio to a plain copy of the same bytes, median of 5 runs, worst
+    run in brackets):
 
     * loaded (load average 10-28): 64 MiB bench registration 0.12x with 2
       threads, 0.25-0.57x with 1; Qwen3.5-0.8B x 64 blocks 0.07x -> 0.63x;
-    * idle (load average 2): 0.47x with 2 threads, 0.30x with 1; Qwen3.5
-      0.63x with 2 (worst run 0.14x), 0.40x with 1 (worst run 0.36x).
+    * idle (load average 1-2): 1 GiB bench 0.58x (0.52x) with 2 threads,
+      0.39x (0.23x) with 1; Qwen3.5-0.8B 0.62x (0.02x) with 2, 0.34x (0.31x)
+      with 1.
 
-    One thread is taken for its worst case: slower on an idle machine, never
-    an order of magnitude slower on a busy one.
+    ``None`` keeps the caller's setting (fastest on an idle machine); 1 never
+    collapses on a busy one.
     """
-    threads = torch.get_num_threads()
-    if device.type != "cpu" or threads == 1:
+    before = torch.get_num_threads()
+    if device.type != "cpu" or threads is None or threads == before:
         yield
         return
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     try:
         yield
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(before)
 
 
 def compare_kernel(device: torch.device) -> str:
@@ -776,6 +778,7 @@ def exercise(
     chunk_bytes: int,
     restore: bool,
     kernel: str | None = None,
+    threads: int | None = None,
 ) -> tuple[LayerDamage, ...]:
     """Fill, store / zero / load and compare: tile by tile, group by group.
 
@@ -795,7 +798,9 @@ def exercise(
     it.  Only a group whose check fails is then compared byte by byte, layer
     by layer, to count and locate the damage.
 
-    Returns one :class:`LayerDamage` per layer, in the order of ``layers``.
+    ``threads``: intra-op threads on the CPU for the run (``None``: the
+    caller's; see :func:`_threads` for when 1 is faster).  Returns one
+    :class:`LayerDamage` per layer, in the order of ``layers``.
     """
     device = layers[0].device
     kernel = kernel or compare_kernel(device)
@@ -835,7 +840,7 @@ def exercise(
     # One allocation for the store buffer and the saved bytes.
     buffer = torch.empty(scratch_bytes + span_bytes, dtype=torch.uint8, device=device)
     scratch, saved = buffer[:scratch_bytes], buffer[scratch_bytes:]
-    with _one_thread(device):
+    with _threads(device, threads):
         _run_tiles(tiles, chunks, ramps, scratch, saved, spans, restore, tally)
     return tally.damage()
 

@@ -13,8 +13,7 @@ Prints, side by side in one run (medians over repeats):
   (goal: median >= 0.6, never below 0.5), with ``restore=False`` and with
   ``restore=True`` (the default call, which also saves and puts back the
   caches' bytes), on the CPU also at 2, 4 and 8 MiB tiles and on one
-  intra-op thread (``threads=1``: the --root of an older checkout without
-  that argument cannot run it);
+  intra-op thread (``threads=1``, skipped for a --root without that argument);
 * the same ratio on a catalog model's own layout (``--model``, default
   Qwen/Qwen3.5-0.8B with 64 blocks, 1,114,112-byte pages; ``--model ''``
   skips it).
@@ -27,6 +26,7 @@ measurements against the kvexplore package of another checkout.
 from __future__ import annotations
 
 import argparse
+import inspect
 import statistics
 import sys
 import time
@@ -52,6 +52,9 @@ sys.path.insert(0, str(_root))
 
 from kvexplore.editing import verify_roundtrip  # noqa: E402
 from kvexplore.editing.rules import apply_kv_cache_group_edits  # noqa: E402
+
+#: Older checkouts (``--root``) have no ``threads`` argument.
+_HAS_THREADS = "threads" in inspect.signature(verify_roundtrip).parameters
 
 # A scaled-down Qwen3.5 shape: 64-token blocks, kernel block 16, a 32 KiB
 # page; GDN-like state (conv bf16 + ssm fp32) padded to the attention page.
@@ -201,7 +204,8 @@ def main() -> None:
                 for m in (2, 4, 8)
             }
         )
-        runs[f"{label}, restore=False, threads=1"] = dict(restore=False, threads=1)
+        if _HAS_THREADS:
+            runs[f"{label}, restore=False, threads=1"] = dict(restore=False, threads=1)
     table = against_copy(cfg, caches, edited, runs, reps, dev)
     if args.model:
         table.update(real_model(args.model, args.model_blocks, reps, dev))
@@ -287,7 +291,7 @@ def real_model(model: str, num_blocks: int, reps: int, dev: str):
     page = cfg.kv_cache_groups[0].kv_cache_spec.page_size_bytes
     name = f"{model} x{num_blocks}, page {page:,} B"
     runs = {f"{name}, restore=False": dict(restore=False)}
-    if not dev.startswith("cuda"):
+    if _HAS_THREADS and not dev.startswith("cuda"):
         runs[f"{name}, threads=1"] = dict(restore=False, threads=1)
     return against_copy(cfg, caches, edited, runs, reps, dev)
 

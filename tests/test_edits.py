@@ -317,3 +317,60 @@ def test_result_is_edit_result_dict(qwen_unified):
     assert isinstance(result, EditResult) and isinstance(result, dict)
     assert set(result) == set(caches)
     assert len(result.report) == len(caches)
+
+
+def test_edit_result_is_frozen_and_hands_out_copies(qwen_unified):
+    from dataclasses import FrozenInstanceError
+
+    cfg, caches = qwen_unified
+    result = apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD")
+    with pytest.raises(FrozenInstanceError):
+        result.report = None
+    with pytest.raises(FrozenInstanceError):
+        result.counts = {}
+    with pytest.raises(TypeError, match="EditResult is frozen"):
+        result["model.layers.0.0"] = caches["model.layers.0.0"]
+    with pytest.raises(TypeError, match="EditResult is frozen"):
+        result.pop("model.layers.0.0")
+    handed_out = result.report
+    handed_out.loc[0, "rule"] = "tampered"
+    result.counts["tampered"] = 1
+    assert result.report.loc[0, "rule"] == "mamba-unified-view"
+    assert "tampered" not in result.counts
+    copy = dict(result)
+    copy["model.layers.0.0"] = None  # a plain dict copy is the mutable form
+    assert result["model.layers.0.0"] is not None
+
+
+def test_edit_result_by_group_and_display_forms(qwen_unified):
+    cfg, caches = qwen_unified
+    result = apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD")
+    table = result.by_group()
+    assert list(table.columns) == [
+        "group",
+        "kind",
+        "rule",
+        "layers",
+        "shape_before",
+        "shape_after",
+        "block_bytes_before",
+        "block_bytes_after",
+    ]
+    rows = table.set_index("group")
+    assert rows.loc[0, "rule"] == "mamba-unified-view" and rows.loc[0, "layers"] == 6
+    assert rows.loc[0, "shape_before"] == (64, 1, 1, 1085440)
+    assert rows.loc[0, "shape_after"] == (64, 544, 1, 2000)
+    assert rows.loc[0, "block_bytes_before"] == 1_085_440
+    assert rows.loc[0, "block_bytes_after"] == 544 * 2000
+    assert rows.loc[3, "rule"] == "subpaged-attention-view"
+    assert rows.loc[3, "shape_after"] == (64, 2, 544, 1, 512)
+    assert rows.loc[3, "block_bytes_before"] == rows.loc[3, "block_bytes_after"]
+    assert rows.loc[3, "block_bytes_after"] == QWEN_PAGE
+    text = result.text()
+    assert text == repr(result) and text.startswith(result.summary())
+    html = result._repr_html_()
+    assert "by group" in html and "mamba-unified-view" in html
+    fig = result.figure()
+    assert len(fig.axes) == 1
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert "group 3 (full_attention)\nsubpaged-attention-view x6" in labels

@@ -29,10 +29,9 @@ CASES = [(name, tp) for name in catalog_names() for tp in (1, 4)]
 
 @functools.cache
 def planned(name: str, tp: int):
-    try:
-        return plan(name, tensor_parallel_size=tp, num_blocks=NUM_BLOCKS, gpu="A100"), None
-    except ValueError as exc:  # e.g. heads that do not split 4 ways
-        return None, exc
+    """Every catalog model plans at TP 1 and 4 on an A100 (vLLM refuses none
+    of them), so a planning error here is a failure, never a skip."""
+    return plan(name, tensor_parallel_size=tp, num_blocks=NUM_BLOCKS, gpu="A100")
 
 
 def seed_verdict(spec) -> str:
@@ -51,11 +50,7 @@ def test_catalog_is_not_empty():
 
 @pytest.mark.parametrize(("name", "tp"), CASES)
 def test_validation_verdicts(name, tp):
-    p, error = planned(name, tp)
-    if p is None:
-        assert isinstance(error, ValueError) and str(error)
-        return
-    cfg = p.kv_cache_config
+    cfg = planned(name, tp).kv_cache_config
     table = check_kv_cache_groups(cfg)
     expected = [seed_verdict(g.kv_cache_spec) for g in cfg.kv_cache_groups]
     assert table["verdict"].tolist() == expected
@@ -64,10 +59,7 @@ def test_validation_verdicts(name, tp):
 @pytest.mark.parametrize("registration", ["unified", "legacy"])
 @pytest.mark.parametrize(("name", "tp"), CASES)
 def test_round_trip_every_accepted_model(name, tp, registration):
-    p, error = planned(name, tp)
-    if p is None:
-        assert isinstance(error, ValueError)
-        return
+    p = planned(name, tp)
     cfg = p.kv_cache_config
     if (check_kv_cache_groups(cfg)["verdict"] == "rejected").any():
         caches = p.allocate(device="cpu", registration=registration)

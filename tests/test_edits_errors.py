@@ -16,6 +16,7 @@ from edit_layouts import (
 )
 from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
 
+from kvexplore import KVExploreError
 from kvexplore.editing.rules import (
     MambaPageViewEdit,
     MambaUnifiedViewEdit,
@@ -26,7 +27,7 @@ from kvexplore.editing.rules import (
 
 def run(cfg, caches, match, **kwargs):
     before = facts(caches)
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(KVExploreError, match=match):
         apply_kv_cache_group_edits(cfg, caches, **kwargs)
     assert facts(caches) == before
 
@@ -269,3 +270,64 @@ def test_mapping_input_not_mutated_on_success():
             contents[k], [v] if isinstance(v, torch.Tensor) else v, strict=True
         ):
             assert torch.equal(old, new)
+
+
+def test_attention_view_in_another_dtype_is_refused():
+    # An fp16 view of the bf16 attention cache: same bytes, other elements.
+    cfg, caches = legacy_registration(
+        [(["g"], qwen_gdn()), (["a"], qwen_attn())], 1, kernel=32
+    )
+    caches["a"] = caches["a"].view(torch.float16)
+    run(
+        cfg,
+        caches,
+        r"layer 'a' is registered as float16; expected bfloat16, the dtype of its "
+        r"FullAttentionSpec",
+    )
+
+
+def test_legacy_mamba_state_in_another_dtype_is_refused():
+    conv, ssm = legacy_mamba(qwen_gdn(), 2)
+    run(
+        config([(["g"], qwen_gdn())], 2),
+        {"g": [conv, ssm.view(torch.int32)]},
+        r"Mamba layer 'g' state 1 is int32; expected float32 \(MambaSpec.dtypes\[1\]\)",
+    )
+
+
+def test_unified_mamba_row_in_another_dtype_is_refused():
+    cfg, caches = unified_registration([(["g"], qwen_gdn())], 2)
+    run(
+        cfg,
+        {"g": caches["g"].view(torch.float16)},
+        r"Mamba layer 'g' is a float16 tensor; expected int8 bytes",
+    )
+
+
+def test_verify_roundtrip_refuses_a_dtype_mismatch_too():
+    from kvexplore import KVExploreError, verify_roundtrip
+
+    cfg, caches = legacy_registration(
+        [(["g"], qwen_gdn()), (["a"], qwen_attn())], 1, kernel=32
+    )
+    edited = apply_kv_cache_group_edits(cfg, caches)
+    wrong = dict(caches, a=caches["a"].view(torch.float16))
+    with pytest.raises(KVExploreError, match=r"'a' is registered as float16"):
+        verify_roundtrip(cfg, wrong, edited)
+
+
+@pytest.mark.parametrize("chunk_bytes", [0, -1, 1.5, "8", True])
+def test_verify_roundtrip_refuses_a_chunk_size_that_is_not_a_positive_int(
+    chunk_bytes,
+):
+    from kvexplore import KVExploreError, verify_roundtrip
+
+    cfg, caches = legacy_registration([(["g"], qwen_gdn())], 1)
+    edited = apply_kv_cache_group_edits(cfg, caches)
+    before = facts(caches)
+    with pytest.raises(
+        KVExploreError,
+        match=rf"chunk_bytes={chunk_bytes!r} is invalid; expected an integer >= 1",
+    ):
+        verify_roundtrip(cfg, caches, edited, chunk_bytes=chunk_bytes)
+    assert facts(caches) == before

@@ -233,18 +233,19 @@ def test_a_view_with_another_block_step_is_caught_in_the_blocks_it_misses():
 
 
 def test_stacked_layers_fill_their_own_bytes_with_their_own_pattern():
-    from kvexplore.editing.roundtrip import _Group, _prepare
+    from kvexplore.editing.proof import layers_under_test
+    from kvexplore.editing.tiling import Group
 
     cfg, caches = unified_registration([(["a", "b", "c"], qwen_gdn())], 3)
     edited = apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD")
     # vLLM's layer-compact registration: the three layers are one stack,
     # filled and compared through one [3, blocks, span] view each step.
     assert [
-        len(s.layers) for s in _Group(_prepare(cfg, caches, edited), False).stacks
+        len(s.layers) for s in Group.of(layers_under_test(cfg, caches, edited)).stacks
     ] == [3]
     legacy_cfg, legacy = legacy_registration([(["a", "b", "c"], qwen_gdn())], 3)
     legacy_edited = apply_kv_cache_group_edits(legacy_cfg, legacy)
-    stacks = _Group(_prepare(legacy_cfg, legacy, legacy_edited), False).stacks
+    stacks = Group.of(layers_under_test(legacy_cfg, legacy, legacy_edited)).stacks
     assert [len(s.layers) for s in stacks] == [1, 1, 1]  # separate buffers
 
     # chunk_bytes: one tile holds all three layers (the default holds one).
@@ -297,10 +298,11 @@ def test_a_stack_whose_views_cannot_be_written_is_reported_layer_by_layer():
 
 @pytest.mark.parametrize("ne", [False, True], ids=["xor-max", "ne-any"])
 def test_both_compare_kernels_pass_good_views_and_locate_a_bad_one(monkeypatch, ne):
-    import kvexplore.editing.roundtrip as roundtrip
+    import kvexplore.editing.tiling as tiling
 
     # ne + any is what CUDA runs; force it here so the CPU suite covers it.
-    monkeypatch.setattr(roundtrip, "_ne_compare", lambda device: ne)
+    kernel = "ne" if ne else "xor"
+    monkeypatch.setattr(tiling, "compare_kernel", lambda device: kernel)
     cfg, caches = unified_registration(qwen_groups(2), 3, kernel=32)
     edited = apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD")
     assert verify_roundtrip(cfg, caches, edited).ok
@@ -323,7 +325,8 @@ def test_both_compare_kernels_pass_good_views_and_locate_a_bad_one(monkeypatch, 
 def test_compare_outputs_of_mixed_widths_need_no_byte_by_byte_pass(monkeypatch):
     from vllm.v1.kv_cache_interface import MambaSpec
 
-    import kvexplore.editing.roundtrip as roundtrip
+    import kvexplore.editing.tiling as tiling
+    from kvexplore.editing.proof import layers_under_test
 
     # Conv and SSM state 9 bytes apart in a 64-byte page: two fill views, 15
     # uint8 bytes then 32 bytes read as int64 words, so the compare outputs
@@ -343,33 +346,81 @@ def test_compare_outputs_of_mixed_widths_need_no_byte_by_byte_pass(monkeypatch):
         ssm = raw.view(torch.float32).as_strided((4, 2, 4), (16, 4, 1), 6)
         caches[name] = [conv, ssm]
     located = []
-    real_locate = roundtrip._locate
+    real_locate = tiling.locate
     monkeypatch.setattr(
-        roundtrip, "_locate", lambda *a: located.append(a) or real_locate(*a)
+        tiling, "locate", lambda *a: located.append(a) or real_locate(*a)
     )
     report = verify_roundtrip(cfg, caches, caches, restore=False)
     assert report.ok, report
     assert report.table["regions"].tolist() == ["conv,ssm"] * 2
     assert located == []  # the gap was zeroed: no false alarm, no slow pass
-    group = roundtrip._Group(roundtrip._prepare(cfg, caches, caches), False)
+    group = tiling.Group.of(layers_under_test(cfg, caches, caches))
     scratch = torch.empty(group.scratch_bytes(4), dtype=torch.uint8)
     gaps = group.views(4, scratch)[3]
     assert [g.numel() for g in gaps] == [4, 4]  # 60 -> 64 and 252 -> 256 bytes
 
 
 def test_long_rows_are_split_so_the_pattern_ramp_stays_small():
-    from kvexplore.editing.roundtrip import _pattern_bytes, _rows
+    from kvexplore.editing.tiling import pattern_bytes, split_rows
 
     page = 16_900_096  # a Nemotron-H Mamba page's conv + SSM bytes
     raw = torch.zeros(2 * page, dtype=torch.uint8)
     span = raw.as_strided((2, page), (page, 1)).view(torch.int64)
-    rows = _rows(span)
+    rows = split_rows(span)
     assert rows.data_ptr() == span.data_ptr() and rows.ndim == 3
     assert rows.stride(-1) == 1 and rows.stride(0) == span.stride(0)
     assert rows.shape[1] * rows.shape[2] == span.shape[1]
     assert 1024 <= rows.shape[2] * 8 <= 16384
-    assert _pattern_bytes(span) == page and _pattern_bytes(rows) < 400_000
+    assert pattern_bytes(span) == page and pattern_bytes(rows) < 400_000
     prime = torch.zeros(2, 4099, dtype=torch.int64)  # no divisor gives such rows
-    assert _rows(prime) is prime
+    assert split_rows(prime) is prime
     short = torch.zeros(2, 512, dtype=torch.int64)  # 4 KiB rows already
-    assert _rows(short) is short
+    assert split_rows(short) is short
+
+
+def test_report_is_frozen_and_renders_per_group():
+    from dataclasses import FrozenInstanceError
+
+    cfg, caches = legacy_registration(qwen_groups(1), 2, kernel=32)
+    edited = dict(apply_kv_cache_group_edits(cfg, caches))
+    edited["model.layers.3.0"] = edited["model.layers.3.0"].clone()  # a copy
+    report = verify_roundtrip(cfg, caches, edited)
+    with pytest.raises(FrozenInstanceError):
+        report.device = "cuda"
+    with pytest.raises(FrozenInstanceError):
+        report.table = None
+    handed_out = report.table
+    handed_out.loc[0, "ok"] = False  # a copy: the report is unchanged
+    assert report.table.loc[0, "ok"]
+    assert not report.ok and report.failures()["layer"].tolist() == [
+        "model.layers.3.0"
+    ]
+    assert report.text() == repr(report)
+    assert report.text().startswith("RoundTripReport(FAILED on 1 layer(s): 4 layers")
+    assert "<table" in report._repr_html_()
+    fig = report.figure()
+    checked, failures = fig.axes[:2]
+    assert [t.get_text() for t in checked.get_yticklabels()] == [
+        "group 0",
+        "group 1",
+        "group 2",
+        "group 3",
+    ]
+    labels = {t.get_text().strip() for t in failures.texts}
+    assert f"{2 * QWEN_PAGE:,}" in labels  # group 3's uncovered bytes
+
+
+def test_the_callers_thread_count_is_restored():
+    threads = torch.get_num_threads()
+    cfg, caches = legacy_registration([(["g"], qwen_gdn())], 1)
+    edited = apply_kv_cache_group_edits(cfg, caches)
+    torch.set_num_threads(2)
+    try:
+        assert verify_roundtrip(cfg, caches, edited, threads=1).ok
+        assert torch.get_num_threads() == 2
+        assert verify_roundtrip(cfg, caches, edited).ok
+        assert torch.get_num_threads() == 2
+        with pytest.raises(ValueError, match=r"threads=0 is invalid"):
+            verify_roundtrip(cfg, caches, edited, threads=0)
+    finally:
+        torch.set_num_threads(threads)

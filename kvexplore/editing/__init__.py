@@ -1,5 +1,10 @@
 """Edits, validation and the round-trip proof: what LMCache does with the
-tensors vLLM registers (``validation``, ``rules``, ``roundtrip``)."""
+tensors vLLM registers.
+
+``validation`` (which groups a connector can serve) -> ``rules`` (the edits)
+-> the round-trip proof: ``proof`` (address arithmetic), ``tiling`` (the
+fill / store / zero / load / compare engine) and ``roundtrip`` (the public
+:func:`verify_roundtrip` and its :class:`RoundTripReport`)."""
 
 from kvexplore.editing.roundtrip import RoundTripReport, verify_roundtrip
 from kvexplore.editing.rules import (

@@ -54,6 +54,7 @@ import math
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import FrozenInstanceError
 from typing import TypeAlias
 
 import pandas as pd
@@ -65,6 +66,7 @@ from vllm.v1.kv_cache_interface import (
     get_kv_cache_spec_kind,
 )
 
+from kvexplore.display import Displayable
 from kvexplore.editing.validation import (
     declares_slot_compression,
     validate_kv_cache_groups,
@@ -81,8 +83,12 @@ __all__ = [
     "SubpagedAttentionViewEdit",
     "SubpagedMLAAttentionViewEdit",
     "apply_kv_cache_group_edits",
+    "check_registration",
     "layer_spec",
     "resolve_kv_layout",
+    "spec_kind",
+    "spec_page_bytes",
+    "tensors_of",
 ]
 
 #: One registered cache value: a tensor, or one tensor per Mamba state
@@ -132,14 +138,24 @@ def _describe(value: object) -> str:
     return type(value).__name__
 
 
-def _kind(spec: KVCacheSpec) -> KVCacheSpecKind:
+def spec_kind(spec: KVCacheSpec) -> KVCacheSpecKind:
+    """vLLM's kind of ``spec``; ``UNKNOWN`` for an object that is no spec.
+
+    Rules call it from ``matches``, which must never raise (LMCache's
+    contract), so a stray object answers ``UNKNOWN`` instead of a TypeError.
+    """
     try:
         return get_kv_cache_spec_kind(spec)
     except Exception:  # a non-spec object: treat as unknown, never raise
         return KVCacheSpecKind.UNKNOWN
 
 
-def _page_bytes(spec: KVCacheSpec) -> int:
+def spec_page_bytes(spec: KVCacheSpec) -> int:
+    """``spec.page_size_bytes`` as an int (1,114,112 for a Qwen3.5-0.8B page).
+
+    Raises:
+        KVExploreError: the object has no usable page size.
+    """
     try:
         return int(spec.page_size_bytes)
     except Exception as exc:
@@ -265,7 +281,7 @@ def _regroup_kernel_pages(
             f"logical/kernel block ratio {ratio}; expected whole logical blocks"
         )
     kernel_page_bytes = math.prod(kv_cache.shape[1:]) * kv_cache.element_size()
-    page_bytes = _page_bytes(spec)
+    page_bytes = spec_page_bytes(spec)
     if kernel_page_bytes * ratio != page_bytes:
         raise KVExploreError(
             f"{ratio} kernel pages of {kernel_page_bytes} bytes "
@@ -400,7 +416,7 @@ class MambaPageViewEdit(_ReasonedEdit):
     era = "legacy"
 
     def why_not(self, spec: KVCacheSpec, kv_cache: RegisteredKVCache) -> str | None:
-        kind = _kind(spec)
+        kind = spec_kind(spec)
         if kind != KVCacheSpecKind.MAMBA:
             return f"spec kind is {kind.value}, not mamba"
         if isinstance(kv_cache, torch.Tensor):
@@ -430,7 +446,7 @@ class MambaPageViewEdit(_ReasonedEdit):
                 f"of {expected} tensors ([conv_state, ssm_state] per "
                 "MambaSpec.shapes) in the legacy registration"
             )
-        page_bytes = _page_bytes(spec)
+        page_bytes = spec_page_bytes(spec)
         conv = kv_cache[0]
         elem = conv.element_size()
         base_bytes = conv.storage_offset() * elem
@@ -513,7 +529,7 @@ class SubpagedAttentionViewEdit(_ReasonedEdit):
     era = "both"
 
     def why_not(self, spec: KVCacheSpec, kv_cache: RegisteredKVCache) -> str | None:
-        kind = _kind(spec)
+        kind = spec_kind(spec)
         if kind not in _SUBPAGEABLE_KINDS:
             return f"spec kind is {kind.value}, not a standard-paged attention kind"
         if declares_slot_compression(spec):
@@ -558,7 +574,7 @@ class SubpagedAttentionViewEdit(_ReasonedEdit):
             noun="attention",
         )
         head = _synthetic_head_size(
-            _page_bytes(spec), kv_cache.element_size(), spec.block_size
+            spec_page_bytes(spec), kv_cache.element_size(), spec.block_size
         )
         return ordered.view(num_blocks, 2, spec.block_size, _SYNTHETIC_NUM_HEADS, head)
 
@@ -586,7 +602,7 @@ class MambaUnifiedViewEdit(_ReasonedEdit):
     era = "unified"
 
     def why_not(self, spec: KVCacheSpec, kv_cache: RegisteredKVCache) -> str | None:
-        kind = _kind(spec)
+        kind = spec_kind(spec)
         if kind != KVCacheSpecKind.MAMBA:
             return f"spec kind is {kind.value}, not mamba"
         if not isinstance(kv_cache, torch.Tensor):
@@ -621,7 +637,7 @@ class MambaUnifiedViewEdit(_ReasonedEdit):
         block_size = spec.block_size
         elem = kv_cache.element_size()
         step_bytes = kv_cache.stride(0) * elem
-        page_bytes = _page_bytes(spec)
+        page_bytes = spec_page_bytes(spec)
         base = -(-row // block_size) if block_size > 0 else 0
         head = 0
         for align in _VECTOR_ALIGN_BYTES:
@@ -675,7 +691,7 @@ class SubpagedMLAAttentionViewEdit(_ReasonedEdit):
     era = "unified"
 
     def why_not(self, spec: KVCacheSpec, kv_cache: RegisteredKVCache) -> str | None:
-        kind = _kind(spec)
+        kind = spec_kind(spec)
         if kind != KVCacheSpecKind.MLA_ATTENTION:
             return f"spec kind is {kind.value}, not mla_attention"
         if not isinstance(kv_cache, torch.Tensor):
@@ -742,7 +758,8 @@ def layer_spec(group_spec: KVCacheSpec, layer_name: str) -> KVCacheSpec:
     return group_spec
 
 
-def _tensors_of(value: RegisteredKVCache) -> list[torch.Tensor]:
+def tensors_of(value: RegisteredKVCache) -> list[torch.Tensor]:
+    """A registered value's tensors: ``[t]`` for a tensor, the states of a list."""
     return [value] if isinstance(value, torch.Tensor) else list(value)
 
 
@@ -781,23 +798,57 @@ _REPORT_COLUMNS = [
     "stride_after",
     "storage_offset_after",
     "dtype_after",
+    "block_bytes_before",
+    "block_bytes_after",
+]
+
+_BY_GROUP_COLUMNS = [
+    "group",
+    "kind",
+    "rule",
+    "layers",
+    "shape_before",
+    "shape_after",
+    "block_bytes_before",
+    "block_bytes_after",
 ]
 
 
-class EditResult(dict):
+def _block_bytes(value: object, num_blocks: int | None) -> int | None:
+    """Bytes one block's view addresses: all elements over ``num_blocks``.
+
+    Qwen3.5-0.8B: the registered attention ``[1088, 2, 32, 512]`` bf16 over
+    64 blocks and the edited ``[64, 2, 544, 1, 512]`` are both 1,114,112 B
+    per block; the unified GDN row is 1,085,440 B before and 1,088,000 B
+    after (544 x 2,000, the 2,560 B spill into the page padding).
+    """
+    if not num_blocks:
+        return None
+    tensors = [value] if isinstance(value, torch.Tensor) else value
+    if not isinstance(tensors, (list, tuple)) or not all(
+        isinstance(t, torch.Tensor) for t in tensors
+    ):
+        return None
+    return sum(t.numel() * t.element_size() for t in tensors) // num_blocks
+
+
+class EditResult(Displayable, dict):
     """The edited ``{layer_name: value}`` dict, plus what happened per layer.
 
     It *is* the new dict (edited layers re-viewed, the others the very same
     objects as in the input), so it can be handed on wherever the plain result
-    of LMCache's ``apply_kv_cache_group_edits`` would go.  ``report`` holds
-    one row per layer: group, layer, spec kind, the rule that matched (or
-    ``None``), why every earlier rule declined, and shape / stride / storage
-    offset / dtype before and after.  ``counts`` maps rule name to layers.
+    of LMCache's ``apply_kv_cache_group_edits`` would go.  It is frozen: no
+    item or attribute can be set, so the views and the report that describes
+    them cannot drift apart (``dict(result)`` is a mutable copy).
+
+    ``report`` (a new DataFrame on every access) has one row per layer:
+    group, layer, spec kind, the rule that matched (or ``None``), why every
+    earlier rule declined, shape / stride / storage offset / dtype and bytes
+    per block before and after.  ``counts`` maps rule name to layers;
+    :meth:`by_group` condenses the report to one row per group and rule.
     """
 
-    report: pd.DataFrame
-    counts: dict[str, int]
-    note: str
+    __slots__ = ("_rows", "_counts", "_note")
 
     def __init__(
         self,
@@ -805,34 +856,97 @@ class EditResult(dict):
         report: pd.DataFrame,
         note: str = "",
     ) -> None:
-        super().__init__(edited)
-        self.report = report
+        dict.__init__(self, edited)
+        rows = tuple(report.to_dict("records"))
         counts: Counter[str] = Counter(
-            rule for rule in report["rule"] if isinstance(rule, str)
+            row["rule"] for row in rows if isinstance(row["rule"], str)
         )
-        self.counts = dict(counts)
-        self.note = note
+        object.__setattr__(self, "_rows", rows)
+        object.__setattr__(self, "_counts", dict(counts))
+        object.__setattr__(self, "_note", str(note))
+
+    # -- frozen ------------------------------------------------------------
+    def _frozen(self, *args, **kwargs):
+        raise TypeError(
+            "EditResult is frozen; copy it with dict(result) to change layers"
+        )
+
+    __setitem__ = __delitem__ = _frozen
+    clear = pop = popitem = setdefault = update = __ior__ = _frozen
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r} of EditResult")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r} of EditResult")
+
+    def __reduce__(self):
+        return (EditResult, (dict(self), self.report, self._note))
+
+    def __copy__(self) -> EditResult:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> EditResult:
+        return self
+
+    # -- data --------------------------------------------------------------
+    @property
+    def report(self) -> pd.DataFrame:
+        """One row per layer (a new DataFrame each time: edit it freely)."""
+        return pd.DataFrame(list(self._rows), columns=_REPORT_COLUMNS, dtype=object)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Rule name -> layers it re-viewed (a copy)."""
+        return dict(self._counts)
+
+    @property
+    def note(self) -> str:
+        """Why no rule was consulted, or ``""``."""
+        return self._note
+
+    def by_group(self) -> pd.DataFrame:
+        """One row per group and rule that fired (``None``: no rule).
+
+        Columns: ``group``, ``kind``, ``rule``, ``layers`` (how many of the
+        group's layers that rule re-viewed), the first such layer's
+        ``shape_before`` / ``shape_after`` and bytes per block before and
+        after.  Qwen3.5-0.8B unified, 64 blocks: groups 0-2
+        ``mamba-unified-view`` x 6, ``(64, 1, 1, 1085440)`` ->
+        ``(64, 544, 1, 2000)``; group 3 ``subpaged-attention-view`` x 6,
+        ``(1088, 2, 32, 512)`` -> ``(64, 2, 544, 1, 512)``.
+        """
+        seen: dict[tuple[object, object], dict[str, object]] = {}
+        for row in self._rows:
+            key = (row["group"], row["rule"])
+            if key in seen:
+                seen[key]["layers"] += 1
+                continue
+            seen[key] = {
+                "group": row["group"],
+                "kind": row["kind"],
+                "rule": row["rule"],
+                "layers": 1,
+                "shape_before": row["shape_before"],
+                "shape_after": row["shape_after"],
+                "block_bytes_before": row["block_bytes_before"],
+                "block_bytes_after": row["block_bytes_after"],
+            }
+        return pd.DataFrame(list(seen.values()), columns=_BY_GROUP_COLUMNS, dtype=object)
 
     def summary(self) -> str:
         """One line: layers, and how many each rule re-viewed."""
-        if self.counts:
-            rules = ", ".join(f"{name} x{n}" for name, n in sorted(self.counts.items()))
+        if self._counts:
+            rules = ", ".join(
+                f"{name} x{n}" for name, n in sorted(self._counts.items())
+            )
         else:
             rules = "no layer edited"
-        extra = f"; {self.note}" if self.note else ""
+        extra = f"; {self._note}" if self._note else ""
         return f"EditResult({len(self)} layers: {rules}{extra})"
 
     def __repr__(self) -> str:
-        if self.report.empty:
-            return self.summary()
-        columns = ["group", "layer", "rule", "shape_before", "shape_after"]
-        return self.summary() + "\n" + self.report[columns].to_string(index=False)
-
-    def _repr_html_(self) -> str:
-        from html import escape
-
-        table = self.report.to_html(index=False, na_rep="-", escape=True)
-        return f"<div><p><b>{escape(self.summary())}</b></p>{table}</div>"
+        return self.text()
 
 
 def _check_rules(rules: object) -> tuple[KVCacheGroupEdit, ...]:
@@ -852,14 +966,73 @@ def _check_rules(rules: object) -> tuple[KVCacheGroupEdit, ...]:
     return checked
 
 
-def _check_caches(
+#: What a unified Mamba layer is registered as: ``create_kv_cache_views``
+#: views the raw int8 buffer without a dtype (a Mamba spec has ``dtypes``,
+#: not ``dtype``), so the row is bytes.
+_UNIFIED_MAMBA_DTYPES = (torch.int8, torch.uint8)
+
+
+def _dtype_name(dtype: object) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _dtype_problems(
+    name: str, spec: KVCacheSpec, tensors: list[torch.Tensor]
+) -> list[str]:
+    """Where a layer's tensors are not in the dtype its spec registers.
+
+    vLLM views an attention or MLA page in ``spec.dtype`` (bf16 for
+    Qwen3.5-0.8B's ``[1088, 2, 32, 512]``), a legacy Mamba state ``i`` in
+    ``spec.dtypes[i]`` (bf16 conv, fp32 SSM) and a unified Mamba row as int8
+    bytes.  A tensor in another dtype (an fp16 view of the bf16 cache) has
+    other element sizes and meanings, so an edit of it would describe a
+    different cache; it is refused, naming both dtypes.
+    """
+    problems: list[str] = []
+    if spec_kind(spec) == KVCacheSpecKind.MAMBA:
+        if len(tensors) == 1 and tensors[0].ndim == 4:
+            got = tensors[0].dtype
+            if got not in _UNIFIED_MAMBA_DTYPES:
+                problems.append(
+                    f"Mamba layer {name!r} is a {_dtype_name(got)} tensor; expected "
+                    "int8 bytes, as create_kv_cache_views registers a unified "
+                    "Mamba row"
+                )
+            return problems
+        wanted = tuple(getattr(spec, "dtypes", ()) or ())
+        for index, (state, dtype) in enumerate(zip(tensors, wanted, strict=False)):
+            if state.dtype != dtype:
+                problems.append(
+                    f"Mamba layer {name!r} state {index} is {_dtype_name(state.dtype)}; "
+                    f"expected {_dtype_name(dtype)} (MambaSpec.dtypes[{index}])"
+                )
+        return problems
+    wanted_dtype = getattr(spec, "dtype", None)
+    if isinstance(wanted_dtype, torch.dtype):
+        for tensor in tensors:
+            if tensor.dtype != wanted_dtype:
+                problems.append(
+                    f"layer {name!r} is registered as {_dtype_name(tensor.dtype)}; "
+                    f"expected {_dtype_name(wanted_dtype)}, the dtype of its "
+                    f"{type(spec).__name__}"
+                )
+                break
+    return problems
+
+
+def check_registration(
     kv_cache_config: KVCacheConfig | None, kv_caches: object
 ) -> dict[str, tuple[int | None, KVCacheSpec | None]]:
     """Validate the registration against the config; return layer -> (group, spec).
 
     Collects every problem (missing / extra layers, values that are not
-    tensors or tensor lists, mixed devices, malformed Mamba entries) into one
-    error, before anything is edited.
+    tensors or tensor lists, tensors not in their spec's dtype, mixed
+    devices, malformed Mamba entries) into one error, before anything is
+    edited.  :func:`apply_kv_cache_group_edits` and
+    :func:`kvexplore.verify_roundtrip` both start here.
+
+    Raises:
+        KVExploreError: listing every problem, each naming its layer.
     """
     if not isinstance(kv_caches, Mapping):
         raise KVExploreError(
@@ -904,7 +1077,9 @@ def _check_caches(
         for device in dict.fromkeys(str(t.device) for t in tensors):
             devices.setdefault(device, []).append(name)
         _, spec = where.get(name, (None, None))
-        if spec is not None and _kind(spec) == KVCacheSpecKind.MAMBA:
+        if spec is not None:
+            problems.extend(_dtype_problems(name, spec, tensors))
+        if spec is not None and spec_kind(spec) == KVCacheSpecKind.MAMBA:
             expected = len(getattr(spec, "shapes", ())) or 2
             if isinstance(value, (list, tuple)) and len(value) != expected:
                 problems.append(
@@ -981,7 +1156,7 @@ def apply_kv_cache_group_edits(
     """
     validate_kv_cache_groups(kv_cache_config)
     chosen = _check_rules(rules)
-    where = _check_caches(kv_cache_config, kv_caches)
+    where = check_registration(kv_cache_config, kv_caches)
     if kv_layout is None and kv_cache_config is not None:
         kv_layout = getattr(kv_cache_config, "kv_cache_layout", None)
 
@@ -993,6 +1168,7 @@ def apply_kv_cache_group_edits(
     else:
         note = ""
 
+    num_blocks = getattr(kv_cache_config, "num_blocks", None)
     edited: dict[str, RegisteredKVCache] = dict(kv_caches)
     rows = []
     for name, value in kv_caches.items():
@@ -1000,7 +1176,7 @@ def apply_kv_cache_group_edits(
         row: dict[str, object] = {
             "group": group,
             "layer": name,
-            "kind": _kind(spec).value if spec is not None else None,
+            "kind": spec_kind(spec).value if spec is not None else None,
             "rule": None,
             "declined": note or None,
         }
@@ -1015,7 +1191,7 @@ def apply_kv_cache_group_edits(
                         raise KVExploreError(
                             f"layer {name!r} (group {group}, rule {rule.name!r}): {exc}"
                         ) from exc
-                    if not _is_view_of(new_value, _tensors_of(value)):
+                    if not _is_view_of(new_value, tensors_of(value)):
                         raise KVExploreError(
                             f"rule {rule.name!r} returned {_describe(new_value)} "
                             f"for layer {name!r} that does not share the registered "
@@ -1031,6 +1207,7 @@ def apply_kv_cache_group_edits(
         for suffix, source in (("before", value), ("after", new_value)):
             for key, fact in _layout_facts(source).items():
                 row[f"{key}_{suffix}"] = fact
+            row[f"block_bytes_{suffix}"] = _block_bytes(source, num_blocks)
         rows.append(row)
     report = pd.DataFrame(rows, columns=_REPORT_COLUMNS, dtype=object)
     return EditResult(edited, report, note)

@@ -52,6 +52,17 @@ RENDERERS: dict[str, dict[str, str]] = {
     },
 }
 
+RENDERERS["EditResult"] = {
+    "text": "kvexplore.rendering.editing:edit_result_text",
+    "html": "kvexplore.rendering.editing:edit_result_html",
+    "figure": "kvexplore.rendering.editing:edit_result_figure",
+}
+RENDERERS["RoundTripReport"] = {
+    "text": "kvexplore.rendering.editing:roundtrip_text",
+    "html": "kvexplore.rendering.editing:roundtrip_html",
+    "figure": "kvexplore.rendering.editing:roundtrip_figure",
+}
+
 
 def render(form: str, obj):
     """``form`` of ``obj``: looked up by the names of ``type(obj)``'s classes."""

@@ -1,0 +1,499 @@
+"""The analysis half of the round-trip proof: what to check, and address arithmetic.
+
+:func:`kvexplore.verify_roundtrip` proves that a store and a load through the
+edited views lose nothing.  This module does the part that needs no data:
+
+* :func:`layers_under_test` names each layer's registered bytes as
+  :class:`Region` views (``conv`` / ``ssm`` of a Mamba page, ``K`` / ``V`` of an
+  attention page) next to its edited tensors, both as ``[num_blocks, ...]``;
+* :func:`address_checks` proves from sizes, strides and storage offsets alone
+  that the edited view of block ``i`` covers every registered byte of block
+  ``i`` on the same storage (``covers_ok``; ``uncovered_bytes`` counts the
+  misses, exact to the byte), that it stays inside block ``i``'s page of that
+  layer (``confined_ok``) and that no two pages of one group overlap
+  (``disjoint_ok``: no neighbour block, no sibling layer on the same buffer).
+
+Coverage is what makes the data check of :mod:`kvexplore.editing.tiling`
+sound: the zeroing through the edited view reaches every byte the compare
+reads, so a byte the load failed to write back reads 0, never its pattern.
+
+Qwen3.5-0.8B, unified, 64 blocks: a GDN layer's registered row
+``[64, 1, 1, 1085440]`` int8 is regions ``conv`` (36,864 B) and ``ssm``
+(1,048,576 B) per block; its edited view ``[64, 544, 1, 2000]`` covers both
+and spills 2,560 B into the 28,672 B of page padding, inside the page.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheSpec, KVCacheSpecKind
+
+from kvexplore.editing.rules import (
+    RegisteredKVCache,
+    check_registration,
+    spec_kind,
+    spec_page_bytes,
+    tensors_of,
+)
+from kvexplore.errors import KVExploreError
+from kvexplore.layout import check_int, state_names
+
+__all__ = [
+    "AddressCheck",
+    "LayerUnderTest",
+    "Region",
+    "address_checks",
+    "block_runs",
+    "check_chunk_bytes",
+    "layers_under_test",
+    "selection",
+    "storage_bytes",
+    "union_bytes",
+]
+
+
+# --------------------------------------------------------------------------
+# What is checked
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Region:
+    """One named part of a layer's registered bytes, as ``uint8 [num_blocks, ...]``.
+
+    ``conv`` of a Qwen3.5-0.8B GDN page is ``[64, 36864]`` (unified) or
+    ``[64, 3, 12288]`` (the legacy bf16 ``[64, 3, 6144]`` state as bytes).
+    """
+
+    label: str
+    view: torch.Tensor
+
+
+@dataclass(frozen=True)
+class LayerUnderTest:
+    """A layer's registered regions and edited tensors, both by block.
+
+    ``index`` is the layer's position in its group (the ``i``-th layers of
+    all groups share one ``KVCacheTensor`` in vLLM 0.33); ``edited`` is False
+    when the edits handed back the registered object itself.
+    """
+
+    group: int
+    index: int
+    name: str
+    spec: KVCacheSpec
+    regions: tuple[Region, ...]
+    edited_parts: tuple[torch.Tensor, ...]
+    edited: bool
+
+    @property
+    def device(self) -> torch.device:
+        return self.regions[0].view.device
+
+
+@dataclass(frozen=True)
+class AddressCheck:
+    """What address arithmetic proves for one layer over the selected blocks."""
+
+    covers_ok: bool
+    uncovered_bytes: int
+    confined_ok: bool
+    disjoint_ok: bool
+    notes: tuple[str, ...] = ()
+
+
+# --------------------------------------------------------------------------
+# Inputs
+# --------------------------------------------------------------------------
+
+
+def selection(blocks: object, num_blocks: int) -> list[int]:
+    """The block ids to exercise: all for ``None``, else distinct ids in range."""
+    if blocks is None:
+        return list(range(num_blocks))
+    if isinstance(blocks, torch.Tensor):
+        blocks = blocks.tolist()
+    if isinstance(blocks, range) and blocks.step == 1:
+        chosen = list(blocks)
+    elif isinstance(blocks, Sequence) and not isinstance(blocks, (str, bytes)):
+        chosen = list(blocks)
+    else:
+        raise KVExploreError(
+            f"blocks is a {type(blocks).__name__}; expected None or a sequence of "
+            f"block ids in [0, {num_blocks})"
+        )
+    bad = [
+        b
+        for b in chosen
+        if isinstance(b, bool) or not isinstance(b, int) or not 0 <= b < num_blocks
+    ]
+    if bad or len(set(chosen)) != len(chosen) or not chosen:
+        raise KVExploreError(
+            f"blocks={chosen[:8]} holds {bad[:4] or 'duplicates or nothing'}; "
+            f"expected distinct block ids in [0, {num_blocks})"
+        )
+    return chosen
+
+
+def check_chunk_bytes(chunk_bytes: object) -> None:
+    """``chunk_bytes`` must be ``None`` or a positive int (bytes per tile).
+
+    Zero or a negative size describes no tile at all; a float or a string is
+    a unit mistake.  Both are refused rather than rounded to something that
+    runs.
+    """
+    check_int("chunk_bytes", chunk_bytes, minimum=1, allow_none=True)
+
+
+def _as_bytes(t: torch.Tensor, what: str) -> torch.Tensor:
+    """``t`` as ``uint8`` (a view; the last dim must be dense to split it)."""
+    if t.dtype == torch.uint8:
+        return t
+    if t.element_size() == 1 or (t.ndim and t.stride(-1) == 1):
+        return t.view(torch.uint8)
+    raise KVExploreError(
+        f"{what} (shape {tuple(t.shape)}, strides {tuple(t.stride())}) has a "
+        "strided last dim; expected stride 1 there to address its bytes"
+    )
+
+
+def _by_block(t: torch.Tensor, num_blocks: int, what: str) -> torch.Tensor:
+    """``[num_blocks * r, ...]`` -> ``[num_blocks, r, ...]`` (a view).
+
+    The registered attention ``[1088, 2, 32, 512]`` of 64 blocks becomes
+    ``[64, 17, 2, 32, 512]``: block ``b`` is its 17 kernel pages.
+    """
+    if t.ndim == 0 or num_blocks <= 0 or t.shape[0] % num_blocks:
+        raise KVExploreError(
+            f"{what} has shape {tuple(t.shape)}; expected a multiple of the "
+            f"config's num_blocks={num_blocks} in dim 0"
+        )
+    return t.unflatten(0, (num_blocks, t.shape[0] // num_blocks))
+
+
+def _element_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def _regions(
+    spec: KVCacheSpec, value: RegisteredKVCache, num_blocks: int, name: str
+) -> tuple[Region, ...]:
+    """Named byte views ``[num_blocks, ...]`` of a layer's registered data.
+
+    Legacy Mamba: one region per state tensor.  Unified Mamba: the row split
+    at the state sizes of ``MambaSpec.shapes`` (``conv`` 36,864 B then
+    ``ssm`` 1,048,576 B for Qwen3.5-0.8B).  Attention: ``K`` and ``V`` (the
+    legacy K/V dim, or the two halves of the unified ``C`` dim), else one
+    ``kv`` (``latent`` for MLA) region.
+    """
+    kind = spec_kind(spec)
+    what = f"layer {name!r}"
+    if not isinstance(value, torch.Tensor):
+        return tuple(
+            Region(label, _as_bytes(_by_block(t, num_blocks, what), name))
+            for label, t in zip(state_names(len(value)), value, strict=True)
+        )
+    blocks = _as_bytes(_by_block(value, num_blocks, what), name)
+    if kind == KVCacheSpecKind.MAMBA:
+        sizes = [
+            math.prod(shape) * _element_size(dtype)
+            for shape, dtype in zip(spec.shapes, spec.dtypes, strict=False)
+        ]
+        if value.ndim == 4 and sum(sizes) == blocks.shape[-1]:
+            out, cursor = [], 0
+            for label, size in zip(state_names(len(sizes)), sizes, strict=True):
+                out.append(Region(label, blocks[..., cursor : cursor + size]))
+                cursor += size
+            return tuple(out)
+        return (Region("state", blocks),)
+    head_size = getattr(spec, "head_size", None)
+    head_size_v = getattr(spec, "head_size_v", 0) or 0
+    if value.ndim == 5 and value.shape[1] == 2:  # legacy [P, 2, kb, H, D]
+        return (Region("K", blocks[:, :, 0]), Region("V", blocks[:, :, 1]))
+    if (
+        value.ndim == 4
+        and head_size
+        and head_size_v
+        and getattr(spec, "state_content_bytes", None) is None
+        and value.element_size() == _element_size(spec.dtype)
+    ):
+        k_bytes = head_size * value.element_size()
+        if blocks.shape[-1] == k_bytes + head_size_v * value.element_size():
+            return (
+                Region("K", blocks[..., :k_bytes]),
+                Region("V", blocks[..., k_bytes:]),
+            )
+    label = "latent" if kind == KVCacheSpecKind.MLA_ATTENTION else "kv"
+    return (Region(label, blocks),)
+
+
+def layers_under_test(
+    kv_cache_config: KVCacheConfig,
+    kv_caches: Mapping[str, RegisteredKVCache],
+    edited: Mapping[str, RegisteredKVCache],
+) -> tuple[LayerUnderTest, ...]:
+    """Every layer of the registration, checked against the config and ``edited``.
+
+    Raises:
+        KVExploreError: the registration does not match the config (see
+            :func:`kvexplore.editing.rules.check_registration`), ``edited``
+            names other layers, holds something that is not a tensor or a
+            tensor list, lives on another device, or a leading dim is not a
+            whole number of blocks.
+    """
+    where = check_registration(kv_cache_config, kv_caches)
+    if not isinstance(edited, Mapping) or set(edited) != set(kv_caches):
+        got = sorted(edited) if isinstance(edited, Mapping) else type(edited).__name__
+        raise KVExploreError(
+            f"edited holds {got!s:.200}; expected exactly the layers of kv_caches "
+            "(pass the result of apply_kv_cache_group_edits)"
+        )
+    num_blocks = kv_cache_config.num_blocks
+    layers: list[LayerUnderTest] = []
+    per_group: dict[int, int] = {}
+    for name, value in kv_caches.items():
+        group, spec = where[name]
+        if group is None or spec is None:
+            raise KVExploreError(
+                f"layer {name!r} is in no group of kv_cache_config; expected every "
+                "registered layer in one group"
+            )
+        new = edited[name]
+        parts = (
+            tensors_of(new) if isinstance(new, (torch.Tensor, list, tuple)) else None
+        )
+        if not parts or not all(isinstance(t, torch.Tensor) for t in parts):
+            raise KVExploreError(
+                f"edited[{name!r}] is a {type(new).__name__}; expected a tensor or "
+                "a list of tensors"
+            )
+        device = tensors_of(value)[0].device
+        if any(t.device != device for t in parts):
+            raise KVExploreError(
+                f"edited[{name!r}] is on {parts[0].device}, the registered cache on "
+                f"{device}; expected the same device"
+            )
+        index = per_group.get(group, 0)
+        per_group[group] = index + 1
+        layers.append(
+            LayerUnderTest(
+                group=group,
+                index=index,
+                name=name,
+                spec=spec,
+                regions=_regions(spec, value, num_blocks, name),
+                edited_parts=tuple(
+                    _by_block(t, num_blocks, f"edited[{name!r}]") for t in parts
+                ),
+                edited=new is not value,
+            )
+        )
+    return tuple(layers)
+
+
+# --------------------------------------------------------------------------
+# Address arithmetic
+# --------------------------------------------------------------------------
+
+
+def storage_bytes(t: torch.Tensor) -> torch.Tensor:
+    """All of ``t``'s untyped storage as one flat ``uint8`` tensor (a view)."""
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+
+
+def block_runs(blocks: torch.Tensor, which: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Byte runs of blocks ``which`` of ``blocks`` (dim 0 = block), on the CPU.
+
+    Returns ``(starts, run_bytes)``: ``starts`` is ``[len(which), runs]``
+    absolute byte offsets into the untyped storage, every run ``run_bytes``
+    long.  Dims are merged innermost-first while they are contiguous, so a
+    dense page is one run (the Qwen3.5 attention block ``[2, 544, 1, 512]``
+    bf16 is a single 1,114,112-byte run).
+    """
+    elem = blocks.element_size()
+    dims = [
+        (blocks.stride(d), blocks.shape[d])
+        for d in range(1, blocks.ndim)
+        if blocks.shape[d] != 1
+    ]
+    dims.sort(reverse=True)
+    run = 1
+    if dims and dims[-1][0] == 1:
+        run = dims.pop()[1]
+        while dims and dims[-1][0] == run:
+            run *= dims.pop()[1]
+    offsets = torch.zeros(1, dtype=torch.int64)
+    for stride, size in dims:
+        offsets = (offsets[:, None] + torch.arange(size) * stride).reshape(-1)
+    base = blocks.storage_offset() + which * blocks.stride(0)
+    starts = (base[:, None] + offsets[None, :]) * elem
+    return starts, run * elem
+
+
+def union_bytes(parts: list[tuple[torch.Tensor, int]]) -> torch.Tensor:
+    """Per row: how many distinct bytes the runs of ``parts`` cover together.
+
+    Runs sorted by start: run ``i`` adds ``max(0, end_i - max(start_i,
+    reach_{i-1}))`` where ``reach`` is the furthest end so far (the run that
+    reaches it starts no later than run ``i``, so it covers
+    ``[start_i, reach_{i-1})``).
+    """
+    starts = torch.cat([s for s, _ in parts], dim=1)
+    ends = torch.cat([s + n for s, n in parts], dim=1)
+    order = starts.argsort(dim=1)
+    starts = starts.gather(1, order)
+    ends = ends.gather(1, order)
+    reach = ends.cummax(dim=1).values
+    before = torch.cat([starts[:, :1], reach[:, :-1]], dim=1)
+    return (ends - torch.maximum(starts, before)).clamp(min=0).sum(dim=1)
+
+
+@dataclass(frozen=True)
+class _Pages:
+    """One layer's page intervals ``[starts, ends)`` (one per block, or per run)."""
+
+    starts: torch.Tensor
+    ends: torch.Tensor
+    layer: int
+
+
+def _coverage(
+    layer: LayerUnderTest, idx: torch.Tensor, num_blocks: int, position: int
+) -> tuple[AddressCheck, list[_Pages], int]:
+    """Coverage and confinement of one layer, and its page intervals.
+
+    Block ``b``'s runs are block 0's shifted by ``b * stride(0)`` of each
+    view, so when every view of a layer has the same block step the relation
+    is the same in every block and one block stands for all of them (exactly,
+    not as a sample).  Returns the check (``disjoint_ok`` still True), the
+    page intervals of every block for the disjointness pass, and the storage
+    they lie on.
+    """
+    regions = [r.view for r in layer.regions]
+    storage = regions[0].untyped_storage().data_ptr()
+    same_storage = all(
+        e.untyped_storage().data_ptr() == storage for e in layer.edited_parts
+    )
+    steps = {t.stride(0) * t.element_size() for t in regions + list(layer.edited_parts)}
+    uniform = len(steps) == 1
+    which = idx[:1] if uniform else idx
+    reg_runs = [block_runs(r, which) for r in regions]
+    edit_runs = [block_runs(e, which) for e in layer.edited_parts]
+    reg_bytes = union_bytes(reg_runs)
+    all_bytes = union_bytes(reg_runs + edit_runs)
+    # bytes of the registered union outside the edited union
+    uncovered = all_bytes - union_bytes(edit_runs) if same_storage else reg_bytes
+
+    everyone = torch.arange(num_blocks)
+    page = spec_page_bytes(layer.spec)
+    reg_steps = {r.stride(0) * r.element_size() for r in regions}
+    shift = reg_steps.pop() if len(reg_steps) == 1 else None
+    block0 = torch.zeros(1, dtype=torch.int64)
+    runs0 = [block_runs(r, block0 if shift else everyone) for r in regions]
+    first = torch.cat([s for s, _ in runs0], 1).amin(1)
+    hull = torch.cat([s + n for s, n in runs0], 1).amax(1) - first
+    if shift is not None:
+        first = first + everyone * shift
+    pages: list[_Pages] = []
+    if bool((hull <= page).all()):
+        pages.append(_Pages(first, first + page, position))
+        e_lo = torch.cat([s for s, _ in edit_runs], 1).amin(1)
+        e_hi = torch.cat([s + n for s, n in edit_runs], 1).amax(1)
+        confined = (e_lo >= first[which]) & (e_hi <= first[which] + page)
+    else:
+        # No single page interval (e.g. heads outside blocks): the layer's
+        # bytes of a block are exactly its registered runs.
+        if shift is not None:
+            runs0 = [(s + everyone[:, None] * shift, n) for s, n in runs0]
+        for starts, length in runs0:
+            flat = starts.reshape(-1)
+            pages.append(_Pages(flat, flat + length, position))
+        confined = all_bytes == reg_bytes
+    confined = confined & same_storage
+    covers = (uncovered == 0) & same_storage
+    if uniform:  # block idx[0] stands for every selected block
+        uncovered = uncovered.expand(idx.numel())
+        covers, confined = covers.expand(idx.numel()), confined.expand(idx.numel())
+    notes = []
+    if not same_storage:
+        notes.append("edited view is over other storage (a copy?)")
+    if not bool(covers.all()):
+        bad = idx[~covers][:4].tolist()
+        notes.append(
+            f"edited view misses registered bytes of blocks {bad} "
+            f"({int(uncovered.sum())} bytes in all)"
+        )
+    if not bool(confined.all()):
+        bad = idx[~confined][:4].tolist()
+        notes.append(f"edited view leaves its page in blocks {bad}")
+    check = AddressCheck(
+        covers_ok=bool(covers.all()),
+        uncovered_bytes=int(uncovered.sum()),
+        confined_ok=bool(confined.all()),
+        disjoint_ok=True,
+        notes=tuple(notes),
+    )
+    return check, pages, storage
+
+
+def _overlaps(
+    entries: list[_Pages], num_blocks: int, names: Sequence[str]
+) -> dict[int, list[str]]:
+    """Per layer position: notes on the pages of one storage that overlap."""
+    starts = torch.cat([p.starts for p in entries])
+    ends = torch.cat([p.ends for p in entries])
+    owner = torch.cat([torch.full_like(p.starts, p.layer) for p in entries])
+    block = torch.cat([torch.arange(p.starts.numel()) % num_blocks for p in entries])
+    order = starts.argsort()
+    starts, ends, owner, block = starts[order], ends[order], owner[order], block[order]
+    reach = ends.cummax(0).values
+    clash = torch.nonzero(starts[1:] < reach[:-1]).reshape(-1)
+    found: dict[int, list[str]] = {}
+    for k in clash[:16].tolist():
+        a, b = int(owner[k + 1]), int(owner[k])
+        for li, other, at in ((a, b, k + 1), (b, a, k)):
+            found.setdefault(li, []).append(
+                f"page of block {int(block[at])} overlaps {names[other]!r}"
+            )
+    return found
+
+
+def address_checks(
+    layers: Sequence[LayerUnderTest], chosen: Sequence[int], num_blocks: int
+) -> tuple[AddressCheck, ...]:
+    """Coverage, confinement and disjoint pages of every layer (CPU only).
+
+    Per selected block ``b`` and layer: ``uncovered_bytes`` counts the
+    registered bytes of ``b`` that the edited view of ``b`` does not touch
+    (all of them when the view is over other storage); ``confined_ok`` says
+    the edited view of ``b`` stays inside ``b``'s page (or, without one page
+    interval per block, inside ``b``'s registered bytes); ``disjoint_ok``
+    says no page of the layer overlaps another page of its group on the same
+    storage, for every block, selected or not.
+    """
+    idx = torch.tensor(list(chosen), dtype=torch.int64)
+    checks: list[AddressCheck] = []
+    pages: dict[tuple[int, int], list[_Pages]] = {}
+    for position, layer in enumerate(layers):
+        check, intervals, storage = _coverage(layer, idx, num_blocks, position)
+        checks.append(check)
+        pages.setdefault((layer.group, storage), []).extend(intervals)
+    names = [layer.name for layer in layers]
+    clashes: dict[int, list[str]] = {}
+    for entries in pages.values():
+        for li, notes in _overlaps(entries, num_blocks, names).items():
+            clashes.setdefault(li, []).extend(notes)
+    return tuple(
+        AddressCheck(
+            covers_ok=c.covers_ok,
+            uncovered_bytes=c.uncovered_bytes,
+            confined_ok=c.confined_ok,
+            disjoint_ok=li not in clashes,
+            notes=c.notes + tuple(clashes.get(li, ())),
+        )
+        for li, c in enumerate(checks)
+    )

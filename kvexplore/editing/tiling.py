@@ -1,0 +1,874 @@
+"""The data half of the round-trip proof: fill, store / zero / load, compare.
+
+What an LMCache-style connector does with the edited views, played on the
+tensors' own device, one cache-sized tile at a time:
+
+1. *fill*: every selected block of every layer gets a recognisable pattern
+   written through the **registered** views, so a byte that lands in the
+   wrong place is seen as such.  The pattern is a function of the byte's
+   position in its page, its block and its layer, so regions that tile one
+   contiguous span (conv then SSM; K and V interleaved per token) are filled
+   as that span in one call and still differ from each other;
+2. *store / zero / load*: the selected blocks are gathered through the
+   **edited** view into a separate buffer, zeroed through the edited view and
+   scattered back from the buffer;
+3. *compare*: every registered byte must hold its pattern again.
+
+A tile is a run of consecutive blocks times a window of layer positions
+(``chunk_bytes`` bounds one group's share of it); every group in turn gets
+steps 1-3 on the tile, because vLLM overlays the groups on one backing
+allocation (Qwen3.5-0.8B's four ``KVCacheTensor`` each span the same
+427,819,008 B), so only the first pass over a tile comes from memory.  With
+``restore`` the tile's previous bytes are saved before and put back after,
+also while in cache.  Layers of a group that vLLM places at a fixed stride
+(``layer_stride``) are handled as one strided view, one torch call per step
+for all of them.  Data checks are local to a tile: a layer overlapping
+another layer's page in a *later* tile is caught by the address arithmetic
+of :mod:`kvexplore.editing.proof`, whose coverage proof also makes the
+zeroing sound (no zero check is needed after it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from kvexplore.editing.proof import (
+    LayerUnderTest,
+    block_runs,
+    storage_bytes,
+    union_bytes,
+)
+from kvexplore.layout import cdiv, element_extent
+
+__all__ = [
+    "Group",
+    "LayerDamage",
+    "TiledLayer",
+    "compare_kernel",
+    "default_chunk_bytes",
+    "exercise",
+    "locate",
+    "pattern_bytes",
+    "split_rows",
+]
+
+# Pattern byte = 1 + (position + tag) mod 251: never 0 (so a zeroed byte is
+# visible), shifted per block, per region and per layer by steps coprime with
+# 251 so that a byte moved to a neighbour block, the other K/V half or a
+# sibling layer no longer matches.
+_MODULUS = 251
+_BLOCK_STEP = 97
+_REGION_STEP = 53
+_LAYER_STEP = 37
+_GROUP_STEP = 11
+
+_WIDE = (torch.int64, torch.int32, torch.int16)
+#: Offsets into the ramp are multiples of 8 so pattern views can be read as
+#: int64 words, and reduced modulo one period (8 x 251 bytes) per chunk.
+_PERIOD = 8 * _MODULUS
+#: Pattern shift from one selected block to the next (776 B = 23 mod 251).
+_BLOCK_BYTES = 8 * _BLOCK_STEP
+#: Pattern shift from one layer of a group to the next (296 B = 45 mod 251).
+_LAYER_BYTES = 8 * _LAYER_STEP
+#: Rows :func:`split_rows` aims for: long enough to stream, short enough that
+#: the pattern of a multi-MiB page reads a ramp of a few hundred KiB at most.
+_ROW_BYTES = (1 << 10, 16 << 10)
+
+
+@dataclass(frozen=True)
+class LayerDamage:
+    """What the data check found for one layer.
+
+    ``first_mismatch`` is ``(block id, region, byte in the region's block)``
+    of the earliest wrong byte; ``store_error`` is torch's message when the
+    edited view could not be stored or loaded at all (e.g. an expanded view
+    whose token rows alias one another).
+    """
+
+    mismatched_bytes: int = 0
+    first_mismatch: tuple[int, str, int] | None = None
+    store_error: str | None = None
+
+
+def default_chunk_bytes(device: torch.device) -> int:
+    """Tile budget: 4 MiB on the CPU, 256 MiB on CUDA.
+
+    On the CPU a tile and its store buffer (8 MiB together) stay within a
+    share of the last-level cache (32 MiB L3 on the 2-core EPYC the
+    benchmarks ran on), so every pass after a tile's first hits cache; 0.25
+    to 8 MiB are measured in ``benchmarks/bench_edits.py``.  On CUDA the
+    tile is large enough that kernel launches do not dominate.
+    """
+    return (256 << 20) if device.type == "cuda" else (4 << 20)
+
+
+@contextlib.contextmanager
+def _threads(device: torch.device, threads: int | None):
+    """Run the CPU engine on ``threads`` intra-op threads, then restore the caller's.
+
+    A tile costs about ten torch calls per group on a few MiB each; with two
+    threads every call ends in a barrier that waits for the slower thread,
+    which on a shared machine is often descheduled.  Measured on 2 shared
+    cores (ratio to a plain copy of the same bytes, median of 5 runs, worst
+    run in brackets):
+
+    * loaded (load average 10-28): 64 MiB bench registration 0.12x with 2
+      threads, 0.25-0.57x with 1; Qwen3.5-0.8B x 64 blocks 0.07x -> 0.63x;
+    * idle (load average 1-2): 1 GiB bench 0.58x (0.52x) with 2 threads,
+      0.39x (0.23x) with 1; Qwen3.5-0.8B 0.62x (0.02x) with 2, 0.34x (0.31x)
+      with 1.
+
+    ``None`` keeps the caller's setting (fastest on an idle machine); 1 never
+    collapses on a busy one.
+    """
+    before = torch.get_num_threads()
+    if device.type != "cpu" or threads is None or threads == before:
+        yield
+        return
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def compare_kernel(device: torch.device) -> str:
+    """``"ne"`` (``ne`` + ``any``, one output byte per word) off the CPU,
+    ``"xor"`` (``xor`` + ``max`` over ``uint8``) on it, where it streams
+    faster.  Both are exact."""
+    return "xor" if device.type == "cpu" else "ne"
+
+
+# --------------------------------------------------------------------------
+# The pattern
+# --------------------------------------------------------------------------
+
+
+def _widest(t: torch.Tensor) -> torch.Tensor:
+    """The same bytes as the widest integer dtype they allow (a view).
+
+    Fills and compares then touch up to 8x fewer elements; the bytes and the
+    storage are unchanged (``Tensor.view(dtype)`` on a last dim of stride 1).
+    """
+    for dtype in _WIDE:
+        try:
+            return t.view(dtype)
+        except RuntimeError:
+            continue
+    return t
+
+
+def _pattern(
+    ramp: torch.Tensor,
+    like: torch.Tensor,
+    tag: int,
+    ordinal0: int,
+    count: int,
+    layers: int = 1,
+) -> torch.Tensor:
+    """Pattern ``[layers, count, *like.shape[1:]]``: a view of ``ramp``.
+
+    ``like`` is a view ``[num_blocks, ...]`` of a layer's bytes as ``uint8``
+    or a wider integer dtype, the dtype of ``ramp``.  The byte ``p`` bytes
+    after the layer's block base (``tag`` includes the region's own offset
+    from it) in selected block ``j`` of the ``l``-th layer of a stack is
+    ``1 + (tag + 296 l + 776 j + p) mod 251``: never zero, shifted by 45 per
+    layer and by 23 per block so that siblings and neighbours differ, and by
+    position within the page so that regions differ (K from V, conv from SSM).
+    Because the pattern depends on ``p`` modulo 251 only, the view takes
+    ``like``'s strides modulo 8 x 251 bytes: it follows any layout with a
+    ramp of a few KiB per dim.  It reads the same bytes whatever the dtype,
+    so a word-wise compare is a byte-exact compare.
+    """
+    word = ramp.element_size()
+    inner = [(d * word) % _PERIOD // word for d in like.stride()[1:]]
+    offset = (tag + _BLOCK_BYTES * ordinal0) % _PERIOD
+    return ramp.as_strided(
+        (layers, count, *like.shape[1:]),
+        (_LAYER_BYTES // word, _BLOCK_BYTES // word, *inner),
+        offset // word,
+    )
+
+
+def pattern_bytes(like: torch.Tensor) -> int:
+    """Ramp bytes one block of the pattern over ``like`` reads past its offset."""
+    word = like.element_size()
+    return word + sum(
+        (n - 1) * ((d * word) % _PERIOD)
+        for n, d in zip(like.shape[1:], like.stride()[1:], strict=True)
+    )
+
+
+def split_rows(view: torch.Tensor) -> torch.Tensor:
+    """``view`` with a long contiguous last dim split into rows (a view).
+
+    The pattern reads the ramp with the view's strides modulo 8 x 251 bytes,
+    so a contiguous last dim of ``D`` words reads ``D`` words of ramp, the
+    whole 16.9 MB of a Nemotron-H state, while ``[D / R, R]`` reads about
+    ``R + (D / R) x (R mod 2008)`` bytes.  Among the divisors ``R`` of ``D``
+    with rows of 1-16 KiB, the one that reads least is taken; the bytes,
+    their order and the storage are unchanged.
+    """
+    if view.ndim < 2 or view.stride(-1) != 1:
+        return view
+    word, size = view.element_size(), view.shape[-1]
+    if size * word <= _ROW_BYTES[1]:
+        return view
+    rows = _row_count(size, word, pattern_bytes(view))
+    return view if rows is None else view.unflatten(-1, (rows, size // rows))
+
+
+@functools.lru_cache(maxsize=256)
+def _row_count(size: int, word: int, reach: int) -> int | None:
+    """The row count :func:`split_rows` picks for a last dim of ``size`` words."""
+    best = None
+    fewest = max(2, cdiv(size * word, _ROW_BYTES[1]))
+    for rows in range(fewest, size * word // _ROW_BYTES[0] + 1):
+        if size % rows:
+            continue
+        row = size // rows
+        cost = row * word + (rows - 1) * ((row * word) % _PERIOD)
+        if cost < reach:
+            best, reach = rows, cost
+    return best
+
+
+def _ramp(length: int, device: torch.device) -> torch.Tensor:
+    length = cdiv(length, 8) * 8
+    return (torch.arange(length, device=device) % _MODULUS + 1).to(torch.uint8)
+
+
+def _layer_tag(group: int, index: int) -> int:
+    """Pattern offset of layer ``index`` of ``group`` (bytes).
+
+    Linear in ``index`` (reduced modulo the period only when a view of the
+    ramp is taken), so consecutive layers of a group read their patterns as
+    one strided view of the ramp (see :class:`_Stack`).
+    """
+    return 8 * ((_GROUP_STEP * group) % _MODULUS) + _LAYER_BYTES * index
+
+
+# --------------------------------------------------------------------------
+# Layers as the engine sees them
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Fill:
+    """A view to fill and compare through: its bytes, widened, and its tag."""
+
+    label: str
+    view: torch.Tensor  # uint8 [num_blocks, ...]
+    wide: torch.Tensor  # the same bytes as the widest integer dtype they allow
+    tag: int
+
+
+@dataclass(frozen=True)
+class TiledLayer:
+    """A :class:`~kvexplore.editing.proof.LayerUnderTest` with its pattern tags.
+
+    ``regions`` are the registered regions (the compare locates damage in
+    them); ``fills`` what the fill and the compare go through: the regions,
+    or one span when they tile one contiguous byte range.
+    """
+
+    position: int  # index in the list handed to :func:`exercise`
+    layer: LayerUnderTest
+    regions: tuple[_Fill, ...]
+    fills: tuple[_Fill, ...]
+
+    @classmethod
+    def of(cls, position: int, layer: LayerUnderTest) -> TiledLayer:
+        regions = _tagged(layer)
+        return cls(position, layer, regions, _fill_views(regions))
+
+    @property
+    def edited_parts(self) -> tuple[torch.Tensor, ...]:
+        return self.layer.edited_parts
+
+
+def _tagged(layer: LayerUnderTest) -> tuple[_Fill, ...]:
+    """The layer's regions with their pattern tags.
+
+    A region's tag is the layer's tag plus the region's offset from the
+    layer's first registered byte of block 0, so the pattern is a function of
+    the byte's position in the page: K and V (or conv and SSM) differ because
+    they sit at different offsets.  Regions on separate storages get
+    distinct offsets instead.
+    """
+    base = _layer_tag(layer.group, layer.index)
+    views = [r.view for r in layer.regions]
+    if len({v.untyped_storage().data_ptr() for v in views}) == 1:
+        first = min(v.storage_offset() for v in views)
+        offsets = [v.storage_offset() - first for v in views]
+    else:
+        offsets = [8 * ((_REGION_STEP * k) % _MODULUS) for k in range(len(views))]
+    return tuple(
+        _Fill(r.label, split_rows(r.view), split_rows(_widest(r.view)), base + offset)
+        for r, offset in zip(layer.regions, offsets, strict=True)
+    )
+
+
+def _fill_views(regions: tuple[_Fill, ...]) -> tuple[_Fill, ...]:
+    """Views to fill and compare a layer through: its regions, or one span.
+
+    When the regions of a block tile one contiguous byte range with neither
+    gap nor overlap, on one storage and with one block stride (conv then SSM
+    state of a Mamba page; K and V interleaved token by token in vLLM 0.33's
+    attention page), that range is one view ``[num_blocks, span]``: it holds
+    exactly the regions' bytes, and because the pattern depends on position
+    only, filling it writes the very bytes the per-region fills would, in
+    one streaming call instead of one per region (or per 128-byte K/V run).
+    """
+    if len(regions) < 2:
+        return regions
+    views = [r.view for r in regions]
+    if (
+        len({v.untyped_storage().data_ptr() for v in views}) != 1
+        or len({v.stride(0) for v in views}) != 1
+        or any(v.shape[0] != views[0].shape[0] for v in views)
+    ):
+        return regions
+    runs = [block_runs(v, torch.zeros(1, dtype=torch.int64)) for v in views]
+    lo = min(int(starts.min()) for starts, _ in runs)
+    hi = max(int(starts.max()) + length for starts, length in runs)
+    total = sum(starts.numel() * length for starts, length in runs)
+    if total != hi - lo or int(union_bytes(runs)[0]) != total:
+        return regions
+    span = storage_bytes(views[0]).as_strided(
+        (views[0].shape[0], total), (views[0].stride(0), 1), lo
+    )
+    first = min(regions, key=lambda r: r.view.storage_offset())
+    label = "+".join(r.label for r in regions)
+    return (_Fill(label, split_rows(span), split_rows(_widest(span)), first.tag),)
+
+
+def _aligned(nbytes: int) -> int:
+    return cdiv(nbytes, 16) * 16
+
+
+def _block_bytes(layer: TiledLayer) -> int:
+    """Bytes one block of ``layer`` needs in the store buffer (or compare)."""
+    stored = sum(_aligned(e[0].numel() * e.element_size()) for e in layer.edited_parts)
+    return max(stored, sum(f.view[0].numel() for f in layer.fills))
+
+
+# --------------------------------------------------------------------------
+# Stacks and groups
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Stack:
+    """Consecutive layers of one group whose views differ only by an offset.
+
+    vLLM 0.33's unified registration places the layers of one
+    ``KVCacheTensor`` ``layer_stride`` bytes apart
+    (``vllm/v1/kv_cache_interface.py``, ``create_kv_cache_views``), so their
+    registered regions, and the edited views made from them, are one view
+    shifted by a constant.  A stack views them all at once with a leading
+    layer dim, ``[L, num_blocks, ...]``: fill, store, zero, load and compare
+    then cost one torch call per region for the whole stack instead of one
+    per layer.  Layers are stacked only when each shift is at least one
+    layer's whole extent, so a stacked call touches exactly the bytes the
+    per-layer calls would; anything else (the legacy registration's separate
+    tensors, views that overlap) is a stack of one.
+    """
+
+    layers: tuple[TiledLayer, ...]
+    fills: tuple[torch.Tensor, ...]  # per fill view: [L, num_blocks, ...] (wide)
+    parts: tuple[torch.Tensor, ...]  # per edited tensor: [L, num_blocks, ...]
+
+    @classmethod
+    def of(cls, layers: Sequence[TiledLayer], shifts: list[int] | None) -> _Stack:
+        first = layers[0]
+        views = [f.wide for f in first.fills] + list(first.edited_parts)
+        if shifts is None:
+            stacked = [v.unsqueeze(0) for v in views]
+        else:
+            stacked = [
+                v.as_strided(
+                    (len(layers), *v.shape), (d, *v.stride()), v.storage_offset()
+                )
+                for v, d in zip(views, shifts, strict=True)
+            ]
+        count = len(first.fills)
+        return cls(tuple(layers), tuple(stacked[:count]), tuple(stacked[count:]))
+
+    def singles(self) -> list[_Stack]:
+        """One stack per layer (after a stacked call raised)."""
+        return [_Stack.of([layer], None) for layer in self.layers]
+
+
+def _shifts(a: TiledLayer, b: TiledLayer) -> list[int] | None:
+    """Per view, how far ``b``'s view lies past ``a``'s, when it is ``a``'s shifted.
+
+    ``None`` unless every registered region and edited tensor of ``b`` is the
+    same dtype, shape and strides on the same storage as ``a``'s, starting at
+    least one whole extent after it (so the two never share a byte), and the
+    pattern tags step by one layer.
+    """
+    if len(a.fills) != len(b.fills) or len(a.edited_parts) != len(b.edited_parts):
+        return None
+    if any(
+        fb.tag - fa.tag != _LAYER_BYTES for fa, fb in zip(a.fills, b.fills, strict=True)
+    ):
+        return None
+    out = []
+    pairs = [(fa.wide, fb.wide) for fa, fb in zip(a.fills, b.fills, strict=True)]
+    for x, y in pairs + list(zip(a.edited_parts, b.edited_parts, strict=True)):
+        if (
+            x.dtype != y.dtype
+            or x.shape != y.shape
+            or x.stride() != y.stride()
+            or x.untyped_storage().data_ptr() != y.untyped_storage().data_ptr()
+        ):
+            return None
+        shift = y.storage_offset() - x.storage_offset()
+        if shift < element_extent(tuple(x.shape), tuple(x.stride())):
+            return None
+        out.append(shift)
+    return out
+
+
+def _stacks(members: Sequence[TiledLayer]) -> list[_Stack]:
+    """The group's layers as maximal runs that one strided view covers."""
+    if not members:
+        return []
+    out: list[_Stack] = []
+    run, shifts = [members[0]], None
+    for layer in members[1:]:
+        step = _shifts(run[-1], layer)
+        if step is not None and (shifts is None or step == shifts):
+            run.append(layer)
+            shifts = step
+            continue
+        out.append(_Stack.of(run, shifts))
+        run, shifts = [layer], None
+    out.append(_Stack.of(run, shifts))
+    return out
+
+
+class _Tally:
+    """The engine's running count per layer; frozen into :class:`LayerDamage`.
+
+    The only mutable state of a run: mismatches add up over tiles, and a
+    layer whose edited view torch refuses to write is left out of later
+    stores (its coverage already failed).
+    """
+
+    def __init__(self, count: int) -> None:
+        self.mismatched = [0] * count
+        self.first: list[tuple[tuple[int, int, int], tuple[int, str, int]] | None]
+        self.first = [None] * count
+        self.errors: list[str | None] = [None] * count
+
+    def damage(self) -> tuple[LayerDamage, ...]:
+        return tuple(
+            LayerDamage(
+                mismatched_bytes=m,
+                first_mismatch=None if f is None else f[1],
+                store_error=e,
+            )
+            for m, f, e in zip(self.mismatched, self.first, self.errors, strict=True)
+        )
+
+
+class Group:
+    """One KV cache group's layers in a tile, as stacks, with their scratch views.
+
+    The scratch buffer first takes the stores (every edited tensor of every
+    stack, one after the other) and, once they are loaded back, the compare
+    outputs (every fill view of every stack, one after the other), so one
+    reduction over their union answers "did every byte come back?" for the
+    group's share of the tile.  The views depend only on the number of
+    blocks in the tile and are built once per number.
+    """
+
+    def __init__(self, members: Sequence[TiledLayer], kernel: str) -> None:
+        self.stacks = _stacks(members)
+        self.ne = kernel == "ne"  # compare with ne + any (else xor + max)
+        self._views: dict[int, tuple] = {}
+
+    @classmethod
+    def of(cls, layers: Sequence[LayerUnderTest], kernel: str = "xor") -> Group:
+        """All of ``layers`` as one group (tests look at its stacks)."""
+        return cls([TiledLayer.of(i, layer) for i, layer in enumerate(layers)], kernel)
+
+    def scratch_bytes(self, n: int) -> int:
+        """Scratch a chunk of ``n`` blocks needs, also once every stack is split."""
+        singles = [single for s in self.stacks for single in s.singles()]
+        return max(self._need(self.stacks, n), self._need(singles, n))
+
+    def _need(self, stacks: list[_Stack], n: int) -> int:
+        stored = sum(
+            _aligned(n * p[:, 0].numel() * p.element_size())
+            for s in stacks
+            for p in s.parts
+        )
+        compared = sum(
+            _aligned(n * r[:, 0].numel() * (1 if self.ne else r.element_size()))
+            for s in stacks
+            for r in s.fills
+        )
+        return max(stored, compared)
+
+    def views(self, n: int, scratch: torch.Tensor) -> tuple:
+        """``(stores, outs, flat, gaps)`` for a chunk of ``n`` blocks.
+
+        ``stores[i][j]``: the store buffer of part ``j`` of stack ``i``;
+        ``outs[i][k]``: the compare output of fill view ``k`` of stack ``i``;
+        ``flat``: all compare outputs as one tensor; ``gaps``: its bytes that
+        belong to no output.
+        """
+        if n in self._views:
+            return self._views[n]
+        stores, cursor = [], 0
+        for s in self.stacks:
+            row = []
+            for p in s.parts:
+                shape = (p.shape[0], n, *p.shape[2:])
+                nbytes = math.prod(shape) * p.element_size()
+                row.append(scratch[cursor : cursor + nbytes].view(p.dtype).view(shape))
+                cursor += _aligned(nbytes)
+            stores.append(row)
+        # Compare outputs back to back (aligned to their element size only),
+        # so one reduction over ``flat`` covers them; the rare gap between
+        # two of them is zeroed before each reduction (it holds store bytes).
+        outs, cursor, gaps = [], 0, []
+        for s in self.stacks:
+            row = []
+            for r in s.fills:
+                shape = (r.shape[0], n, *r.shape[2:])
+                dtype = torch.bool if self.ne else r.dtype
+                word = 1 if self.ne else r.element_size()
+                start = cdiv(cursor, word) * word
+                if start > cursor:
+                    gaps.append(scratch[cursor:start])
+                nbytes = math.prod(shape) * word
+                row.append(scratch[start : start + nbytes].view(dtype).view(shape))
+                cursor = start + nbytes
+            outs.append(row)
+        flat = scratch[:cursor].view(torch.bool) if self.ne else scratch[:cursor]
+        self._views[n] = stores, outs, flat, gaps
+        return self._views[n]
+
+    def run(
+        self, lo: int, chunk: slice, ramps: dict, scratch: torch.Tensor, tally: _Tally
+    ) -> None:
+        """Fill, store / zero / load and compare ``chunk`` for this group.
+
+        A stack of several layers whose stacked store raises is split into
+        one stack per layer and the tile is tried again, so the error lands
+        on the layer that caused it; a single layer that raises is recorded
+        in ``tally`` and left out.  Each attempt either succeeds or splits
+        one stack, so there are at most as many attempts as layers, plus one.
+        """
+        attempts = 1 + sum(len(s.layers) for s in self.stacks)
+        for _ in range(attempts):
+            raised = self._attempt(lo, chunk, ramps, scratch, tally)
+            if raised is None:
+                return
+            self._split(raised)
+        raise AssertionError("a tile was retried more often than it has layers")
+
+    def _split(self, stack: _Stack) -> None:
+        at = self.stacks.index(stack)
+        self.stacks[at : at + 1] = stack.singles()
+        self._views.clear()
+
+    def _attempt(
+        self, lo: int, chunk: slice, ramps: dict, scratch: torch.Tensor, tally: _Tally
+    ) -> _Stack | None:
+        """One fill / store / zero / load / compare; the stack that raised, if any."""
+        n = chunk.stop - chunk.start
+        stores, outs, flat, gaps = self.views(n, scratch)
+        # 1. fill through the registered views
+        work = []
+        for s, stack in enumerate(self.stacks):
+            for k, view in enumerate(stack.fills):
+                actual = view[:, chunk]
+                expected = _pattern(
+                    ramps[actual.dtype],
+                    view[0],
+                    stack.layers[0].fills[k].tag,
+                    lo,
+                    n,
+                    actual.shape[0],
+                )
+                actual.copy_(expected)
+                work.append((actual, expected, outs[s][k]))
+        # 2. store, zero, load through the edited views
+        for s, stack in enumerate(self.stacks):
+            if any(tally.errors[layer.position] for layer in stack.layers):
+                continue
+            error = _store_zero_load(stack, chunk, stores[s])
+            if error is None:
+                continue
+            if len(stack.layers) > 1:
+                return stack
+            tally.errors[stack.layers[0].position] = error
+        # 3. every byte back?  One reduction over all compare outputs.
+        if not work:
+            return None
+        for actual, expected, out in work:
+            if actual.numel():
+                if self.ne:
+                    torch.ne(actual, expected, out=out)
+                else:
+                    torch.bitwise_xor(actual, expected, out=out)
+        for gap in gaps:
+            gap.zero_()
+        if bool(flat.any()) if self.ne else bool(flat.max()):
+            for stack in self.stacks:
+                for layer in stack.layers:
+                    for k in range(len(layer.regions)):
+                        locate(layer, k, lo, chunk, ramps, tally)
+        return None
+
+
+def _store_zero_load(
+    stack: _Stack, chunk: slice, buffers: list[torch.Tensor]
+) -> str | None:
+    """One store and load of ``chunk`` through the edited views of a stack.
+
+    The store goes to ``buffers``, views of a separate buffer allocated once
+    per run (a fresh allocation per chunk would pay page faults on every
+    store).  No zero check follows the zeroing: the address arithmetic has
+    proven, per block and byte-exact, that the edited view of each block
+    covers every registered byte of that block on the same storage, so the
+    zeroing reaches every byte the compare then reads, and a byte the load
+    did not write back reads 0, never its (non-zero) pattern.
+
+    Returns torch's message when it refuses the views (e.g. an expanded view
+    it cannot write), else ``None``.
+    """
+    try:
+        parts = [e[:, chunk] for e in stack.parts]
+        for part, buf in zip(parts, buffers, strict=True):
+            buf.copy_(part)  # the store
+        for part in parts:
+            part.zero_()
+        for part, buf in zip(parts, buffers, strict=True):  # the load
+            part.copy_(buf)
+    except RuntimeError as exc:
+        return str(exc).splitlines()[0]
+    return None
+
+
+def locate(
+    layer: TiledLayer, k: int, lo: int, chunk: slice, ramps: dict, tally: _Tally
+) -> None:
+    """Count and locate the bytes of region ``k`` of ``layer`` that differ."""
+    n = chunk.stop - chunk.start
+    r = layer.regions[k]
+    actual = r.view[chunk]
+    diff = actual != _pattern(ramps[torch.uint8], actual, r.tag, lo, n)[0]
+    wrong = int(diff.sum())
+    if not wrong:
+        return
+    tally.mismatched[layer.position] += wrong
+    block, byte = torch.nonzero(diff.reshape(n, -1))[0].tolist()
+    first = (chunk.start + block, r.label, byte)
+    key = (lo + block, k, byte)
+    known = tally.first[layer.position]
+    if known is None or key < known[0]:
+        tally.first[layer.position] = (key, first)
+
+
+# --------------------------------------------------------------------------
+# Tiles
+# --------------------------------------------------------------------------
+
+
+def _chunks(blocks: Sequence[int], step: int) -> list[tuple[int, slice]]:
+    """Split the selection into runs of consecutive block ids, ``step`` at most.
+
+    Returns ``(ordinal of the first block, slice of block ids)``: every
+    operation then works on a plain slice view (``index_select`` on a strided
+    view would first copy the whole layer).
+    """
+    out: list[tuple[int, slice]] = []
+    lo = 0
+    while lo < len(blocks):
+        hi = lo + 1
+        while hi < len(blocks) and hi - lo < step and blocks[hi] == blocks[hi - 1] + 1:
+            hi += 1
+        out.append((lo, slice(blocks[lo], blocks[hi - 1] + 1)))
+        lo = hi
+    return out
+
+
+def _tiling(members: dict[int, list[TiledLayer]], chunk_bytes: int) -> tuple[int, int]:
+    """``(blocks per chunk, layers per window)`` so a tile fits ``chunk_bytes``.
+
+    A tile is a run of consecutive blocks times a window of layer positions
+    (the ``i``-th to ``j``-th layer of every group: vLLM overlays the
+    ``i``-th layers of all groups on one ``KVCacheTensor``).  Small pages
+    take whole groups and many blocks; a page so large that one block of a
+    group exceeds the budget (Qwen3.5-0.8B: 6 layers x 1,114,112 B) takes one
+    block and as many layers as fit, at least one.
+    """
+    widest = max(len(m) for m in members.values())
+    heaviest = max(sum(_block_bytes(layer) for layer in m) for m in members.values())
+    if heaviest <= chunk_bytes:
+        return min(4096, chunk_bytes // max(1, heaviest)), widest
+    biggest = max(_block_bytes(layer) for m in members.values() for layer in m)
+    window = max(1, chunk_bytes // max(1, biggest))
+    return max(1, chunk_bytes // (biggest * window)), window
+
+
+def _spans(
+    layers: Sequence[TiledLayer], chunks: list[tuple[int, slice]]
+) -> tuple[list[list[tuple[torch.Tensor, int, int]]], int]:
+    """Per chunk, the byte spans the fill overwrites, merged per storage.
+
+    Only registered regions need saving: a store / zero / load through any
+    view (page padding, a spill into a sibling, a neighbour block) puts back
+    the very bytes it read, so it leaves memory as it found it.  Returns the
+    spans of each chunk and the largest total.
+    """
+    flats: dict[int, torch.Tensor] = {}
+    shapes = []
+    for layer in layers:
+        for r in layer.regions:
+            t = r.view
+            if t.numel() == 0:
+                continue
+            key = t.untyped_storage().data_ptr()
+            if key not in flats:
+                flats[key] = storage_bytes(t)
+            extent = element_extent(tuple(t[0].shape), tuple(t[0].stride()))
+            shapes.append((key, t.storage_offset(), t.stride(0), extent))
+    out, most = [], 0
+    for _, chunk in chunks:
+        per: dict[int, list[tuple[int, int]]] = {}
+        for key, off, step, extent in shapes:
+            lo = off + chunk.start * step
+            per.setdefault(key, []).append(
+                (lo, lo + (chunk.stop - chunk.start - 1) * step + extent)
+            )
+        spans, total = [], 0
+        for key, pieces in per.items():
+            pieces.sort()
+            cur_lo, cur_hi = pieces[0]
+            for lo, hi in pieces[1:]:
+                if lo <= cur_hi:
+                    cur_hi = max(cur_hi, hi)
+                    continue
+                spans.append((flats[key], cur_lo, cur_hi))
+                total += cur_hi - cur_lo
+                cur_lo, cur_hi = lo, hi
+            spans.append((flats[key], cur_lo, cur_hi))
+            total += cur_hi - cur_lo
+        out.append(spans)
+        most = max(most, total)
+    return out, most
+
+
+def exercise(
+    layers: Sequence[LayerUnderTest],
+    chosen: Sequence[int],
+    chunk_bytes: int,
+    restore: bool,
+    kernel: str | None = None,
+    threads: int | None = None,
+) -> tuple[LayerDamage, ...]:
+    """Fill, store / zero / load and compare: tile by tile, group by group.
+
+    The outer loops run over tiles (see :func:`_tiling`) small enough to stay
+    in cache; inside, each group in turn gets the whole cycle on the tile's
+    layers (vLLM overlays groups on one backing allocation, so a group's fill
+    overwrites the one before).  Every pass after the first then hits cache,
+    and the tile's previous bytes are saved before and put back after, while
+    hot.  Within a group, each stack of layers is one torch call per fill
+    view and step, and one reduction checks the whole group.
+
+    Words are compared (8 bytes at a time where the layout allows): a word
+    differs iff one of its bytes does.  With the ``"xor"`` kernel (the
+    CPU's) the words are ``xor``-ed into the (now free) store buffer and the
+    largest byte of the result is taken (zero iff every byte matched); with
+    ``"ne"`` (CUDA's) ``ne`` writes one byte per word and ``any`` reduces
+    it.  Only a group whose check fails is then compared byte by byte, layer
+    by layer, to count and locate the damage.
+
+    ``threads``: intra-op threads on the CPU for the run (``None``: the
+    caller's; see :func:`_threads` for when 1 is faster).  Returns one
+    :class:`LayerDamage` per layer, in the order of ``layers``.
+    """
+    device = layers[0].device
+    kernel = kernel or compare_kernel(device)
+    tiled = [TiledLayer.of(i, layer) for i, layer in enumerate(layers)]
+    tally = _Tally(len(tiled))
+    members: dict[int, list[TiledLayer]] = {}
+    for layer in tiled:
+        members.setdefault(layer.layer.group, []).append(layer)
+    step, window = _tiling(members, chunk_bytes)
+    chunks = _chunks(chosen, step)
+    widest = max(len(m) for m in members.values())
+    tiles = [
+        [Group(members[g][w : w + window], kernel) for g in sorted(members)]
+        for w in range(0, widest, window)
+    ]
+    tiles = [[group for group in tile if group.stacks] for tile in tiles]
+    groups = [group for tile in tiles for group in tile]
+    most = max(chunk.stop - chunk.start for _, chunk in chunks)
+    deepest = max(len(s.layers) for g in groups for s in g.stacks)
+    reach = max(
+        pattern_bytes(v)
+        for layer in tiled
+        for r in layer.regions + layer.fills
+        for v in (r.view, r.wide)
+    )
+    ramp = _ramp(reach + _PERIOD + _BLOCK_BYTES * most + _LAYER_BYTES * deepest, device)
+    ramps = {dtype: ramp.view(dtype) for dtype in (*_WIDE, torch.uint8)}
+    scratch_bytes = _aligned(max(g.scratch_bytes(most) for g in groups))
+    spans, span_bytes = [], 0
+    if restore:
+        for tile in tiles:
+            tile_spans, tile_bytes = _spans(
+                [layer for g in tile for s in g.stacks for layer in s.layers], chunks
+            )
+            spans.append(tile_spans)
+            span_bytes = max(span_bytes, tile_bytes)
+    # One allocation for the store buffer and the saved bytes.
+    buffer = torch.empty(scratch_bytes + span_bytes, dtype=torch.uint8, device=device)
+    scratch, saved = buffer[:scratch_bytes], buffer[scratch_bytes:]
+    with _threads(device, threads):
+        _run_tiles(tiles, chunks, ramps, scratch, saved, spans, restore, tally)
+    return tally.damage()
+
+
+def _run_tiles(
+    tiles: list[list[Group]],
+    chunks: list[tuple[int, slice]],
+    ramps: dict,
+    scratch: torch.Tensor,
+    saved: torch.Tensor,
+    spans: list,
+    restore: bool,
+    tally: _Tally,
+) -> None:
+    """Every chunk of blocks, every window of layers, every group in turn."""
+    for c, (lo, chunk) in enumerate(chunks):
+        for t, tile in enumerate(tiles):
+            kept = []
+            if restore:
+                cursor = 0
+                for flat, a, b in spans[t][c]:
+                    keep = saved[cursor : cursor + b - a]
+                    keep.copy_(flat[a:b])
+                    kept.append((flat[a:b], keep))
+                    cursor += b - a
+            try:
+                for group in tile:
+                    group.run(lo, chunk, ramps, scratch, tally)
+            finally:
+                for target, keep in kept:
+                    target.copy_(keep)

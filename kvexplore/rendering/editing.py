@@ -1,0 +1,171 @@
+"""Text, HTML and figures of the editing stage's results.
+
+``EditResult`` (what LMCache's edits did to each layer) and
+``RoundTripReport`` (whether a store / load through the edited views lost a
+byte) reach this module through the display protocol
+(:mod:`kvexplore.display`): ``result.text()``, ``result._repr_html_()`` and
+``result.figure()``.  Text is deterministic (no timings, no addresses), so
+notebooks and tests can compare it.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from kvexplore.rendering.html import table_html
+
+__all__ = [
+    "edit_result_figure",
+    "edit_result_html",
+    "edit_result_text",
+    "roundtrip_figure",
+    "roundtrip_html",
+    "roundtrip_text",
+]
+
+_EDIT_COLUMNS = ["group", "layer", "rule", "shape_before", "shape_after"]
+_ROUNDTRIP_COLUMNS = ["group", "layer", "regions", "blocks", "bytes", "ok", "detail"]
+
+
+def _figure(width: float, height: float):
+    """A matplotlib ``Figure`` with an Agg canvas, outside pyplot's registry."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=100)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _mib(nbytes: object) -> float:
+    return float(nbytes or 0) / (1 << 20)
+
+
+# --------------------------------------------------------------------------
+# EditResult
+# --------------------------------------------------------------------------
+
+
+def edit_result_text(result) -> str:
+    """Summary line, then group / layer / rule / shape before and after."""
+    report = result.report
+    if report.empty:
+        return result.summary()
+    return result.summary() + "\n" + report[_EDIT_COLUMNS].to_string(index=False)
+
+
+def edit_result_html(result) -> str:
+    """Summary, the per-group table, then the per-layer table."""
+    summary = escape(result.summary())
+    report = result.report
+    if report.empty:
+        return f"<div><p><b>{summary}</b></p></div>"
+    return (
+        f"<div><p><b>{summary}</b></p>"
+        f"<p>by group</p>{table_html(result.by_group())}"
+        f"<p>by layer</p>{table_html(report)}</div>"
+    )
+
+
+def edit_result_figure(result):
+    """Per group: bytes per block of the registered and of the edited view.
+
+    Two bars per group (registered, edited), labelled with the first layer's
+    shape before and after, and the rule that fired on how many layers.
+    Qwen3.5-0.8B: the GDN groups read 1.04 MiB ``(64, 1, 1, 1085440)`` ->
+    1.04 MiB ``(64, 544, 1, 2000)``, ``mamba-unified-view x6``.
+    """
+    table = result.by_group()
+    rows = max(1, len(table))
+    fig = _figure(10, 0.9 + 0.6 * rows)
+    ax = fig.add_subplot(1, 1, 1)
+    if table.empty:
+        ax.text(0.5, 0.5, result.summary(), ha="center", va="center")
+        ax.set_axis_off()
+        return fig
+    labels = []
+    for i, row in enumerate(table.to_dict("records")):
+        y = rows - 1 - i
+        before, after = _mib(row["block_bytes_before"]), _mib(row["block_bytes_after"])
+        ax.barh(y + 0.2, before, height=0.38, color="#9ecae1")
+        ax.barh(y - 0.2, after, height=0.38, color="#fdae6b")
+        ax.text(before, y + 0.2, f" {row['shape_before']}", va="center", fontsize=7)
+        ax.text(after, y - 0.2, f" {row['shape_after']}", va="center", fontsize=7)
+        rule = row["rule"] if isinstance(row["rule"], str) else "no rule"
+        labels.append((y, f"group {row['group']} ({row['kind']})\n{rule} x{row['layers']}"))
+    ax.set_yticks([y for y, _ in labels], [text for _, text in labels], fontsize=7)
+    ax.set_xlabel("MiB per block (registered: blue, edited: orange)")
+    ax.set_title(result.summary(), fontsize=8)
+    ax.margins(x=0.35)
+    fig.tight_layout()
+    return fig
+
+
+# --------------------------------------------------------------------------
+# RoundTripReport
+# --------------------------------------------------------------------------
+
+
+def roundtrip_text(report) -> str:
+    """Summary line, then one row per layer (group, regions, bytes, verdict)."""
+    table = report.table
+    if table.empty:
+        return report.summary()
+    return report.summary() + "\n" + table[_ROUNDTRIP_COLUMNS].to_string(index=False)
+
+
+def roundtrip_html(report) -> str:
+    """Summary, then the whole per-layer table."""
+    return (
+        f"<div><p><b>{escape(report.summary())}</b></p>"
+        f"{table_html(report.table)}</div>"
+    )
+
+
+def _per_group(report) -> list[dict[str, object]]:
+    groups: dict[object, dict[str, object]] = {}
+    for v in report.layers:
+        entry = groups.setdefault(
+            v.group, {"group": v.group, "bytes": 0, "mismatched": 0, "uncovered": 0}
+        )
+        entry["bytes"] += v.bytes
+        entry["mismatched"] += v.mismatched_bytes
+        entry["uncovered"] += v.uncovered_bytes
+    return [groups[g] for g in sorted(groups)]
+
+
+def roundtrip_figure(report):
+    """Per group: bytes checked, mismatched bytes and uncovered bytes.
+
+    Bytes checked on a linear MiB axis; the two failure counts beside them,
+    in bytes, so a single wrong byte is still visible as a labelled bar.
+    """
+    groups = _per_group(report)
+    rows = max(1, len(groups))
+    fig = _figure(10, 0.9 + 0.45 * rows)
+    checked, failures = fig.subplots(1, 2, sharey=True)
+    if not groups:
+        checked.text(0.5, 0.5, report.summary(), ha="center", va="center")
+        checked.set_axis_off()
+        failures.set_axis_off()
+        return fig
+    ys = list(range(rows - 1, -1, -1))
+    checked.barh(ys, [_mib(g["bytes"]) for g in groups], color="#74c476")
+    checked.set_yticks(ys, [f"group {g['group']}" for g in groups], fontsize=7)
+    checked.set_xlabel("MiB checked")
+    for name, color, offset in (
+        ("mismatched", "#de2d26", 0.2),
+        ("uncovered", "#fd8d3c", -0.2),
+    ):
+        values = [int(g[name]) for g in groups]
+        failures.barh(
+            [y + offset for y in ys], values, height=0.38, color=color, label=name
+        )
+        for y, value in zip(ys, values, strict=True):
+            failures.text(value, y + offset, f" {value:,}", va="center", fontsize=7)
+    failures.set_xlabel("bytes")
+    failures.legend(fontsize=7, loc="lower right")
+    failures.margins(x=0.3)
+    fig.suptitle(report.summary(), fontsize=8)
+    fig.tight_layout()
+    return fig

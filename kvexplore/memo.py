@@ -36,3 +36,11 @@ def per_plan(plan: Any, key: Hashable, build: Callable[[], T]) -> T:
     with _LOCK:
         entries = _MEMO.setdefault(plan, {})
         return entries.setdefault(key, value)
+
+
+def keys(plan: Any) -> list:
+    """The keys memoised for ``plan`` so far (for benchmarks and tooling)."""
+    if plan is None:
+        return []
+    with _LOCK:
+        return list(_MEMO.get(plan, {}))

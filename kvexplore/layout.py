@@ -1,6 +1,6 @@
 """Pure byte-layout arithmetic shared by every stage: small functions, no I/O.
 
-Each helper exists once here (ceil division, a strided view's byte extent,
+Each helper exists once here (ceil division, a strided view's extent, dtype names,
 runs of consecutive integers, Mamba state names, a spec's leaf specs, integer
 input checks, JSON conversion) so that planning, editing, offloading and
 rendering compute the same number the same way.
@@ -37,9 +37,9 @@ def element_extent(shape: Sequence[int], stride: Sequence[int]) -> int:
     return sum((n - 1) * abs(s) for n, s in zip(shape, stride, strict=True)) + 1
 
 
-def byte_extent(t) -> int:
-    """Bytes spanned by tensor ``t`` from its first to its last addressed byte."""
-    return element_extent(tuple(t.shape), tuple(t.stride())) * t.element_size()
+def dtype_name(dtype) -> str:
+    """``torch.bfloat16`` -> ``'bfloat16'``."""
+    return str(dtype).removeprefix("torch.")
 
 
 def runs(values: Iterable[int]) -> list[tuple[int, int]]:

@@ -72,6 +72,7 @@ from kvexplore.editing.validation import (
     validate_kv_cache_groups,
 )
 from kvexplore.errors import KVExploreError
+from kvexplore.layout import dtype_name
 
 __all__ = [
     "DEFAULT_EDITS",
@@ -770,7 +771,7 @@ def _layout_facts(value: object) -> dict[str, object]:
             "shape": tuple(value.shape),
             "stride": tuple(value.stride()),
             "storage_offset": value.storage_offset(),
-            "dtype": str(value.dtype).removeprefix("torch."),
+            "dtype": dtype_name(value.dtype),
         }
     if isinstance(value, (list, tuple)) and all(
         isinstance(t, torch.Tensor) for t in value
@@ -779,7 +780,7 @@ def _layout_facts(value: object) -> dict[str, object]:
             "shape": tuple(tuple(t.shape) for t in value),
             "stride": tuple(tuple(t.stride()) for t in value),
             "storage_offset": tuple(t.storage_offset() for t in value),
-            "dtype": tuple(str(t.dtype).removeprefix("torch.") for t in value),
+            "dtype": tuple(dtype_name(t.dtype) for t in value),
         }
     return {"shape": None, "stride": None, "storage_offset": None, "dtype": None}
 
@@ -972,9 +973,6 @@ def _check_rules(rules: object) -> tuple[KVCacheGroupEdit, ...]:
 _UNIFIED_MAMBA_DTYPES = (torch.int8, torch.uint8)
 
 
-def _dtype_name(dtype: object) -> str:
-    return str(dtype).removeprefix("torch.")
-
 
 def _dtype_problems(
     name: str, spec: KVCacheSpec, tensors: list[torch.Tensor]
@@ -994,7 +992,7 @@ def _dtype_problems(
             got = tensors[0].dtype
             if got not in _UNIFIED_MAMBA_DTYPES:
                 problems.append(
-                    f"Mamba layer {name!r} is a {_dtype_name(got)} tensor; expected "
+                    f"Mamba layer {name!r} is a {dtype_name(got)} tensor; expected "
                     "int8 bytes, as create_kv_cache_views registers a unified "
                     "Mamba row"
                 )
@@ -1003,8 +1001,8 @@ def _dtype_problems(
         for index, (state, dtype) in enumerate(zip(tensors, wanted, strict=False)):
             if state.dtype != dtype:
                 problems.append(
-                    f"Mamba layer {name!r} state {index} is {_dtype_name(state.dtype)}; "
-                    f"expected {_dtype_name(dtype)} (MambaSpec.dtypes[{index}])"
+                    f"Mamba layer {name!r} state {index} is {dtype_name(state.dtype)}; "
+                    f"expected {dtype_name(dtype)} (MambaSpec.dtypes[{index}])"
                 )
         return problems
     wanted_dtype = getattr(spec, "dtype", None)
@@ -1012,8 +1010,8 @@ def _dtype_problems(
         for tensor in tensors:
             if tensor.dtype != wanted_dtype:
                 problems.append(
-                    f"layer {name!r} is registered as {_dtype_name(tensor.dtype)}; "
-                    f"expected {_dtype_name(wanted_dtype)}, the dtype of its "
+                    f"layer {name!r} is registered as {dtype_name(tensor.dtype)}; "
+                    f"expected {dtype_name(wanted_dtype)}, the dtype of its "
                     f"{type(spec).__name__}"
                 )
                 break

@@ -19,10 +19,6 @@ def _gib(n: float) -> str:
     return f"{n / (1 << 30):.2f} GiB"
 
 
-def _figure(width: float, height: float):
-    return new_figure(width, height)
-
-
 # ---------------------------------------------------------------------------
 # CapacityReport
 # ---------------------------------------------------------------------------
@@ -103,7 +99,7 @@ def _prefix_axis(ax, reports: Sequence, lengths: Sequence[int], labels: Sequence
 
 def capacity_figure(r):
     """Memory breakdown per rank, and cached tokens vs prompt length."""
-    fig = _figure(10, 3.6)
+    fig = new_figure(10, 3.6)
     ax1, ax2 = fig.subplots(1, 2)
     _memory_axis(ax1, r)
     top = min(r.max_model_len, max(4 * r.cache_hit_alignment, 4096))
@@ -126,7 +122,7 @@ def prefix_cache_figure(reports: Sequence, lengths: Sequence[int] | None = None)
         f"{r.plan.model.name.split('/')[-1]} {r.plan.gpu.name} TP "
         f"{r.plan.parallel_config.tensor_parallel_size}" for r in reports
     ]
-    fig = _figure(7, 4)
+    fig = new_figure(7, 4)
     ax = fig.subplots()
     _prefix_axis(ax, reports, lengths, labels)
     fig.tight_layout()
@@ -160,7 +156,7 @@ def host_html(h) -> str:
 
 def host_figure(h):
     """Tokens the host tier holds vs what the naive GPU-bytes figure promises."""
-    fig = _figure(6, 2.4)
+    fig = new_figure(6, 2.4)
     ax = fig.subplots()
     ax.barh([1, 0], [h.naive_tokens, h.tokens], color=["#bdc3c7", "#27ae60"])
     ax.set_yticks([1, 0], ["GPU bytes/token\n(one rank, one group)", "vLLM CPU tier"])
@@ -179,7 +175,7 @@ def chunks_html(c) -> str:
 
 
 def chunks_figure(c):
-    fig = _figure(6, 1.8)
+    fig = new_figure(6, 1.8)
     ax = fig.subplots()
     top = max(c.valid[-1], *c.checked) if c.checked else c.valid[-1]
     ax.vlines(c.valid, 0, 1, color="#27ae60", label="valid chunk_size")

@@ -46,7 +46,7 @@ from typing import Any
 from kvexplore.display import Displayable
 from kvexplore.editing.plan_edits import plan_edits
 from kvexplore.errors import KVExploreError
-from kvexplore.layout import state_names
+from kvexplore.layout import dtype_name, state_names
 from kvexplore.registration import registered_views
 from kvexplore.rendering.figures import pages_figure, sweep_figure
 from kvexplore.rendering.segments import Segment, fmt_bytes, overlap_summary
@@ -58,9 +58,6 @@ MAX_CELLS = 8
 #: Coordinates along the first per-block dim of an edited view listed one by one.
 MAX_EDIT_COORDS = 16
 
-
-def _dtype_name(dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def _itemsize(dtype) -> int:
@@ -250,7 +247,7 @@ def _segment_table(segments: Sequence[Segment], total: int | None, *, limit: int
 
 def _tensor_text(t) -> str:
     return (
-        f"{list(t.shape)} {_dtype_name(t.dtype)}, strides {tuple(t.stride())}, "
+        f"{list(t.shape)} {dtype_name(t.dtype)}, strides {tuple(t.stride())}, "
         f"storage offset {t.storage_offset() * t.element_size():,} B"
     )
 
@@ -371,7 +368,7 @@ def _mamba_segments(spec, tensors, block: int, page: int, registration: str):
     cursor = 0
     for label, shape, dtype in zip(names, spec.shapes, spec.dtypes, strict=True):
         size = math.prod(shape) * _itemsize(dtype)
-        segs.append(Segment(label, cursor, size, _dtype_name(dtype), f"{tuple(shape)}"))
+        segs.append(Segment(label, cursor, size, dtype_name(dtype), f"{tuple(shape)}"))
         cursor += size
     if cursor < page:
         segs.append(Segment("pad", cursor, page - cursor, "", "page padding: no state"))
@@ -390,7 +387,7 @@ def _unified_attention_segments(spec, view, kernel: int):
     head_v = int(getattr(spec, "head_size_v", 0) or head_k)
     split = head_k and (head_k + head_v) * elem == c_bytes
     ratio = max(1, spec.block_size // kernel)
-    dtype = _dtype_name(view.dtype)
+    dtype = dtype_name(view.dtype)
     kp_extent = (heads - 1) * s_h + (tokens - 1) * s_n + c_bytes
     order = "token outside head" if s_n >= s_h else "head outside token"
     what = (
@@ -438,7 +435,7 @@ def _legacy_attention_segments(spec, view, kernel: int):
     s0, s_kv = view.stride(0) * elem, view.stride(1) * elem
     half = tokens * heads * head * elem
     ratio = max(1, spec.block_size // kernel)
-    dtype = _dtype_name(view.dtype)
+    dtype = dtype_name(view.dtype)
     segs: list[Segment] = []
     for p in range(ratio):
         for i, kv in enumerate("KV"[:two]):
@@ -462,7 +459,7 @@ def _mla_segments(plan, spec, view, block: int, kernel: int, registration: str):
     kernel_tokens = spec.block_size // ratio
     row = spec.page_size_bytes // spec.block_size
     kp = row * kernel_tokens
-    dtype = _dtype_name(view.dtype)
+    dtype = dtype_name(view.dtype)
     hf = plan.model_config.hf_text_config
     rank = getattr(hf, "kv_lora_rank", None)
     rope = getattr(hf, "qk_rope_head_dim", None)
@@ -505,7 +502,7 @@ def _edited_side(plan, name, registration, edited, block, page_offset, page, reg
     elem = value.element_size()
     per_block = tuple(value.shape[1:])
     strides = tuple(value.stride()[1:])
-    dtype = _dtype_name(value.dtype)
+    dtype = dtype_name(value.dtype)
     if value.shape[0] != plan.num_blocks:
         return EditedSide(rule, per_block, strides, dtype, (), (),
                           note=f"leading dim {value.shape[0]} is not the {plan.num_blocks} "

@@ -13,7 +13,11 @@ Prints, side by side in one run (medians over repeats):
   (goal: median >= 0.6, never below 0.5), with ``restore=False`` and with
   ``restore=True`` (the default call, which also saves and puts back the
   caches' bytes), on the CPU also at 2, 4 and 8 MiB tiles and on one
-  intra-op thread (``threads=1``, skipped for a --root without that argument);
+  intra-op thread (``threads=1``, skipped for a --root without that argument).
+  Per tile and group the check fills (once per run of groups with the same
+  registered views), moves every block through the edited view into
+  another block (half the tile via the store buffer) and compares; the copy
+  reads and writes each byte once, from memory;
 * the same ratio on a catalog model's own layout (``--model``, default
   Qwen/Qwen3.5-0.8B with 64 blocks, 1,114,112-byte pages; ``--model ''``
   skips it).

@@ -179,9 +179,11 @@ def break_it(how, cfg, caches):
         )
     elif how == "non_contiguous":
         t = caches[a]
+        # Heads and kernel-block tokens swapped: out of logical order only
+        # when both dims hold more than one element.
         assume(
             t.shape[3] > 1
-            and t.shape[2] < cfg.kv_cache_groups[1].kv_cache_spec.block_size
+            and 1 < t.shape[2] < cfg.kv_cache_groups[1].kv_cache_spec.block_size
         )
         caches[a] = torch.zeros(
             (t.shape[0], 2, t.shape[3], t.shape[2], t.shape[4]), dtype=t.dtype

@@ -248,16 +248,21 @@ def test_stacked_layers_fill_their_own_bytes_with_their_own_pattern():
     stacks = Group.of(layers_under_test(legacy_cfg, legacy, legacy_edited)).stacks
     assert [len(s.layers) for s in stacks] == [1, 1, 1]  # separate buffers
 
-    # chunk_bytes: one tile holds all three layers (the default holds one).
-    report = verify_roundtrip(cfg, caches, edited, restore=False, chunk_bytes=1 << 30)
-    assert report.ok, report
-    stacked = snapshot(caches)
-    assert verify_roundtrip(cfg, caches, edited, restore=False).ok
-    assert all(
-        torch.equal(a, b) for a, b in zip(stacked, snapshot(caches), strict=True)
-    )
     state = 1_085_440  # conv + SSM bytes of a 1,114,112-byte page
     (flat,) = storage_bytes(caches)  # one allocation, layer-compact: a | b | c
+
+    def page_states():
+        pages = flat.reshape(9, QWEN_PAGE)[:, :state]
+        return sorted(bytes(page.numpy()) for page in pages)
+
+    # chunk_bytes: one tile holds all three blocks, and the load rotates them;
+    # the default tile holds one block of the three layers, which rotate.
+    report = verify_roundtrip(cfg, caches, edited, restore=False, chunk_bytes=1 << 30)
+    assert report.ok, report
+    block_turned = page_states()
+    assert verify_roundtrip(cfg, caches, edited, restore=False).ok
+    # The same nine page patterns, moved whole: only their places differ.
+    assert page_states() == block_turned and len(set(block_turned)) == 9
     pages = {
         name: flat[i * 3 * QWEN_PAGE : (i + 1) * 3 * QWEN_PAGE].reshape(3, QWEN_PAGE)
         for i, name in enumerate("abc")
@@ -307,8 +312,8 @@ def test_both_compare_kernels_pass_good_views_and_locate_a_bad_one(monkeypatch, 
     edited = apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD")
     assert verify_roundtrip(cfg, caches, edited).ok
     # Two layers registered on the same bytes: b's fill overwrites a's
-    # pattern, and only the compare (not the address arithmetic) says which
-    # bytes of a came back wrong.
+    # pattern, and a's load into the other block moves b's bytes; only the
+    # compare (not the address arithmetic) says which bytes came back wrong.
     spec = qwen_gdn()
     states = legacy_mamba(spec, 2)
     cfg = config([(["a", "b"], spec)], 2)
@@ -317,9 +322,10 @@ def test_both_compare_kernels_pass_good_views_and_locate_a_bad_one(monkeypatch, 
         cfg, caches, apply_kv_cache_group_edits(cfg, caches), chunk_bytes=1 << 30
     )
     rows = report.table.set_index("layer")
-    assert rows.loc["a", "mismatched_bytes"] == 2 * 1_085_440  # every state byte
-    assert rows.loc["a", "first_mismatch"] == (0, "conv", 0)
-    assert rows.loc["b", "roundtrip_ok"]
+    for name in "ab":
+        assert rows.loc[name, "mismatched_bytes"] == 2 * 1_085_440  # every state byte
+        assert rows.loc[name, "first_mismatch"] == (0, "conv", 0)
+        assert not rows.loc[name, "roundtrip_ok"]
 
 
 def test_compare_outputs_of_mixed_widths_need_no_byte_by_byte_pass(monkeypatch):
@@ -424,3 +430,25 @@ def test_the_callers_thread_count_is_restored():
             verify_roundtrip(cfg, caches, edited, threads=0)
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("chunk_bytes", [None, 1 << 30], ids=["block-tiles", "one-tile"])
+def test_bytes_the_edited_view_misses_are_lost_in_the_data_too(chunk_bytes):
+    cfg, caches = unified_registration(qwen_groups(2), 3, kernel=32)
+    edited = dict(apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD"))
+    # Group 1's first layer keeps only token rows 0-499 of its [544, 2000]
+    # page view: bytes 1,000,000 to 1,085,440 of each page (the state's end)
+    # are never stored.  Group 1 shares its registered views with group 0,
+    # so it starts from group 0's pattern; group 2 must fill afresh.
+    edited["model.layers.1.0"] = edited["model.layers.1.0"][:, :500]
+    randomize(caches, seed=3)
+    before = snapshot(caches)
+    report = verify_roundtrip(cfg, caches, edited, chunk_bytes=chunk_bytes)
+    rows = report.table.set_index("layer")
+    lost = 3 * (1_085_440 - 1_000_000)
+    bad = rows.loc["model.layers.1.0"]
+    assert bad["mismatched_bytes"] == lost == bad["uncovered_bytes"]
+    conv = 3 * 6144 * 2
+    assert bad["first_mismatch"] == (0, "ssm", 1_000_000 - conv)
+    assert rows.drop(index="model.layers.1.0")["ok"].all()
+    assert all(torch.equal(a, b) for a, b in zip(before, snapshot(caches), strict=True))

@@ -3,7 +3,7 @@ tensors vLLM registers.
 
 ``validation`` (which groups a connector can serve) -> ``rules`` (the edits)
 -> the round-trip proof: ``proof`` (address arithmetic), ``tiling`` (the
-fill / store / zero / load / compare engine) and ``roundtrip`` (the public
+fill / store / load-elsewhere / compare engine) and ``roundtrip`` (the public
 :func:`verify_roundtrip` and its :class:`RoundTripReport`)."""
 
 from kvexplore.editing.roundtrip import RoundTripReport, verify_roundtrip

@@ -13,9 +13,10 @@ edited views lose nothing.  This module does the part that needs no data:
   layer (``confined_ok``) and that no two pages of one group overlap
   (``disjoint_ok``: no neighbour block, no sibling layer on the same buffer).
 
-Coverage is what makes the data check of :mod:`kvexplore.editing.tiling`
-sound: the zeroing through the edited view reaches every byte the compare
-reads, so a byte the load failed to write back reads 0, never its pattern.
+The data check of :mod:`kvexplore.editing.tiling` shows the same facts on
+the bytes themselves: it moves every block through the edited views into
+another block, so a registered byte the view misses is left behind with the
+wrong pattern and counted; the arithmetic names the blocks and the bytes.
 
 Qwen3.5-0.8B, unified, 64 blocks: a GDN layer's registered row
 ``[64, 1, 1, 1085440]`` int8 is regions ``conv`` (36,864 B) and ``ssm``

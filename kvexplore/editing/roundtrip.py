@@ -10,8 +10,9 @@ the proof:
   same storage, stays inside that block's page, and no two pages of a group
   overlap;
 * :mod:`kvexplore.editing.tiling`, data: a pattern written through the
-  registered views, stored, zeroed and loaded through the edited views,
-  comes back byte for byte, tile by cache-sized tile.
+  registered views, stored and loaded through the edited views into another
+  block (as a connector reloads a saved block wherever there is room), is
+  found byte for byte in that block, tile by cache-sized tile.
 
 Mismatches never raise: the report says where.
 """
@@ -198,7 +199,17 @@ def verify_roundtrip(
     chunk_bytes: int | None = None,
     threads: int | None = None,
 ) -> RoundTripReport:
-    """Store and load every selected block through ``edited`` and check every byte.
+    """Store every selected block through ``edited``, load it into another, check every byte.
+
+    Every registered byte gets a pattern of its layer, block and place in the
+    page; the edited views then move each block's bytes to another block of
+    the same layer (as a connector reloads a saved block wherever there is
+    room; in a tile of one block, to the same block of another layer of the
+    group; for a tile of one layer of one block, back to the same block
+    after its bytes are zeroed), and every registered byte must hold the
+    pattern of the block it came from.  A byte the edited view misses, or puts elsewhere in the page,
+    is counted in ``mismatched_bytes``; address arithmetic proves the same
+    per block and byte (``covers_ok``, ``confined_ok``, ``disjoint_ok``).
 
     Args:
         kv_cache_config: the vLLM ``KVCacheConfig`` the caches were built for
@@ -219,8 +230,8 @@ def verify_roundtrip(
         threads: CPU intra-op threads for the data check, the caller's
             setting restored afterwards; ``None`` keeps the caller's.  On a
             busy shared machine ``threads=1`` avoids waiting at every call
-            for a descheduled second thread (2 shared cores, loaded: 0.07x
-            of a plain copy -> 0.63x for Qwen3.5-0.8B; idle: 0.62x -> 0.34x).
+            for a descheduled second thread (``benchmarks/bench_edits.py``
+            measures both).
 
     Returns:
         :class:`RoundTripReport`; a mismatch is reported, not raised.

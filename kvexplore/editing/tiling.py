@@ -1,7 +1,8 @@
-"""The data half of the round-trip proof: fill, store / zero / load, compare.
+"""The data half of the round-trip proof: fill, store, load elsewhere, compare.
 
-What an LMCache-style connector does with the edited views, played on the
-tensors' own device, one cache-sized tile at a time:
+What an LMCache-style connector does with the edited views (save a block,
+free it, load the bytes back into another block), played on the tensors'
+own device one cache-sized tile at a time:
 
 1. *fill*: every selected block of every layer gets a recognisable pattern
    written through the **registered** views, so a byte that lands in the
@@ -9,23 +10,31 @@ tensors' own device, one cache-sized tile at a time:
    position in its page, its block and its layer, so regions that tile one
    contiguous span (conv then SSM; K and V interleaved per token) are filled
    as that span in one call and still differ from each other;
-2. *store / zero / load*: the selected blocks are gathered through the
-   **edited** view into a separate buffer, zeroed through the edited view and
-   scattered back from the buffer;
-3. *compare*: every registered byte must hold its pattern again.
+2. *store / load*: through the **edited** views every selected block is
+   moved half the tile's blocks on, cyclically (half goes through a
+   separate buffer, half is copied directly; in a one-block tile the
+   layers rotate instead).  Only when a tile holds one block of one layer
+   is the load made to the same place, after the registered bytes are
+   zeroed (the block was "evicted");
+3. *compare*: every registered byte must hold the pattern of the block (or
+   layer) it was stored from.  A registered byte the edited view misses
+   keeps its own block's pattern, or zero, and is caught here; so is a
+   view that puts a block's bytes at other offsets than it took them from.
 
 A tile is a run of consecutive blocks times a window of layer positions
 (``chunk_bytes`` bounds one group's share of it); every group in turn gets
 steps 1-3 on the tile, because vLLM overlays the groups on one backing
 allocation (Qwen3.5-0.8B's four ``KVCacheTensor`` each span the same
-427,819,008 B), so only the first pass over a tile comes from memory.  With
-``restore`` the tile's previous bytes are saved before and put back after,
-also while in cache.  Layers of a group that vLLM places at a fixed stride
-(``layer_stride``) are handled as one strided view, one torch call per step
-for all of them.  Data checks are local to a tile: a layer overlapping
-another layer's page in a *later* tile is caught by the address arithmetic
-of :mod:`kvexplore.editing.proof`, whose coverage proof also makes the
-zeroing sound (no zero check is needed after it).
+427,819,008 B), so only the first pass over a tile comes from memory.  A
+group whose registered views are those of the group before it (Qwen3.5's
+three Gated-DeltaNet groups) starts from the pattern that group left, which
+its compare has just proven, instead of filling again.  With ``restore``
+the tile's previous bytes (registered and edited extents) are saved before
+and put back after, also while in cache.  Layers of a group that vLLM
+places at a fixed stride (``layer_stride``) are handled as one strided
+view, one torch call per step for all of them.  Data checks are local to a
+tile: a layer overlapping another layer's page in a *later* tile is caught
+by the address arithmetic of :mod:`kvexplore.editing.proof`.
 """
 
 from __future__ import annotations
@@ -61,12 +70,13 @@ __all__ = [
 # Pattern byte = 1 + (position + tag) mod 251: never 0 (so a zeroed byte is
 # visible), shifted per block, per region and per layer by steps coprime with
 # 251 so that a byte moved to a neighbour block, the other K/V half or a
-# sibling layer no longer matches.
+# sibling layer no longer matches.  The ``i``-th layers of all groups (one
+# ``KVCacheTensor`` in vLLM 0.33) get the same pattern, so a group whose
+# views are its predecessor's can start from what that group left.
 _MODULUS = 251
 _BLOCK_STEP = 97
 _REGION_STEP = 53
 _LAYER_STEP = 37
-_GROUP_STEP = 11
 
 _WIDE = (torch.int64, torch.int32, torch.int16)
 #: Offsets into the ramp are multiples of 8 so pattern views can be read as
@@ -101,9 +111,10 @@ def default_chunk_bytes(device: torch.device) -> int:
 
     On the CPU a tile and its store buffer (8 MiB together) stay within a
     share of the last-level cache (32 MiB L3 on the 2-core EPYC the
-    benchmarks ran on), so every pass after a tile's first hits cache; 0.25
-    to 8 MiB are measured in ``benchmarks/bench_edits.py``.  On CUDA the
-    tile is large enough that kernel launches do not dominate.
+    benchmarks ran on), so every pass after a tile's first hits cache; 2 to
+    8 MiB are measured in ``benchmarks/bench_edits.py`` (1 MiB tiles spend
+    more time in Python than in torch: 0.22x of a copy).  On CUDA the tile
+    is large enough that kernel launches do not dominate.
     """
     return (256 << 20) if device.type == "cuda" else (4 << 20)
 
@@ -114,18 +125,12 @@ def _threads(device: torch.device, threads: int | None):
 
     A tile costs about ten torch calls per group on a few MiB each; with two
     threads every call ends in a barrier that waits for the slower thread,
-    which on a shared machine is often descheduled.  Measured on 2 shared
-    cores (ratio to a plain copy of the same bytes, median of 5 runs, worst
-    run in brackets):
-
-    * loaded (load average 10-28): 64 MiB bench registration 0.12x with 2
-      threads, 0.25-0.57x with 1; Qwen3.5-0.8B x 64 blocks 0.07x -> 0.63x;
-    * idle (load average 1-2): 1 GiB bench 0.58x (0.52x) with 2 threads,
-      0.39x (0.23x) with 1; Qwen3.5-0.8B 0.62x (0.02x) with 2, 0.34x (0.31x)
-      with 1.
-
-    ``None`` keeps the caller's setting (fastest on an idle machine); 1 never
-    collapses on a busy one.
+    which on a shared machine is often descheduled.  On the 2 shared cores
+    ``benchmarks/bench_edits.py`` ran on, two threads were faster in most
+    runs (1 GiB bench registration: 0.45-0.64x of a plain copy with 2,
+    0.35-0.40x with 1), and one thread in some (Qwen3.5-0.8B x 64 blocks:
+    0.19x with 2 against 0.31x with 1 in one run, 0.57x against 0.37x in
+    the next).  ``None`` keeps the caller's setting.
     """
     before = torch.get_num_threads()
     if device.type != "cpu" or threads is None or threads == before:
@@ -244,14 +249,14 @@ def _ramp(length: int, device: torch.device) -> torch.Tensor:
     return (torch.arange(length, device=device) % _MODULUS + 1).to(torch.uint8)
 
 
-def _layer_tag(group: int, index: int) -> int:
-    """Pattern offset of layer ``index`` of ``group`` (bytes).
+def _layer_tag(index: int) -> int:
+    """Pattern offset of the ``index``-th layer of any group (bytes).
 
     Linear in ``index`` (reduced modulo the period only when a view of the
     ramp is taken), so consecutive layers of a group read their patterns as
     one strided view of the ramp (see :class:`_Stack`).
     """
-    return 8 * ((_GROUP_STEP * group) % _MODULUS) + _LAYER_BYTES * index
+    return _LAYER_BYTES * index
 
 
 # --------------------------------------------------------------------------
@@ -302,7 +307,7 @@ def _tagged(layer: LayerUnderTest) -> tuple[_Fill, ...]:
     they sit at different offsets.  Regions on separate storages get
     distinct offsets instead.
     """
-    base = _layer_tag(layer.group, layer.index)
+    base = _layer_tag(layer.index)
     views = [r.view for r in layer.regions]
     if len({v.untyped_storage().data_ptr() for v in views}) == 1:
         first = min(v.storage_offset() for v in views)
@@ -384,6 +389,10 @@ class _Stack:
     layers: tuple[TiledLayer, ...]
     fills: tuple[torch.Tensor, ...]  # per fill view: [L, num_blocks, ...] (wide)
     parts: tuple[torch.Tensor, ...]  # per edited tensor: [L, num_blocks, ...]
+    #: Every registered and edited view steps by the same bytes from one layer
+    #: to the next, so rotating the layers of the edited views moves each
+    #: layer's registered bytes onto the next layer's (a one-block tile).
+    rotatable: bool = False
 
     @classmethod
     def of(cls, layers: Sequence[TiledLayer], shifts: list[int] | None) -> _Stack:
@@ -398,8 +407,42 @@ class _Stack:
                 )
                 for v, d in zip(views, shifts, strict=True)
             ]
+        steps = {d * v.element_size() for v, d in zip(views, shifts or [], strict=False)}
         count = len(first.fills)
-        return cls(tuple(layers), tuple(stacked[:count]), tuple(stacked[count:]))
+        return cls(
+            tuple(layers),
+            tuple(stacked[:count]),
+            tuple(stacked[count:]),
+            rotatable=len(layers) > 1 and len(steps) == 1,
+        )
+
+    def axis(self, blocks: int) -> int | None:
+        """The dim a tile of ``blocks`` blocks rotates on the load.
+
+        1 (blocks) when the tile has two or more; else 0 (layers) when the
+        stack has two or more that step alike; else ``None``: the load goes
+        back to the same place after the registered bytes are zeroed.
+        """
+        if blocks > 1:
+            return 1
+        return 0 if self.rotatable else None
+
+    def signature(self, blocks: int) -> tuple:
+        """What makes two stacks' fills write the same pattern on the same bytes."""
+        return (
+            self.axis(blocks),
+            tuple(
+                (
+                    f.untyped_storage().data_ptr(),
+                    f.storage_offset(),
+                    tuple(f.shape),
+                    f.stride(),
+                    f.dtype,
+                    layer_fill.tag,
+                )
+                for f, layer_fill in zip(self.fills, self.layers[0].fills, strict=True)
+            ),
+        )
 
     def singles(self) -> list[_Stack]:
         """One stack per layer (after a stacked call raised)."""
@@ -495,6 +538,7 @@ class Group:
         self.stacks = _stacks(members)
         self.ne = kernel == "ne"  # compare with ne + any (else xor + max)
         self._views: dict[int, tuple] = {}
+        self._signatures: dict[int, tuple] = {}
 
     @classmethod
     def of(cls, layers: Sequence[LayerUnderTest], kernel: str = "xor") -> Group:
@@ -559,117 +603,287 @@ class Group:
         self._views[n] = stores, outs, flat, gaps
         return self._views[n]
 
+    def signature(self, n: int) -> tuple:
+        """The group's fills on a chunk of ``n`` blocks, stack by stack."""
+        if n not in self._signatures:
+            self._signatures[n] = tuple(stack.signature(n) for stack in self.stacks)
+        return self._signatures[n]
+
     def run(
-        self, lo: int, chunk: slice, ramps: dict, scratch: torch.Tensor, tally: _Tally
-    ) -> None:
-        """Fill, store / zero / load and compare ``chunk`` for this group.
+        self,
+        lo: int,
+        chunk: slice,
+        ramps: dict,
+        scratch: torch.Tensor,
+        tally: _Tally,
+        carry: Carry | None = None,
+    ) -> Carry | None:
+        """Fill, store / load and compare ``chunk`` for this group.
+
+        ``carry`` is what the group before it in the tile left: when its
+        fills are this group's, the fill is skipped and the compare expects
+        that group's pattern rotated once more.  Returns this group's carry,
+        or ``None`` when something failed (the next group then fills).
 
         A stack of several layers whose stacked store raises is split into
-        one stack per layer and the tile is tried again, so the error lands
-        on the layer that caused it; a single layer that raises is recorded
-        in ``tally`` and left out.  Each attempt either succeeds or splits
-        one stack, so there are at most as many attempts as layers, plus one.
+        one stack per layer and the tile is tried again (filled afresh), so
+        the error lands on the layer that caused it; a single layer that
+        raises is recorded in ``tally`` and left out.  Each attempt either
+        succeeds or splits one stack, so there are at most as many attempts
+        as layers, plus one.
         """
         attempts = 1 + sum(len(s.layers) for s in self.stacks)
         for _ in range(attempts):
-            raised = self._attempt(lo, chunk, ramps, scratch, tally)
+            raised, out = self._attempt(lo, chunk, ramps, scratch, tally, carry)
             if raised is None:
-                return
+                return out
             self._split(raised)
+            carry = None
         raise AssertionError("a tile was retried more often than it has layers")
 
     def _split(self, stack: _Stack) -> None:
         at = self.stacks.index(stack)
         self.stacks[at : at + 1] = stack.singles()
         self._views.clear()
+        self._signatures.clear()
 
     def _attempt(
-        self, lo: int, chunk: slice, ramps: dict, scratch: torch.Tensor, tally: _Tally
-    ) -> _Stack | None:
-        """One fill / store / zero / load / compare; the stack that raised, if any."""
-        n = chunk.stop - chunk.start
+        self,
+        lo: int,
+        chunk: slice,
+        ramps: dict,
+        scratch: torch.Tensor,
+        tally: _Tally,
+        carry: Carry | None,
+    ) -> tuple[_Stack | None, Carry | None]:
+        """One fill / store / load / compare: the stack that raised, and the carry."""
+        start, n = chunk.start, chunk.stop - chunk.start
         stores, outs, flat, gaps = self.views(n, scratch)
-        # 1. fill through the registered views
-        work = []
-        for s, stack in enumerate(self.stacks):
-            for k, view in enumerate(stack.fills):
-                actual = view[:, chunk]
-                expected = _pattern(
-                    ramps[actual.dtype],
-                    view[0],
-                    stack.layers[0].fills[k].tag,
-                    lo,
-                    n,
-                    actual.shape[0],
-                )
-                actual.copy_(expected)
-                work.append((actual, expected, outs[s][k]))
-        # 2. store, zero, load through the edited views
+        signature = self.signature(n)
+        tiles = [[f.narrow(1, start, n) for f in stack.fills] for stack in self.stacks]
+        # 1. fill through the registered views, unless they hold a known pattern
+        if carry is not None and carry.signature == signature:
+            turns = list(carry.turns)
+        else:
+            turns = [0] * len(self.stacks)
+            for stack, actuals in zip(self.stacks, tiles, strict=True):
+                _put(stack, actuals, ramps, lo, None, 0)
+        # 2. store and load each block (or layer) half the chunk further on
+        clean = True
         for s, stack in enumerate(self.stacks):
             if any(tally.errors[layer.position] for layer in stack.layers):
+                clean = False
                 continue
-            error = _store_zero_load(stack, chunk, stores[s])
+            axis = stack.axis(n)
+            error = _store_load(stack, start, n, stores[s], tiles[s], axis)
             if error is None:
+                if axis is not None:
+                    m = n if axis == 1 else len(stack.layers)
+                    turns[s] = (turns[s] + half(m)) % m
                 continue
             if len(stack.layers) > 1:
-                return stack
+                return stack, None
             tally.errors[stack.layers[0].position] = error
-        # 3. every byte back?  One reduction over all compare outputs.
-        if not work:
-            return None
-        for actual, expected, out in work:
-            if actual.numel():
-                if self.ne:
-                    torch.ne(actual, expected, out=out)
-                else:
-                    torch.bitwise_xor(actual, expected, out=out)
+            clean = False
+            _put(stack, tiles[s], ramps, lo, axis, turns[s])  # the pattern it had
+        # 3. every byte where it belongs?  One reduction over all compare outputs.
+        compare = torch.ne if self.ne else torch.bitwise_xor
+        for s, stack in enumerate(self.stacks):
+            axis = stack.axis(n)
+            for k, actual in enumerate(tiles[s]):
+                if not actual.numel():
+                    continue
+                tag = stack.layers[0].fills[k].tag
+                for dim, at, length, expected in _expected(
+                    ramps, actual, tag, lo, axis, turns[s]
+                ):
+                    if dim is None:
+                        compare(actual, expected, out=outs[s][k])
+                    else:
+                        compare(
+                            actual.narrow(dim, at, length),
+                            expected,
+                            out=outs[s][k].narrow(dim, at, length),
+                        )
         for gap in gaps:
             gap.zero_()
-        if bool(flat.any()) if self.ne else bool(flat.max()):
-            for stack in self.stacks:
-                for layer in stack.layers:
-                    for k in range(len(layer.regions)):
-                        locate(layer, k, lo, chunk, ramps, tally)
-        return None
+        if not flat.numel() or not (bool(flat.any()) if self.ne else bool(flat.max())):
+            return None, Carry(signature, tuple(turns)) if clean else None
+        for s, stack in enumerate(self.stacks):
+            rotation = Rotation(stack.axis(n), turns[s], len(stack.layers))
+            for place, layer in enumerate(stack.layers):
+                for k in range(len(layer.regions)):
+                    locate(layer, k, lo, chunk, ramps, tally, rotation, place)
+        return None, None
 
 
-def _store_zero_load(
-    stack: _Stack, chunk: slice, buffers: list[torch.Tensor]
+@dataclass(frozen=True)
+class Carry:
+    """What a group leaves in a tile once its compare passed.
+
+    ``signature``: its fills (:meth:`Group.signature`); ``turns``: per
+    stack, how many loads have rotated the pattern since the fill.
+    """
+
+    signature: tuple
+    turns: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Rotation:
+    """Where a stack's bytes are after ``turns`` rotating loads on ``axis``."""
+
+    axis: int | None
+    turns: int
+    layers: int
+
+
+def _expected(
+    ramps: dict,
+    actual: torch.Tensor,
+    tag: int,
+    lo: int,
+    axis: int | None,
+    turns: int,
+) -> list[tuple[int | None, int, int, torch.Tensor]]:
+    """The pattern a stacked fill view's chunk ``[L, n, ...]`` holds.
+
+    ``(dim, start, length, pattern)``: ``actual.narrow(dim, start, length)``
+    must equal ``pattern`` (all of ``actual`` when ``dim`` is ``None``).
+    After ``turns`` loads rotating the blocks of the chunk (``axis`` 1),
+    block ``b`` holds the pattern of block ``b - turns`` (cyclically);
+    rotating the layers (``axis`` 0), layer ``l`` holds that of layer
+    ``l - turns``.  Each side of the wrap is one strided ramp view.
+    """
+    ramp, like = ramps[actual.dtype], actual[0]
+    layers, n = actual.shape[0], actual.shape[1]
+    if axis is None or turns == 0:
+        return [(None, 0, 0, _pattern(ramp, like, tag, lo, n, layers))]
+    if axis == 1:
+        return [
+            (1, turns, n - turns, _pattern(ramp, like, tag, lo, n - turns, layers)),
+            (1, 0, turns, _pattern(ramp, like, tag, lo + n - turns, turns, layers)),
+        ]
+    wrapped = tag + _LAYER_BYTES * (layers - turns)
+    return [
+        (0, turns, layers - turns, _pattern(ramp, like, tag, lo, n, layers - turns)),
+        (0, 0, turns, _pattern(ramp, like, wrapped, lo, n, turns)),
+    ]
+
+
+def _put(
+    stack: _Stack,
+    actuals: list[torch.Tensor],
+    ramps: dict,
+    lo: int,
+    axis: int | None,
+    turns: int,
+) -> None:
+    """Write the pattern (rotated ``turns`` times on ``axis``) through the fills."""
+    for k, actual in enumerate(actuals):
+        tag = stack.layers[0].fills[k].tag
+        for dim, at, length, expected in _expected(ramps, actual, tag, lo, axis, turns):
+            target = actual if dim is None else actual.narrow(dim, at, length)
+            target.copy_(expected)
+
+
+def half(m: int) -> int:
+    """How far a rotating load moves each of ``m`` blocks (or layers):
+    ``ceil(m / 2)``, between 1 and ``m - 1`` for ``m >= 2``."""
+    return (m + 1) // 2
+
+
+def _store_load(
+    stack: _Stack,
+    start: int,
+    n: int,
+    buffers: list[torch.Tensor],
+    fills: list[torch.Tensor],
+    axis: int | None,
 ) -> str | None:
-    """One store and load of ``chunk`` through the edited views of a stack.
+    """One store and one load of blocks ``start .. start + n`` through the
+    edited views of a stack.
 
-    The store goes to ``buffers``, views of a separate buffer allocated once
-    per run (a fresh allocation per chunk would pay page faults on every
-    store).  No zero check follows the zeroing: the address arithmetic has
-    proven, per block and byte-exact, that the edited view of each block
-    covers every registered byte of that block on the same storage, so the
-    zeroing reaches every byte the compare then reads, and a byte the load
-    did not write back reads 0, never its (non-zero) pattern.
+    Every block (layer, on ``axis`` 0) moves :func:`half` of the chunk's
+    ``m`` places on, cyclically, as a connector loads a saved block into
+    whichever block is free: the last ``h = half(m)`` are stored to
+    ``buffers`` (views of a separate buffer allocated once per run; a fresh
+    allocation per chunk would pay page faults on every store), the first
+    ``m - h`` are copied to the last (their ranges are disjoint, as
+    ``m - h <= h``) and the stored ones are loaded into the first ``h``:
+    two reads and two writes of half the chunk fewer than storing and
+    loading it all.  With no ``axis`` (one block of one layer) the whole
+    chunk is stored, the registered bytes (``fills``) are zeroed and the
+    load goes back to the same block.  Either way a registered byte the
+    edited view does not reach keeps a value the compare rejects.
 
     Returns torch's message when it refuses the views (e.g. an expanded view
-    it cannot write), else ``None``.
+    whose rows alias one another cannot be written), else ``None``.  Torch
+    checks a view before writing through it, so a refused load writes
+    nothing.
     """
     try:
-        parts = [e[:, chunk] for e in stack.parts]
-        for part, buf in zip(parts, buffers, strict=True):
-            buf.copy_(part)  # the store
-        for part in parts:
-            part.zero_()
-        for part, buf in zip(parts, buffers, strict=True):  # the load
-            part.copy_(buf)
+        parts = [e.narrow(1, start, n) for e in stack.parts]
+        if axis is None:
+            for part, buf in zip(parts, buffers, strict=True):
+                buf.copy_(part)  # the store
+            for fill in fills:
+                fill.zero_()  # evicted
+            for part, buf in zip(parts, buffers, strict=True):
+                part.copy_(buf)
+            return None
+        buffers = [
+            buf.narrow(axis, 0, half(part.shape[axis]))
+            for part, buf in zip(parts, buffers, strict=True)
+        ]
+        for part, buf in zip(parts, buffers, strict=True):  # the store
+            m = part.shape[axis]
+            buf.copy_(part.narrow(axis, m - half(m), half(m)))
+        for part, buf in zip(parts, buffers, strict=True):  # the load, rotated
+            m = part.shape[axis]
+            h = half(m)
+            part.narrow(axis, h, m - h).copy_(part.narrow(axis, 0, m - h))
+            part.narrow(axis, 0, h).copy_(buf)
     except RuntimeError as exc:
         return str(exc).splitlines()[0]
     return None
 
 
+
 def locate(
-    layer: TiledLayer, k: int, lo: int, chunk: slice, ramps: dict, tally: _Tally
+    layer: TiledLayer,
+    k: int,
+    lo: int,
+    chunk: slice,
+    ramps: dict,
+    tally: _Tally,
+    rotation: Rotation | None = None,
+    place: int = 0,
 ) -> None:
-    """Count and locate the bytes of region ``k`` of ``layer`` that differ."""
+    """Count and locate the bytes of region ``k`` of ``layer`` that differ.
+
+    ``layer`` is the ``place``-th of its stack, whose bytes ``rotation``
+    has moved (none when ``None``).
+    """
     n = chunk.stop - chunk.start
     r = layer.regions[k]
     actual = r.view[chunk]
-    diff = actual != _pattern(ramps[torch.uint8], actual, r.tag, lo, n)[0]
+    ramp = ramps[torch.uint8]
+    axis, turns = (None, 0) if rotation is None else (rotation.axis, rotation.turns)
+    if axis == 1 and turns:
+        expected = torch.cat(
+            [
+                _pattern(ramp, actual, r.tag, lo + n - turns, turns)[0],
+                _pattern(ramp, actual, r.tag, lo, n - turns)[0],
+            ]
+        )
+    else:
+        source = place
+        if axis == 0:
+            source = (place - turns) % rotation.layers
+        tag = r.tag + _LAYER_BYTES * (source - place)
+        expected = _pattern(ramp, actual, tag, lo, n)[0]
+    diff = actual != expected
     wrong = int(diff.sum())
     if not wrong:
         return
@@ -727,25 +941,25 @@ def _tiling(members: dict[int, list[TiledLayer]], chunk_bytes: int) -> tuple[int
 def _spans(
     layers: Sequence[TiledLayer], chunks: list[tuple[int, slice]]
 ) -> tuple[list[list[tuple[torch.Tensor, int, int]]], int]:
-    """Per chunk, the byte spans the fill overwrites, merged per storage.
+    """Per chunk, the byte spans the fill and the loads overwrite, merged per storage.
 
-    Only registered regions need saving: a store / zero / load through any
-    view (page padding, a spill into a sibling, a neighbour block) puts back
-    the very bytes it read, so it leaves memory as it found it.  Returns the
-    spans of each chunk and the largest total.
+    The registered regions, and every byte an edited view reaches: the
+    rotated load moves a block's padding, or a spill into a sibling page,
+    to the next block.  Returns the spans of each chunk and the largest
+    total.
     """
     flats: dict[int, torch.Tensor] = {}
     shapes = []
     for layer in layers:
-        for r in layer.regions:
-            t = r.view
+        for t in [r.view for r in layer.regions] + list(layer.edited_parts):
             if t.numel() == 0:
                 continue
             key = t.untyped_storage().data_ptr()
             if key not in flats:
                 flats[key] = storage_bytes(t)
-            extent = element_extent(tuple(t[0].shape), tuple(t[0].stride()))
-            shapes.append((key, t.storage_offset(), t.stride(0), extent))
+            word = t.element_size()
+            extent = element_extent(tuple(t[0].shape), tuple(t[0].stride())) * word
+            shapes.append((key, t.storage_offset() * word, t.stride(0) * word, extent))
     out, most = [], 0
     for _, chunk in chunks:
         per: dict[int, list[tuple[int, int]]] = {}
@@ -780,15 +994,17 @@ def exercise(
     kernel: str | None = None,
     threads: int | None = None,
 ) -> tuple[LayerDamage, ...]:
-    """Fill, store / zero / load and compare: tile by tile, group by group.
+    """Fill, store / load elsewhere and compare: tile by tile, group by group.
 
     The outer loops run over tiles (see :func:`_tiling`) small enough to stay
     in cache; inside, each group in turn gets the whole cycle on the tile's
     layers (vLLM overlays groups on one backing allocation, so a group's fill
-    overwrites the one before).  Every pass after the first then hits cache,
-    and the tile's previous bytes are saved before and put back after, while
-    hot.  Within a group, each stack of layers is one torch call per fill
-    view and step, and one reduction checks the whole group.
+    overwrites the one before, unless the group's registered views are the
+    previous group's and it starts from that group's proven pattern).  Every
+    pass after the first then hits cache, and the tile's previous bytes are
+    saved before and put back after, while hot.  Within a group, each stack
+    of layers is one torch call per fill view and step, and one reduction
+    checks the whole group.
 
     Words are compared (8 bytes at a time where the layout allows): a word
     differs iff one of its bytes does.  With the ``"xor"`` kernel (the
@@ -829,20 +1045,27 @@ def exercise(
     ramp = _ramp(reach + _PERIOD + _BLOCK_BYTES * most + _LAYER_BYTES * deepest, device)
     ramps = {dtype: ramp.view(dtype) for dtype in (*_WIDE, torch.uint8)}
     scratch_bytes = _aligned(max(g.scratch_bytes(most) for g in groups))
-    spans, span_bytes = [], 0
-    if restore:
-        for tile in tiles:
-            tile_spans, tile_bytes = _spans(
-                [layer for g in tile for s in g.stacks for layer in s.layers], chunks
-            )
-            spans.append(tile_spans)
-            span_bytes = max(span_bytes, tile_bytes)
+    spans, span_bytes = _tile_spans(tiles, chunks) if restore else ([], 0)
     # One allocation for the store buffer and the saved bytes.
     buffer = torch.empty(scratch_bytes + span_bytes, dtype=torch.uint8, device=device)
     scratch, saved = buffer[:scratch_bytes], buffer[scratch_bytes:]
     with _threads(device, threads):
         _run_tiles(tiles, chunks, ramps, scratch, saved, spans, restore, tally)
     return tally.damage()
+
+
+def _tile_spans(
+    tiles: list[list[Group]], chunks: list[tuple[int, slice]]
+) -> tuple[list, int]:
+    """Per tile and chunk, the spans to save (see :func:`_spans`); the largest total."""
+    spans, most = [], 0
+    for tile in tiles:
+        tile_spans, tile_bytes = _spans(
+            [layer for g in tile for s in g.stacks for layer in s.layers], chunks
+        )
+        spans.append(tile_spans)
+        most = max(most, tile_bytes)
+    return spans, most
 
 
 def _run_tiles(
@@ -867,8 +1090,9 @@ def _run_tiles(
                     kept.append((flat[a:b], keep))
                     cursor += b - a
             try:
+                carry = None
                 for group in tile:
-                    group.run(lo, chunk, ramps, scratch, tally)
+                    carry = group.run(lo, chunk, ramps, scratch, tally, carry)
             finally:
                 for target, keep in kept:
                     target.copy_(keep)

@@ -171,16 +171,17 @@ def _widest(t: torch.Tensor) -> torch.Tensor:
 
 def _pattern(
     ramp: torch.Tensor,
-    like: torch.Tensor,
+    like: tuple[Sequence[int], Sequence[int]],
     tag: int,
     ordinal0: int,
     count: int,
     layers: int = 1,
 ) -> torch.Tensor:
-    """Pattern ``[layers, count, *like.shape[1:]]``: a view of ``ramp``.
+    """Pattern ``[layers, count, *shape]``: a view of ``ramp``.
 
-    ``like`` is a view ``[num_blocks, ...]`` of a layer's bytes as ``uint8``
-    or a wider integer dtype, the dtype of ``ramp``.  The byte ``p`` bytes
+    ``like`` is ``(shape, stride)`` of one block of a view of a layer's
+    bytes as ``uint8`` or a wider integer dtype, the dtype of ``ramp``
+    (:func:`_block`).  The byte ``p`` bytes
     after the layer's block base (``tag`` includes the region's own offset
     from it) in selected block ``j`` of the ``l``-th layer of a stack is
     ``1 + (tag + 296 l + 776 j + p) mod 251``: never zero, shifted by 45 per
@@ -192,13 +193,19 @@ def _pattern(
     so a word-wise compare is a byte-exact compare.
     """
     word = ramp.element_size()
-    inner = [(d * word) % _PERIOD // word for d in like.stride()[1:]]
+    shape, stride = like
+    inner = [(d * word) % _PERIOD // word for d in stride]
     offset = (tag + _BLOCK_BYTES * ordinal0) % _PERIOD
     return ramp.as_strided(
-        (layers, count, *like.shape[1:]),
+        (layers, count, *shape),
         (_LAYER_BYTES // word, _BLOCK_BYTES // word, *inner),
         offset // word,
     )
+
+
+def _block(view: torch.Tensor, dim: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``(shape, stride)`` of one block of ``view``, whose block dim is ``dim``."""
+    return tuple(view.shape[dim + 1 :]), view.stride()[dim + 1 :]
 
 
 def pattern_bytes(like: torch.Tensor) -> int:
@@ -539,6 +546,7 @@ class Group:
         self.ne = kernel == "ne"  # compare with ne + any (else xor + max)
         self._views: dict[int, tuple] = {}
         self._signatures: dict[int, tuple] = {}
+        self._pieces: dict[tuple, torch.Tensor] = {}
 
     @classmethod
     def of(cls, layers: Sequence[LayerUnderTest], kernel: str = "xor") -> Group:
@@ -603,6 +611,20 @@ class Group:
         self._views[n] = stores, outs, flat, gaps
         return self._views[n]
 
+    def piece(self, n: int, where: tuple, dim: int, at: int, length: int) -> torch.Tensor:
+        """``narrow`` of a scratch view (``where`` names it in :meth:`views`).
+
+        Scratch views are the same for every chunk of ``n`` blocks, and so
+        are their pieces: they are cut once (a ``narrow`` costs as much as a
+        small tile's copy takes per layer).
+        """
+        key = (n, where, dim, at, length)
+        if key not in self._pieces:
+            kind, s, k = where
+            whole = self._views[n][0 if kind == "store" else 1][s][k]
+            self._pieces[key] = whole.narrow(dim, at, length)
+        return self._pieces[key]
+
     def signature(self, n: int) -> tuple:
         """The group's fills on a chunk of ``n`` blocks, stack by stack."""
         if n not in self._signatures:
@@ -646,6 +668,7 @@ class Group:
         self.stacks[at : at + 1] = stack.singles()
         self._views.clear()
         self._signatures.clear()
+        self._pieces.clear()
 
     def _attempt(
         self,
@@ -675,7 +698,14 @@ class Group:
                 clean = False
                 continue
             axis = stack.axis(n)
-            error = _store_load(stack, start, n, stores[s], tiles[s], axis)
+            buffers = stores[s]
+            if axis is not None:
+                m = n if axis == 1 else len(stack.layers)
+                buffers = [
+                    self.piece(n, ("store", s, j), axis, 0, half(m))
+                    for j in range(len(buffers))
+                ]
+            error = _store_load(stack, start, n, buffers, tiles[s], axis)
             if error is None:
                 if axis is not None:
                     m = n if axis == 1 else len(stack.layers)
@@ -703,7 +733,7 @@ class Group:
                         compare(
                             actual.narrow(dim, at, length),
                             expected,
-                            out=outs[s][k].narrow(dim, at, length),
+                            out=self.piece(n, ("out", s, k), dim, at, length),
                         )
         for gap in gaps:
             gap.zero_()
@@ -755,7 +785,7 @@ def _expected(
     rotating the layers (``axis`` 0), layer ``l`` holds that of layer
     ``l - turns``.  Each side of the wrap is one strided ramp view.
     """
-    ramp, like = ramps[actual.dtype], actual[0]
+    ramp, like = ramps[actual.dtype], _block(actual, 1)
     layers, n = actual.shape[0], actual.shape[1]
     if axis is None or turns == 0:
         return [(None, 0, 0, _pattern(ramp, like, tag, lo, n, layers))]
@@ -807,7 +837,7 @@ def _store_load(
     Every block (layer, on ``axis`` 0) moves :func:`half` of the chunk's
     ``m`` places on, cyclically, as a connector loads a saved block into
     whichever block is free: the last ``h = half(m)`` are stored to
-    ``buffers`` (views of a separate buffer allocated once per run; a fresh
+    ``buffers`` (``h`` long on ``axis``; views of a separate buffer allocated once per run; a fresh
     allocation per chunk would pay page faults on every store), the first
     ``m - h`` are copied to the last (their ranges are disjoint, as
     ``m - h <= h``) and the stored ones are loaded into the first ``h``:
@@ -832,10 +862,6 @@ def _store_load(
             for part, buf in zip(parts, buffers, strict=True):
                 part.copy_(buf)
             return None
-        buffers = [
-            buf.narrow(axis, 0, half(part.shape[axis]))
-            for part, buf in zip(parts, buffers, strict=True)
-        ]
         for part, buf in zip(parts, buffers, strict=True):  # the store
             m = part.shape[axis]
             buf.copy_(part.narrow(axis, m - half(m), half(m)))
@@ -873,8 +899,8 @@ def locate(
     if axis == 1 and turns:
         expected = torch.cat(
             [
-                _pattern(ramp, actual, r.tag, lo + n - turns, turns)[0],
-                _pattern(ramp, actual, r.tag, lo, n - turns)[0],
+                _pattern(ramp, _block(actual, 0), r.tag, lo + n - turns, turns)[0],
+                _pattern(ramp, _block(actual, 0), r.tag, lo, n - turns)[0],
             ]
         )
     else:
@@ -882,7 +908,7 @@ def locate(
         if axis == 0:
             source = (place - turns) % rotation.layers
         tag = r.tag + _LAYER_BYTES * (source - place)
-        expected = _pattern(ramp, actual, tag, lo, n)[0]
+        expected = _pattern(ramp, _block(actual, 0), tag, lo, n)[0]
     diff = actual != expected
     wrong = int(diff.sum())
     if not wrong:

@@ -452,3 +452,28 @@ def test_bytes_the_edited_view_misses_are_lost_in_the_data_too(chunk_bytes):
     assert bad["first_mismatch"] == (0, "ssm", 1_000_000 - conv)
     assert rows.drop(index="model.layers.1.0")["ok"].all()
     assert all(torch.equal(a, b) for a, b in zip(before, snapshot(caches), strict=True))
+
+
+def test_a_stack_that_rotates_its_layers_loses_the_missed_bytes_of_each():
+    from kvexplore.editing.proof import layers_under_test
+    from kvexplore.editing.tiling import Group
+
+    # Three 1,114,112-byte GDN pages per block do not leave room for a second
+    # block in the default 4 MiB tile: each tile is one block of the three
+    # layers of a group, which the load rotates (layer l's bytes go to
+    # layer l + 2, cyclically).
+    cfg, caches = unified_registration(qwen_groups(3), 2, kernel=32)
+    edited = dict(apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD"))
+    names = [f"model.layers.1.{i}" for i in range(3)]
+    for name in names:  # every layer of group 1 misses its state's last bytes
+        edited[name] = edited[name][:, :500]
+    group = Group.of([t for t in layers_under_test(cfg, caches, edited) if t.group == 1])
+    assert [len(s.layers) for s in group.stacks] == [3]
+    assert group.stacks[0].axis(1) == 0  # one block: the layers rotate
+    report = verify_roundtrip(cfg, caches, edited)
+    rows = report.table.set_index("layer")
+    lost = 2 * (1_085_440 - 1_000_000)
+    for name in names:
+        assert rows.loc[name, "mismatched_bytes"] == lost == rows.loc[name, "uncovered_bytes"]
+        assert rows.loc[name, "first_mismatch"] == (0, "ssm", 1_000_000 - 3 * 6144 * 2)
+    assert rows.drop(index=names)["ok"].all()

@@ -477,3 +477,37 @@ def test_a_stack_that_rotates_its_layers_loses_the_missed_bytes_of_each():
         assert rows.loc[name, "mismatched_bytes"] == lost == rows.loc[name, "uncovered_bytes"]
         assert rows.loc[name, "first_mismatch"] == (0, "ssm", 1_000_000 - 3 * 6144 * 2)
     assert rows.drop(index=names)["ok"].all()
+
+
+def test_groups_repeating_the_same_moves_share_a_compare_and_the_loser_is_named(
+    monkeypatch,
+):
+    import kvexplore.editing.tiling as tiling
+
+    # One tile of five blocks: the three GDN groups overlay the same bytes
+    # through the same views, so they run back to back and compare once.
+    cfg, caches = unified_registration(qwen_groups(2), 5, kernel=32)
+    edited = dict(apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD"))
+    compares = []
+    real_run = tiling.Group.run
+
+    def spy(self, *args, compare=True, **kwargs):
+        compares.append(compare)
+        return real_run(self, *args, compare=compare, **kwargs)
+
+    monkeypatch.setattr(tiling.Group, "run", spy)
+    assert verify_roundtrip(cfg, caches, edited, chunk_bytes=1 << 30).ok
+    assert compares == [False, False, True, True]  # GDN x 3, then attention
+    # Every GDN group's first layer misses the last 85,440 state bytes of
+    # each page: the groups still share their moves, the shared compare
+    # fails, and they run again one by one, each counting its own loss.
+    names = [f"model.layers.{g}.0" for g in range(3)]
+    for name in names:
+        edited[name] = edited[name][:, :500]
+    compares.clear()
+    rows = verify_roundtrip(cfg, caches, edited, chunk_bytes=1 << 30).table
+    rows = rows.set_index("layer")
+    for name in names:
+        assert rows.loc[name, "mismatched_bytes"] == 5 * (1_085_440 - 1_000_000)
+    assert rows.drop(index=names)["ok"].all()
+    assert compares == [False, False, True, True, True, True, True]

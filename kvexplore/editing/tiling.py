@@ -86,6 +86,10 @@ _PERIOD = 8 * _MODULUS
 _BLOCK_BYTES = 8 * _BLOCK_STEP
 #: Pattern shift from one layer of a group to the next (296 B = 45 mod 251).
 _LAYER_BYTES = 8 * _LAYER_STEP
+#: Blocks in one chunk at most: blocks fewer than 251 apart never share a
+#: pattern, so a byte the rotating load leaves behind (or moves to the wrong
+#: block of the chunk) is always seen.
+_MOST_BLOCKS = _MODULUS - 1
 #: Rows :func:`split_rows` aims for: long enough to stream, short enough that
 #: the pattern of a multi-MiB page reads a ramp of a few hundred KiB at most.
 _ROW_BYTES = (1 << 10, 16 << 10)
@@ -451,6 +455,31 @@ class _Stack:
             ),
         )
 
+    def moves(self, blocks: int) -> tuple:
+        """Everything a store / load of a chunk of ``blocks`` does: the fills'
+        :meth:`signature` and the edited views' geometry.  Two stacks with
+        equal moves do the very same thing to memory."""
+        return (
+            self.signature(blocks),
+            tuple(
+                (
+                    e.untyped_storage().data_ptr(),
+                    e.storage_offset(),
+                    tuple(e.shape),
+                    e.stride(),
+                    e.dtype,
+                )
+                for e in self.parts
+            ),
+        )
+
+    def extent(self, blocks: int) -> int | None:
+        """How many places the rotating load cycles through (``None``: evict)."""
+        axis = self.axis(blocks)
+        if axis is None:
+            return None
+        return blocks if axis == 1 else len(self.layers)
+
     def singles(self) -> list[_Stack]:
         """One stack per layer (after a stacked call raised)."""
         return [_Stack.of([layer], None) for layer in self.layers]
@@ -631,6 +660,17 @@ class Group:
             self._signatures[n] = tuple(stack.signature(n) for stack in self.stacks)
         return self._signatures[n]
 
+    def moves(self, n: int) -> tuple:
+        """The group's store / load on a chunk of ``n`` blocks, stack by stack."""
+        key = ("moves", n)
+        if key not in self._signatures:
+            self._signatures[key] = tuple(stack.moves(n) for stack in self.stacks)
+        return self._signatures[key]
+
+    def chain_limit(self, n: int) -> int:
+        """The most groups with this group's moves one compare may follow."""
+        return min(chain_limit(stack.extent(n)) for stack in self.stacks)
+
     def run(
         self,
         lo: int,
@@ -639,8 +679,13 @@ class Group:
         scratch: torch.Tensor,
         tally: _Tally,
         carry: Carry | None = None,
+        compare: bool = True,
     ) -> Carry | None:
         """Fill, store / load and compare ``chunk`` for this group.
+
+        ``compare=False`` (a group whose moves the next group repeats, see
+        :func:`_run_chain`) stops before the compare; the carry then says
+        where the pattern should be, unproven.
 
         ``carry`` is what the group before it in the tile left: when its
         fills are this group's, the fill is skipped and the compare expects
@@ -656,7 +701,7 @@ class Group:
         """
         attempts = 1 + sum(len(s.layers) for s in self.stacks)
         for _ in range(attempts):
-            raised, out = self._attempt(lo, chunk, ramps, scratch, tally, carry)
+            raised, out = self._attempt(lo, chunk, ramps, scratch, tally, carry, compare)
             if raised is None:
                 return out
             self._split(raised)
@@ -678,6 +723,7 @@ class Group:
         scratch: torch.Tensor,
         tally: _Tally,
         carry: Carry | None,
+        compare: bool = True,
     ) -> tuple[_Stack | None, Carry | None]:
         """One fill / store / load / compare: the stack that raised, and the carry."""
         start, n = chunk.start, chunk.stop - chunk.start
@@ -716,8 +762,10 @@ class Group:
             tally.errors[stack.layers[0].position] = error
             clean = False
             _put(stack, tiles[s], ramps, lo, axis, turns[s])  # the pattern it had
+        if not compare:
+            return None, Carry(signature, tuple(turns)) if clean else None
         # 3. every byte where it belongs?  One reduction over all compare outputs.
-        compare = torch.ne if self.ne else torch.bitwise_xor
+        differ = torch.ne if self.ne else torch.bitwise_xor
         for s, stack in enumerate(self.stacks):
             axis = stack.axis(n)
             for k, actual in enumerate(tiles[s]):
@@ -728,9 +776,9 @@ class Group:
                     ramps, actual, tag, lo, axis, turns[s]
                 ):
                     if dim is None:
-                        compare(actual, expected, out=outs[s][k])
+                        differ(actual, expected, out=outs[s][k])
                     else:
-                        compare(
+                        differ(
                             actual.narrow(dim, at, length),
                             expected,
                             out=self.piece(n, ("out", s, k), dim, at, length),
@@ -818,9 +866,25 @@ def _put(
 
 
 def half(m: int) -> int:
-    """How far a rotating load moves each of ``m`` blocks (or layers):
-    ``ceil(m / 2)``, between 1 and ``m - 1`` for ``m >= 2``."""
-    return (m + 1) // 2
+    """How far a rotating load moves each of ``m`` blocks (or layers).
+
+    The smallest ``h >= ceil(m / 2)`` that shares no factor with ``m``
+    (``m - 1`` always qualifies), so the moved half never overlaps the rest
+    and ``k`` moves in a row come back to the start only after ``k = m``:
+    a byte left behind by each of fewer than ``m`` identical moves is still
+    out of place after all of them (see :func:`chain_limit`).
+    """
+    h = (m + 1) // 2
+    while h < m - 1 and math.gcd(h, m) != 1:
+        h += 1
+    return h
+
+
+def chain_limit(m: int | None) -> int:
+    """How many identical moves of ``m`` blocks (``None``: an eviction) may
+    run before one compare: ``m - 1``, the most for which a byte every move
+    missed is still out of place (an evicted byte stays zero: no limit)."""
+    return 1 << 30 if m is None else max(1, m - 1)
 
 
 def _store_load(
@@ -958,10 +1022,10 @@ def _tiling(members: dict[int, list[TiledLayer]], chunk_bytes: int) -> tuple[int
     widest = max(len(m) for m in members.values())
     heaviest = max(sum(_block_bytes(layer) for layer in m) for m in members.values())
     if heaviest <= chunk_bytes:
-        return min(4096, chunk_bytes // max(1, heaviest)), widest
+        return min(_MOST_BLOCKS, chunk_bytes // max(1, heaviest)), widest
     biggest = max(_block_bytes(layer) for m in members.values() for layer in m)
     window = max(1, chunk_bytes // max(1, biggest))
-    return max(1, chunk_bytes // (biggest * window)), window
+    return min(_MOST_BLOCKS, max(1, chunk_bytes // (biggest * window))), window
 
 
 def _spans(
@@ -1080,6 +1144,71 @@ def exercise(
     return tally.damage()
 
 
+def _run_tile(
+    tile: list[Group],
+    lo: int,
+    chunk: slice,
+    ramps: dict,
+    scratch: torch.Tensor,
+    tally: _Tally,
+) -> None:
+    """Every group of a tile in turn; groups that repeat the same moves in a row
+    (Qwen3.5's three Gated-DeltaNet groups) share one compare."""
+    n = chunk.stop - chunk.start
+    carry, at = None, 0
+    while at < len(tile):
+        first = tile[at]
+        end = at + 1
+        while (
+            end < len(tile)
+            and end - at < first.chain_limit(n)
+            and tile[end].moves(n) == first.moves(n)
+        ):
+            end += 1
+        carry = _run_chain(tile[at:end], lo, chunk, ramps, scratch, tally, carry)
+        at = end
+
+
+def _run_chain(
+    chain: list[Group],
+    lo: int,
+    chunk: slice,
+    ramps: dict,
+    scratch: torch.Tensor,
+    tally: _Tally,
+    carry: Carry | None,
+) -> Carry | None:
+    """Groups with the same moves, compared once after the last of them.
+
+    The groups' layers share their registered and edited views (vLLM
+    overlays the groups), so each group moves the same bytes the same way;
+    fewer of them than the rotation's period (:func:`chain_limit`) leave a
+    byte that every one of them missed out of place, and the one compare
+    finds it.  When that compare fails, or a store raised on the way, the
+    groups run again one by one from a fresh fill, each with its own
+    compare, so the damage is counted for the group that did it.
+    """
+    if len(chain) == 1:
+        return chain[0].run(lo, chunk, ramps, scratch, tally, carry)
+    errors = list(tally.errors)
+    out = carry
+    for group in chain[:-1]:
+        out = group.run(lo, chunk, ramps, scratch, tally, out, compare=False)
+        if out is None:
+            break
+    else:
+        probe = _Tally(len(tally.mismatched))
+        probe.errors = list(tally.errors)
+        out = chain[-1].run(lo, chunk, ramps, scratch, probe, out)
+        if out is not None and probe.errors == tally.errors:
+            return out
+    tally.errors = errors  # what the chain's own attempts found, they find again
+    out = None
+    for group in chain:
+        out = group.run(lo, chunk, ramps, scratch, tally, out)
+    return out
+
+
 def _tile_spans(
     tiles: list[list[Group]], chunks: list[tuple[int, slice]]
 ) -> tuple[list, int]:
@@ -1116,9 +1245,7 @@ def _run_tiles(
                     kept.append((flat[a:b], keep))
                     cursor += b - a
             try:
-                carry = None
-                for group in tile:
-                    carry = group.run(lo, chunk, ramps, scratch, tally, carry)
+                _run_tile(tile, lo, chunk, ramps, scratch, tally)
             finally:
                 for target, keep in kept:
                     target.copy_(keep)

@@ -27,8 +27,10 @@ steps 1-3 on the tile, because vLLM overlays the groups on one backing
 allocation (Qwen3.5-0.8B's four ``KVCacheTensor`` each span the same
 427,819,008 B), so only the first pass over a tile comes from memory.  A
 group whose registered views are those of the group before it (Qwen3.5's
-three Gated-DeltaNet groups) starts from the pattern that group left, which
-its compare has just proven, instead of filling again.  With ``restore``
+three Gated-DeltaNet groups) starts from the pattern that group left
+instead of filling again, and groups that also share their edited views
+move the same bytes the same way, so a run of them shares one compare
+(:func:`_run_chain`).  With ``restore``
 the tile's previous bytes (registered and edited extents) are saved before
 and put back after, also while in cache.  Layers of a group that vLLM
 places at a fixed stride (``layer_stride``) are handled as one strided
@@ -131,8 +133,8 @@ def _threads(device: torch.device, threads: int | None):
     threads every call ends in a barrier that waits for the slower thread,
     which on a shared machine is often descheduled.  On the 2 shared cores
     ``benchmarks/bench_edits.py`` ran on, two threads were faster in most
-    runs (1 GiB bench registration: 0.45-0.64x of a plain copy with 2,
-    0.35-0.40x with 1), and one thread in some (Qwen3.5-0.8B x 64 blocks:
+    runs (1 GiB bench registration: 0.59-0.64x of a plain copy with 2,
+    0.37-0.44x with 1), and one thread in some (Qwen3.5-0.8B x 64 blocks:
     0.19x with 2 against 0.31x with 1 in one run, 0.57x against 0.37x in
     the next).  ``None`` keeps the caller's setting.
     """
@@ -1090,7 +1092,8 @@ def exercise(
     in cache; inside, each group in turn gets the whole cycle on the tile's
     layers (vLLM overlays groups on one backing allocation, so a group's fill
     overwrites the one before, unless the group's registered views are the
-    previous group's and it starts from that group's proven pattern).  Every
+    previous group's and it starts from the pattern that group left; runs
+    of groups with the same moves share one compare).  Every
     pass after the first then hits cache, and the tile's previous bytes are
     saved before and put back after, while hot.  Within a group, each stack
     of layers is one torch call per fill view and step, and one reduction

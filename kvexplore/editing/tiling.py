@@ -445,14 +445,7 @@ class _Stack:
         return (
             self.axis(blocks),
             tuple(
-                (
-                    f.untyped_storage().data_ptr(),
-                    f.storage_offset(),
-                    tuple(f.shape),
-                    f.stride(),
-                    f.dtype,
-                    layer_fill.tag,
-                )
+                (*_geometry(f), layer_fill.tag)
                 for f, layer_fill in zip(self.fills, self.layers[0].fills, strict=True)
             ),
         )
@@ -461,19 +454,7 @@ class _Stack:
         """Everything a store / load of a chunk of ``blocks`` does: the fills'
         :meth:`signature` and the edited views' geometry.  Two stacks with
         equal moves do the very same thing to memory."""
-        return (
-            self.signature(blocks),
-            tuple(
-                (
-                    e.untyped_storage().data_ptr(),
-                    e.storage_offset(),
-                    tuple(e.shape),
-                    e.stride(),
-                    e.dtype,
-                )
-                for e in self.parts
-            ),
-        )
+        return self.signature(blocks), tuple(_geometry(e) for e in self.parts)
 
     def extent(self, blocks: int) -> int | None:
         """How many places the rotating load cycles through (``None``: evict)."""
@@ -485,6 +466,17 @@ class _Stack:
     def singles(self) -> list[_Stack]:
         """One stack per layer (after a stacked call raised)."""
         return [_Stack.of([layer], None) for layer in self.layers]
+
+
+def _geometry(t: torch.Tensor) -> tuple:
+    """Which bytes a view reaches, and as what: storage, offset, shape, strides, dtype."""
+    return (
+        t.untyped_storage().data_ptr(),
+        t.storage_offset(),
+        tuple(t.shape),
+        t.stride(),
+        t.dtype,
+    )
 
 
 def _shifts(a: TiledLayer, b: TiledLayer) -> list[int] | None:

@@ -211,6 +211,23 @@ def test_sweep_heatmap_numeric_and_bool():
     assert sorted(_texts(fig)) == ["0", "1", "1", "1"]
 
 
+def test_sweep_heatmap_names_the_model_and_gpu_it_holds_fixed():
+    df = pd.DataFrame({"model": ["Qwen/Qwen3.5-0.8B"] * 4, "gpu": ["A100"] * 4,
+                       "tp": [1, 2, 1, 2], "dcp": [1, 1, 2, 2], "block": [544, 272, 544, 272]})
+    fig = viz.sweep_heatmap(df, "tp", "dcp", "block")
+    assert fig.axes[0].get_title() == "block: Qwen/Qwen3.5-0.8B on A100"
+    text = viz.sweep_heatmap_text(df, "tp", "dcp", "block")
+    assert text.splitlines()[0] == (
+        "block over dcp (rows) x tp (columns), Qwen/Qwen3.5-0.8B on A100"
+    )
+    # An axis that varies the GPU leaves it out of the title; several models
+    # are counted.
+    two = df.assign(gpu=["A100", "A100", "H100", "H100"], model=["a", "b", "a", "b"])
+    assert viz.sweep_heatmap(two, "tp", "gpu", "block").axes[0].get_title() == (
+        "block: 2 models"
+    )
+
+
 def test_sweep_heatmap_errors():
     df = pd.DataFrame({"tp": [1, 1], "dcp": [1, 1], "error": ["x", None], "v": [1, 2]})
     with pytest.raises(KVExploreError, match=r"x='nope' is not a column"):

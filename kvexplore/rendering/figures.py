@@ -389,9 +389,10 @@ def pages_figure(title: str, names: Sequence[str], pages: Sequence):
     return fig
 
 
-def sweep_figure(table, x: str, y: str, value: str):
+def sweep_figure(table, x: str, y: str, value: str, context: str = ""):
     """Heatmap of a pivoted sweep ``table`` (``y`` rows x ``x`` columns); cells
-    annotated with their values, missing combinations blank."""
+    annotated with their values, missing combinations blank; the title is
+    ``value`` and, when given, whose answer it is (``context``: model and GPU)."""
     import numpy as np
 
     arr = table.to_numpy(dtype=float)
@@ -405,7 +406,7 @@ def sweep_figure(table, x: str, y: str, value: str):
     ax.set_yticklabels([str(i) for i in table.index], fontsize=7)
     ax.set_xlabel(x)
     ax.set_ylabel(y)
-    ax.set_title(value, fontsize=9)
+    ax.set_title(f"{value}: {context}" if context else value, fontsize=9)
     if arr.size <= 400:
         finite = arr[np.isfinite(arr)]
         mid = (finite.min() + finite.max()) / 2 if finite.size else 0

@@ -783,16 +783,36 @@ def sweep_table(df, x: str, y: str, value: str):
     return data.pivot(index=y, columns=x, values=value)
 
 
+def sweep_context(df, x: str, y: str) -> str:
+    """Whose answer a sweep is: its model and GPU when the axes do not vary
+    them (``'Qwen/Qwen3.5-0.8B on A100'``; ``'2 gpus'`` when several); ``''``
+    for a frame with neither column."""
+    parts = []
+    for col in ("model", "gpu"):
+        if col not in df.columns or col in (x, y):
+            continue
+        values = df[col].dropna().unique()
+        if len(values) == 1:
+            parts.append(str(values[0]))
+        elif len(values) > 1:
+            parts.append(f"{len(values)} {col}s")
+    return " on ".join(parts)
+
+
 def sweep_heatmap(df, x: str, y: str, value: str):
     """Heatmap of a numeric or boolean sweep column over two axes; cells
-    annotated with their values (missing combinations blank)."""
-    return sweep_figure(sweep_table(df, x, y, value), x, y, value)
+    annotated with their values (missing combinations blank), titled with
+    the model and GPU (:func:`sweep_context`)."""
+    table = sweep_table(df, x, y, value)
+    return sweep_figure(table, x, y, value, context=sweep_context(df, x, y))
 
 
 def sweep_heatmap_text(df, x: str, y: str, value: str) -> str:
-    """Text form of :func:`sweep_heatmap`: the pivot table."""
+    """Text form of :func:`sweep_heatmap`: the pivot table under its title."""
     table = sweep_table(df, x, y, value)
-    return f"{value} over {y} (rows) x {x} (columns)\n{table.to_string(na_rep='-')}"
+    context = sweep_context(df, x, y)
+    title = f"{value} over {y} (rows) x {x} (columns)" + (f", {context}" if context else "")
+    return f"{title}\n{table.to_string(na_rep='-')}"
 
 
 __all__ = [

@@ -18,9 +18,9 @@ Prints, side by side in one run (medians over repeats):
   registered views), moves every block through the edited view into
   another block (half the tile via the store buffer) and compares; the copy
   reads and writes each byte once, from memory;
-* the same ratio on a catalog model's own layout (``--model``, default
-  Qwen/Qwen3.5-0.8B with 64 blocks, 1,114,112-byte pages; ``--model ''``
-  skips it).
+* the same ratio on a catalog model's own layout, as planned for the
+  planner's default GPU (``--model``, default Qwen/Qwen3.5-0.8B with 64
+  blocks: 1,179,648-byte pages on the H100; ``--model ''`` skips it).
 
 Usage: ``python benchmarks/bench_edits.py [--device cuda] [--repeats 5]
 [--big-mib 1024] [--model ID] [--root DIR]``; ``--root`` runs the same
@@ -293,7 +293,8 @@ def real_model(model: str, num_blocks: int, reps: int, dev: str):
     report = verify_roundtrip(cfg, caches, edited, restore=False)
     assert report.ok, report
     page = cfg.kv_cache_groups[0].kv_cache_spec.page_size_bytes
-    name = f"{model} x{num_blocks}, page {page:,} B"
+    gpu = str(plan.gpu).split(" (")[0]
+    name = f"{model} on {gpu} x{num_blocks}, page {page:,} B"
     runs = {f"{name}, restore=False": dict(restore=False)}
     if _HAS_THREADS and not dev.startswith("cuda"):
         runs[f"{name}, threads=1"] = dict(restore=False, threads=1)

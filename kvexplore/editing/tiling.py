@@ -391,7 +391,7 @@ class _Stack:
     (``vllm/v1/kv_cache_interface.py``, ``create_kv_cache_views``), so their
     registered regions, and the edited views made from them, are one view
     shifted by a constant.  A stack views them all at once with a leading
-    layer dim, ``[L, num_blocks, ...]``: fill, store, zero, load and compare
+    layer dim, ``[L, num_blocks, ...]``: fill, store, load and compare
     then cost one torch call per region for the whole stack instead of one
     per layer.  Layers are stacked only when each shift is at least one
     layer's whole extent, so a stacked call touches exactly the bytes the
@@ -569,6 +569,7 @@ class Group:
         self.ne = kernel == "ne"  # compare with ne + any (else xor + max)
         self._views: dict[int, tuple] = {}
         self._signatures: dict[int, tuple] = {}
+        self._moves: dict[int, tuple] = {}
         self._pieces: dict[tuple, torch.Tensor] = {}
 
     @classmethod
@@ -656,10 +657,9 @@ class Group:
 
     def moves(self, n: int) -> tuple:
         """The group's store / load on a chunk of ``n`` blocks, stack by stack."""
-        key = ("moves", n)
-        if key not in self._signatures:
-            self._signatures[key] = tuple(stack.moves(n) for stack in self.stacks)
-        return self._signatures[key]
+        if n not in self._moves:
+            self._moves[n] = tuple(stack.moves(n) for stack in self.stacks)
+        return self._moves[n]
 
     def chain_limit(self, n: int) -> int:
         """The most groups with this group's moves one compare may follow."""
@@ -707,6 +707,7 @@ class Group:
         self.stacks[at : at + 1] = stack.singles()
         self._views.clear()
         self._signatures.clear()
+        self._moves.clear()
         self._pieces.clear()
 
     def _attempt(

@@ -16,7 +16,9 @@ Prints, side by side in one run (medians over repeats):
   intra-op thread (``threads=1``, skipped for a --root without that argument).
   Per tile and group the check fills (once per run of groups with the same
   registered views), moves every block through the edited view into
-  another block (half the tile via the store buffer) and compares; the copy
+  another block (half the tile via the store buffer) and compares; a group
+  that repeats an earlier group's views exactly (here groups 1 and 2 repeat
+  group 0) makes the very same calls and is run once for both; the copy
   reads and writes each byte once, from memory;
 * the same ratio on a catalog model's own layout, as planned for the
   planner's default GPU (``--model``, default Qwen/Qwen3.5-0.8B with 64

@@ -439,7 +439,8 @@ def test_bytes_the_edited_view_misses_are_lost_in_the_data_too(chunk_bytes):
     # Group 1's first layer keeps only token rows 0-499 of its [544, 2000]
     # page view: bytes 1,000,000 to 1,085,440 of each page (the state's end)
     # are never stored.  Group 1 shares its registered views with group 0,
-    # so it starts from group 0's pattern; group 2 must fill afresh.
+    # so it starts from group 0's pattern; group 2 repeats group 0's views
+    # and is not run again.
     edited["model.layers.1.0"] = edited["model.layers.1.0"][:, :500]
     randomize(caches, seed=3)
     before = snapshot(caches)
@@ -479,35 +480,48 @@ def test_a_stack_that_rotates_its_layers_loses_the_missed_bytes_of_each():
     assert rows.drop(index=names)["ok"].all()
 
 
-def test_groups_repeating_the_same_moves_share_a_compare_and_the_loser_is_named(
+def test_groups_repeating_each_others_views_run_once_and_each_reports_the_loss(
     monkeypatch,
 ):
     import kvexplore.editing.tiling as tiling
 
     # One tile of five blocks: the three GDN groups overlay the same bytes
-    # through the same views, so they run back to back and compare once.
+    # through the same views, so only the first of them and the attention
+    # group run; every layer is still reported.
     cfg, caches = unified_registration(qwen_groups(2), 5, kernel=32)
     edited = dict(apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD"))
-    compares = []
+    ran = []
     real_run = tiling.Group.run
 
-    def spy(self, *args, compare=True, **kwargs):
-        compares.append(compare)
-        return real_run(self, *args, compare=compare, **kwargs)
+    def spy(self, *args, **kwargs):
+        ran.append(self.layers[0].layer.name)
+        return real_run(self, *args, **kwargs)
 
     monkeypatch.setattr(tiling.Group, "run", spy)
-    assert verify_roundtrip(cfg, caches, edited, chunk_bytes=1 << 30).ok
-    assert compares == [False, False, True, True]  # GDN x 3, then attention
+    report = verify_roundtrip(cfg, caches, edited, chunk_bytes=1 << 30)
+    assert report.ok and len(report.table) == 8
+    assert ran == ["model.layers.0.0", "model.layers.3.0"]
     # Every GDN group's first layer misses the last 85,440 state bytes of
-    # each page: the groups still share their moves, the shared compare
-    # fails, and they run again one by one, each counting its own loss.
+    # each page, the same way: still one run for the three, and each of
+    # them reports the five pages' loss, counted by hand.
+    lost = 5 * (1_085_440 - 1_000_000)
     names = [f"model.layers.{g}.0" for g in range(3)]
     for name in names:
         edited[name] = edited[name][:, :500]
-    compares.clear()
+    ran.clear()
     rows = verify_roundtrip(cfg, caches, edited, chunk_bytes=1 << 30).table
     rows = rows.set_index("layer")
+    assert ran == ["model.layers.0.0", "model.layers.3.0"]
     for name in names:
-        assert rows.loc[name, "mismatched_bytes"] == 5 * (1_085_440 - 1_000_000)
+        assert rows.loc[name, "mismatched_bytes"] == lost
+        assert rows.loc[name, "first_mismatch"] == (0, "ssm", 1_000_000 - 3 * 6144 * 2)
     assert rows.drop(index=names)["ok"].all()
-    assert compares == [False, False, True, True, True, True, True]
+    # Group 1's edit alone differs: it runs on its own, and only it loses.
+    edited = dict(apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD"))
+    edited["model.layers.1.0"] = edited["model.layers.1.0"][:, :500]
+    ran.clear()
+    rows = verify_roundtrip(cfg, caches, edited, chunk_bytes=1 << 30).table
+    rows = rows.set_index("layer")
+    assert ran == ["model.layers.0.0", "model.layers.1.0", "model.layers.3.0"]
+    assert rows.loc["model.layers.1.0", "mismatched_bytes"] == lost
+    assert rows.drop(index="model.layers.1.0")["ok"].all()

@@ -211,6 +211,12 @@ def verify_roundtrip(
     is counted in ``mismatched_bytes``; address arithmetic proves the same
     per block and byte (``covers_ok``, ``confined_ok``, ``disjoint_ok``).
 
+    vLLM overlays the groups of one spec on the same bytes through the same
+    views (Qwen3.5's three Gated-DeltaNet groups): a group whose registered
+    and edited views are, view for view, an earlier group's would make the
+    very same torch calls on the very same bytes, so it is run once and
+    every such group reports what that run found.
+
     Args:
         kv_cache_config: the vLLM ``KVCacheConfig`` the caches were built for
             (groups, per-layer specs, ``num_blocks``).

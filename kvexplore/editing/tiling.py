@@ -26,11 +26,13 @@ A tile is a run of consecutive blocks times a window of layer positions
 steps 1-3 on the tile, because vLLM overlays the groups on one backing
 allocation (Qwen3.5-0.8B's four ``KVCacheTensor`` each span the same
 427,819,008 B), so only the first pass over a tile comes from memory.  A
-group whose registered views are those of the group before it (Qwen3.5's
-three Gated-DeltaNet groups) starts from the pattern that group left
-instead of filling again, and groups that also share their edited views
-move the same bytes the same way, so a run of them shares one compare
-(:func:`_run_chain`).  With ``restore``
+group whose registered and edited views are, view for view, those of a
+group already run on the tile (Qwen3.5's three Gated-DeltaNet groups) would
+repeat the very same torch calls on the very same bytes: it is run once,
+and each such group is reported what that run found (:func:`_distinct`).
+A group whose registered views are those of the group before it, but not
+its edited views, starts from the pattern that group left instead of
+filling again.  With ``restore``
 the tile's previous bytes (registered and edited extents) are saved before
 and put back after, also while in cache.  Layers of a group that vLLM
 places at a fixed stride (``layer_stride``) are handled as one strided
@@ -542,6 +544,12 @@ class _Tally:
         self.first = [None] * count
         self.errors: list[str | None] = [None] * count
 
+    def repeat(self, source: int, twin: int) -> None:
+        """Layer ``twin`` found what layer ``source`` found (see :func:`_distinct`)."""
+        self.mismatched[twin] = self.mismatched[source]
+        self.first[twin] = self.first[source]
+        self.errors[twin] = self.errors[source]
+
     def damage(self) -> tuple[LayerDamage, ...]:
         return tuple(
             LayerDamage(
@@ -569,8 +577,9 @@ class Group:
         self.ne = kernel == "ne"  # compare with ne + any (else xor + max)
         self._views: dict[int, tuple] = {}
         self._signatures: dict[int, tuple] = {}
-        self._moves: dict[int, tuple] = {}
         self._pieces: dict[tuple, torch.Tensor] = {}
+        #: The layers in the order :meth:`identity` lists them.
+        self.layers = tuple(layer for s in self.stacks for layer in s.layers)
 
     @classmethod
     def of(cls, layers: Sequence[LayerUnderTest], kernel: str = "xor") -> Group:
@@ -655,15 +664,30 @@ class Group:
             self._signatures[n] = tuple(stack.signature(n) for stack in self.stacks)
         return self._signatures[n]
 
-    def moves(self, n: int) -> tuple:
-        """The group's store / load on a chunk of ``n`` blocks, stack by stack."""
-        if n not in self._moves:
-            self._moves[n] = tuple(stack.moves(n) for stack in self.stacks)
-        return self._moves[n]
+    def identity(self) -> tuple:
+        """Everything the group's round trip does to memory, view for view.
 
-    def chain_limit(self, n: int) -> int:
-        """The most groups with this group's moves one compare may follow."""
-        return min(chain_limit(stack.extent(n)) for stack in self.stacks)
+        Per stack: its fills with their pattern tags, its edited views and
+        whether its layers rotate; per layer, its registered regions with
+        their labels.  Two groups with equal identities make the very same
+        torch calls on the very same bytes from the very same pattern, so
+        they find the very same damage, byte for byte: vLLM overlays groups
+        of one spec through the same views of the same ``KVCacheTensor``
+        bytes (Qwen3.5's three Gated-DeltaNet groups), and :func:`exercise`
+        runs such a group once for all of them.
+        """
+        return tuple(
+            (
+                stack.rotatable,
+                stack.moves(2),
+                tuple(
+                    (r.label, r.tag, *_geometry(r.view))
+                    for layer in stack.layers
+                    for r in layer.regions
+                ),
+            )
+            for stack in self.stacks
+        )
 
     def run(
         self,
@@ -673,13 +697,8 @@ class Group:
         scratch: torch.Tensor,
         tally: _Tally,
         carry: Carry | None = None,
-        compare: bool = True,
     ) -> Carry | None:
         """Fill, store / load and compare ``chunk`` for this group.
-
-        ``compare=False`` (a group whose moves the next group repeats, see
-        :func:`_run_chain`) stops before the compare; the carry then says
-        where the pattern should be, unproven.
 
         ``carry`` is what the group before it in the tile left: when its
         fills are this group's, the fill is skipped and the compare expects
@@ -695,7 +714,7 @@ class Group:
         """
         attempts = 1 + sum(len(s.layers) for s in self.stacks)
         for _ in range(attempts):
-            raised, out = self._attempt(lo, chunk, ramps, scratch, tally, carry, compare)
+            raised, out = self._attempt(lo, chunk, ramps, scratch, tally, carry)
             if raised is None:
                 return out
             self._split(raised)
@@ -707,7 +726,6 @@ class Group:
         self.stacks[at : at + 1] = stack.singles()
         self._views.clear()
         self._signatures.clear()
-        self._moves.clear()
         self._pieces.clear()
 
     def _attempt(
@@ -718,7 +736,6 @@ class Group:
         scratch: torch.Tensor,
         tally: _Tally,
         carry: Carry | None,
-        compare: bool = True,
     ) -> tuple[_Stack | None, Carry | None]:
         """One fill / store / load / compare: the stack that raised, and the carry."""
         start, n = chunk.start, chunk.stop - chunk.start
@@ -757,8 +774,6 @@ class Group:
             tally.errors[stack.layers[0].position] = error
             clean = False
             _put(stack, tiles[s], ramps, lo, axis, turns[s])  # the pattern it had
-        if not compare:
-            return None, Carry(signature, tuple(turns)) if clean else None
         # 3. every byte where it belongs?  One reduction over all compare outputs.
         differ = torch.ne if self.ne else torch.bitwise_xor
         for s, stack in enumerate(self.stacks):
@@ -861,25 +876,14 @@ def _put(
 
 
 def half(m: int) -> int:
-    """How far a rotating load moves each of ``m`` blocks (or layers).
+    """How far a rotating load moves each of ``m >= 2`` blocks (or layers).
 
-    The smallest ``h >= ceil(m / 2)`` that shares no factor with ``m``
-    (``m - 1`` always qualifies), so the moved half never overlaps the rest
-    and ``k`` moves in a row come back to the start only after ``k = m``:
-    a byte left behind by each of fewer than ``m`` identical moves is still
-    out of place after all of them (see :func:`chain_limit`).
+    ``ceil(m / 2)``: the stored half and the directly copied rest
+    (``m - h <= h`` blocks) never overlap, and every block lands ``h``
+    places on, ``0 < h < m``, so a byte the load leaves behind keeps a
+    pattern that is not the one expected there.
     """
-    h = (m + 1) // 2
-    while h < m - 1 and math.gcd(h, m) != 1:
-        h += 1
-    return h
-
-
-def chain_limit(m: int | None) -> int:
-    """How many identical moves of ``m`` blocks (``None``: an eviction) may
-    run before one compare: ``m - 1``, the most for which a byte every move
-    missed is still out of place (an evicted byte stays zero: no limit)."""
-    return 1 << 30 if m is None else max(1, m - 1)
+    return (m + 1) // 2
 
 
 def _store_load(
@@ -1085,8 +1089,9 @@ def exercise(
     in cache; inside, each group in turn gets the whole cycle on the tile's
     layers (vLLM overlays groups on one backing allocation, so a group's fill
     overwrites the one before, unless the group's registered views are the
-    previous group's and it starts from the pattern that group left; runs
-    of groups with the same moves share one compare).  Every
+    previous group's and it starts from the pattern that group left; a
+    group that repeats an earlier one view for view is run once for both,
+    see :func:`_distinct`).  Every
     pass after the first then hits cache, and the tile's previous bytes are
     saved before and put back after, while hot.  Within a group, each stack
     of layers is one torch call per fill view and step, and one reduction
@@ -1119,6 +1124,7 @@ def exercise(
         for w in range(0, widest, window)
     ]
     tiles = [[group for group in tile if group.stacks] for tile in tiles]
+    tiles, twins = _distinct(tiles)
     groups = [group for tile in tiles for group in tile]
     most = max(chunk.stop - chunk.start for _, chunk in chunks)
     deepest = max(len(s.layers) for g in groups for s in g.stacks)
@@ -1137,6 +1143,8 @@ def exercise(
     scratch, saved = buffer[:scratch_bytes], buffer[scratch_bytes:]
     with _threads(device, threads):
         _run_tiles(tiles, chunks, ramps, scratch, saved, spans, restore, tally)
+    for source, twin in twins:
+        tally.repeat(source, twin)
     return tally.damage()
 
 
@@ -1148,61 +1156,30 @@ def _run_tile(
     scratch: torch.Tensor,
     tally: _Tally,
 ) -> None:
-    """Every group of a tile in turn; groups that repeat the same moves in a row
-    (Qwen3.5's three Gated-DeltaNet groups) share one compare."""
-    n = chunk.stop - chunk.start
-    carry, at = None, 0
-    while at < len(tile):
-        first = tile[at]
-        end = at + 1
-        while (
-            end < len(tile)
-            and end - at < first.chain_limit(n)
-            and tile[end].moves(n) == first.moves(n)
-        ):
-            end += 1
-        carry = _run_chain(tile[at:end], lo, chunk, ramps, scratch, tally, carry)
-        at = end
+    """Every group of a tile in turn, each starting from what the one before left."""
+    carry = None
+    for group in tile:
+        carry = group.run(lo, chunk, ramps, scratch, tally, carry)
 
 
-def _run_chain(
-    chain: list[Group],
-    lo: int,
-    chunk: slice,
-    ramps: dict,
-    scratch: torch.Tensor,
-    tally: _Tally,
-    carry: Carry | None,
-) -> Carry | None:
-    """Groups with the same moves, compared once after the last of them.
+def _distinct(tiles: list[list[Group]]) -> tuple[list[list[Group]], list[tuple[int, int]]]:
+    """Each tile's groups less those that repeat an earlier one (:meth:`Group.identity`).
 
-    The groups' layers share their registered and edited views (vLLM
-    overlays the groups), so each group moves the same bytes the same way;
-    fewer of them than the rotation's period (:func:`chain_limit`) leave a
-    byte that every one of them missed out of place, and the one compare
-    finds it.  When that compare fails, or a store raised on the way, the
-    groups run again one by one from a fresh fill, each with its own
-    compare, so the damage is counted for the group that did it.
+    Returns the groups to run and ``(source, twin)`` layer positions: the
+    twin's damage is its source's, found by the very same torch calls.
     """
-    if len(chain) == 1:
-        return chain[0].run(lo, chunk, ramps, scratch, tally, carry)
-    errors = list(tally.errors)
-    out = carry
-    for group in chain[:-1]:
-        out = group.run(lo, chunk, ramps, scratch, tally, out, compare=False)
-        if out is None:
-            break
-    else:
-        probe = _Tally(len(tally.mismatched))
-        probe.errors = list(tally.errors)
-        out = chain[-1].run(lo, chunk, ramps, scratch, probe, out)
-        if out is not None and probe.errors == tally.errors:
-            return out
-    tally.errors = errors  # what the chain's own attempts found, they find again
-    out = None
-    for group in chain:
-        out = group.run(lo, chunk, ramps, scratch, tally, out)
-    return out
+    kept, twins = [], []
+    for tile in tiles:
+        seen: dict[tuple, Group] = {}
+        for group in tile:
+            source = seen.setdefault(group.identity(), group)
+            if source is not group:
+                twins += [
+                    (a.position, b.position)
+                    for a, b in zip(source.layers, group.layers, strict=True)
+                ]
+        kept.append(list(seen.values()))
+    return kept, twins
 
 
 def _tile_spans(

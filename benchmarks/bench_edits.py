@@ -20,8 +20,8 @@ Prints, side by side in one run (medians over repeats):
   that repeats an earlier group's views exactly (here groups 1 and 2 repeat
   group 0) makes the very same calls and is run once for both; the copy
   reads and writes each byte once, from memory;
-* the same ratio on a catalog model's own layout, as planned for the
-  planner's default GPU (``--model``, default Qwen/Qwen3.5-0.8B with 64
+* the same ratios (``restore`` False and True) on a catalog model's own
+  layout, as planned for the planner's default GPU (``--model``, default Qwen/Qwen3.5-0.8B with 64
   blocks: 1,179,648-byte pages on the H100; ``--model ''`` skips it).
 
 Usage: ``python benchmarks/bench_edits.py [--device cuda] [--repeats 5]
@@ -225,17 +225,18 @@ def print_ratios(table, reps):
     seconds), each run timing a verify and then a copy of the same bytes, so
     both see the same machine load; ``min`` is the worst run.
     """
+    width = max(len(name) for name in table)
     print(
         f"\nverify_roundtrip vs a plain dst.copy_(src) of the same bytes "
         f"(median of {reps} runs; goal: ratio >= 0.6, min >= 0.5)"
     )
     print(
-        f"{'case':<44} {'bytes':>14} {'verify GB/s':>12} {'copy GB/s':>10} "
+        f"{'case':<{width}} {'bytes':>14} {'verify GB/s':>12} {'copy GB/s':>10} "
         f"{'ratio':>6} {'min':>6}"
     )
     for name, (moved, t_verify, t_copy, ratios) in table.items():
         print(
-            f"{name:<44} {moved:>14,} {moved / t_verify / 1e9:>12.2f} "
+            f"{name:<{width}} {moved:>14,} {moved / t_verify / 1e9:>12.2f} "
             f"{moved / t_copy / 1e9:>10.2f} {statistics.median(ratios):>6.2f} "
             f"{min(ratios):>6.2f}"
         )
@@ -297,9 +298,12 @@ def real_model(model: str, num_blocks: int, reps: int, dev: str):
     page = cfg.kv_cache_groups[0].kv_cache_spec.page_size_bytes
     gpu = str(plan.gpu).split(" (")[0]
     name = f"{model} on {gpu} x{num_blocks}, page {page:,} B"
-    runs = {f"{name}, restore=False": dict(restore=False)}
+    runs = {
+        f"{name}, restore=False": dict(restore=False),
+        f"{name}, restore=True (default)": dict(restore=True),
+    }
     if _HAS_THREADS and not dev.startswith("cuda"):
-        runs[f"{name}, threads=1"] = dict(restore=False, threads=1)
+        runs[f"{name}, restore=False, threads=1"] = dict(restore=False, threads=1)
     return against_copy(cfg, caches, edited, runs, reps, dev)
 
 

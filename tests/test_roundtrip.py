@@ -525,3 +525,19 @@ def test_groups_repeating_each_others_views_run_once_and_each_reports_the_loss(
     assert ran == ["model.layers.0.0", "model.layers.1.0", "model.layers.3.0"]
     assert rows.loc["model.layers.1.0", "mismatched_bytes"] == lost
     assert rows.drop(index="model.layers.1.0")["ok"].all()
+
+
+def test_saved_spans_of_a_window_become_one_strided_view_each_run():
+    from kvexplore.editing.tiling import _strided
+
+    flat = torch.arange(100, dtype=torch.uint8)
+    # three 5-byte spans 20 apart, then two of other lengths
+    views = _strided(flat, [[10, 15], [30, 35], [50, 55], [60, 62], [70, 80]])
+    assert [tuple(v.shape) for v in views] == [(3, 5), (2,), (10,)]
+    got = sorted(int(x) for v in views for x in v.flatten())
+    want = [*range(10, 15), *range(30, 35), *range(50, 55), 60, 61, *range(70, 80)]
+    assert got == want
+    # equal lengths at unequal steps stay apart
+    views = _strided(flat, [[0, 4], [10, 14], [30, 34]])
+    assert [tuple(v.shape) for v in views] == [(2, 4), (4,)]
+    assert [int(v.flatten()[0]) for v in views] == [0, 30]

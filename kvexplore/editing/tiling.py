@@ -1029,13 +1029,13 @@ def _tiling(members: dict[int, list[TiledLayer]], chunk_bytes: int) -> tuple[int
 
 def _spans(
     layers: Sequence[TiledLayer], chunks: list[tuple[int, slice]]
-) -> tuple[list[list[tuple[torch.Tensor, int, int]]], int]:
-    """Per chunk, the byte spans the fill and the loads overwrite, merged per storage.
+) -> tuple[list[list[torch.Tensor]], int]:
+    """Per chunk, the bytes the fill and the loads overwrite, merged per storage.
 
     The registered regions, and every byte an edited view reaches: the
     rotated load moves a block's padding, or a spill into a sibling page,
-    to the next block.  Returns the spans of each chunk and the largest
-    total.
+    to the next block.  Returns, per chunk, ``uint8`` views of those bytes
+    (:func:`_strided`) and the largest total.
     """
     flats: dict[int, torch.Tensor] = {}
     shapes = []
@@ -1057,22 +1057,46 @@ def _spans(
             per.setdefault(key, []).append(
                 (lo, lo + (chunk.stop - chunk.start - 1) * step + extent)
             )
-        spans, total = [], 0
+        views = []
         for key, pieces in per.items():
             pieces.sort()
-            cur_lo, cur_hi = pieces[0]
+            merged = [list(pieces[0])]
             for lo, hi in pieces[1:]:
-                if lo <= cur_hi:
-                    cur_hi = max(cur_hi, hi)
-                    continue
-                spans.append((flats[key], cur_lo, cur_hi))
-                total += cur_hi - cur_lo
-                cur_lo, cur_hi = lo, hi
-            spans.append((flats[key], cur_lo, cur_hi))
-            total += cur_hi - cur_lo
-        out.append(spans)
-        most = max(most, total)
+                if lo <= merged[-1][1]:
+                    merged[-1][1] = max(merged[-1][1], hi)
+                else:
+                    merged.append([lo, hi])
+            views += _strided(flats[key], merged)
+        out.append(views)
+        most = max(most, sum(v.numel() for v in views))
     return out, most
+
+
+def _strided(flat: torch.Tensor, spans: list[list[int]]) -> list[torch.Tensor]:
+    """Disjoint sorted ``[lo, hi)`` byte spans of ``flat`` as few views as possible.
+
+    Runs of equally long spans at a constant step (the same block of the
+    layers of a window, ``layer_stride`` apart) become one ``[count,
+    length]`` view, so saving and restoring them is one copy each.
+    """
+    views, at = [], 0
+    while at < len(spans):
+        lo, hi = spans[at]
+        end = at + 1
+        if end < len(spans):
+            step = spans[end][0] - lo
+            while (
+                end < len(spans)
+                and spans[end][1] - spans[end][0] == hi - lo
+                and spans[end][0] - spans[end - 1][0] == step
+            ):
+                end += 1
+        if end - at == 1:
+            views.append(flat[lo:hi])
+        else:
+            views.append(flat.as_strided((end - at, hi - lo), (step, 1), lo))
+        at = end
+    return views
 
 
 def exercise(
@@ -1212,11 +1236,12 @@ def _run_tiles(
             kept = []
             if restore:
                 cursor = 0
-                for flat, a, b in spans[t][c]:
-                    keep = saved[cursor : cursor + b - a]
-                    keep.copy_(flat[a:b])
-                    kept.append((flat[a:b], keep))
-                    cursor += b - a
+                for target in spans[t][c]:
+                    size = target.numel()
+                    keep = saved[cursor : cursor + size].view(target.shape)
+                    keep.copy_(target)
+                    kept.append((target, keep))
+                    cursor += size
             try:
                 _run_tile(tile, lo, chunk, ramps, scratch, tally)
             finally:

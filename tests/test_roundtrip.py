@@ -541,3 +541,51 @@ def test_saved_spans_of_a_window_become_one_strided_view_each_run():
     views = _strided(flat, [[0, 4], [10, 14], [30, 34]])
     assert [tuple(v.shape) for v in views] == [(2, 4), (4,)]
     assert [int(v.flatten()[0]) for v in views] == [0, 30]
+
+
+def test_layers_that_repeat_a_layout_further_on_keep_their_own_pages():
+    from edit_layouts import QWEN_PAGE
+
+    # Three layers with one layout, 0, 1 and 2 pages into one buffer: the
+    # second layer's block 0 is the first layer's block 1, the third layer
+    # clears both.  The address checks look at the layout once; the page
+    # intervals of each layer must still sit where its own views are.
+    spec = qwen_gdn()
+    raw = torch.zeros(4 * QWEN_PAGE, dtype=torch.int8)
+    caches = {
+        name: legacy_mamba(spec, 2, raw=raw, base_pages=pages)
+        for name, pages in (("a", 0), ("b", 1), ("c", 2))
+    }
+    cfg = config([(["a", "b", "c"], spec)], 2)
+    rows = verify_roundtrip(cfg, caches, caches).table.set_index("layer")
+    assert not rows.loc["a", "disjoint_ok"] and not rows.loc["b", "disjoint_ok"]
+    assert "page of block 1 overlaps 'b'" in rows.loc["a", "detail"]
+    assert "page of block 0 overlaps 'a'" in rows.loc["b", "detail"]
+    assert "block 0 overlaps" not in rows.loc["a", "detail"]
+    assert rows.loc["c", "covers_ok"] and rows.loc["c", "confined_ok"]
+    assert "overlaps 'a'" not in rows.loc["c", "detail"]
+
+
+def test_a_layer_whose_regions_leave_a_gap_is_not_filled_as_its_neighbours_span():
+    from kvexplore.editing.proof import layers_under_test
+    from kvexplore.editing.tiling import TiledLayer
+
+    spec = qwen_gdn()
+    a = legacy_mamba(spec, 2)
+    conv, ssm = legacy_mamba(spec, 2)
+    # same shapes, but 16 bytes between conv and ssm
+    gap = ssm.as_strided(ssm.shape, ssm.stride(), ssm.storage_offset() + 4)
+    cfg = config([(["a", "b", "c"], spec)], 2)
+    caches = {"a": a, "b": [conv, gap], "c": legacy_mamba(spec, 2)}
+    spans: dict = {}
+    tiled = [
+        TiledLayer.of(i, t, spans)
+        for i, t in enumerate(layers_under_test(cfg, caches, caches))
+    ]
+    assert [len(t.fills) for t in tiled] == [1, 2, 1]
+    assert len(spans) == 2  # a and c share one answer
+    # the shared answer is placed on each layer's own bytes
+    for t, states in zip(tiled[::2], (a, caches["c"]), strict=True):
+        fill = t.fills[0].view
+        assert fill.untyped_storage().data_ptr() == states[0].untyped_storage().data_ptr()
+        assert fill.storage_offset() == states[0].storage_offset() * 2

@@ -441,6 +441,38 @@ def _coverage(
     return check, pages, storage
 
 
+def _shape(layer: LayerUnderTest) -> tuple[tuple, int] | None:
+    """``(geometry, base)``: the layer's views relative to its first registered byte.
+
+    ``base`` is that byte's offset in the storage; ``geometry`` holds every
+    view's dtype size, shape, strides and offset from ``base``, the one
+    block step they share, the page size and whether the edited views are
+    on the regions' storage.  Two layers with equal geometry are the same
+    layout moved by the difference of their bases, which
+    :func:`address_checks` uses to check a group's layers once.  ``None``
+    when the views do not share one block step (:func:`_coverage` then
+    looks at every selected block).
+    """
+    regions = [r.view for r in layer.regions]
+    views = regions + list(layer.edited_parts)
+    steps = {t.stride(0) * t.element_size() for t in views}
+    if len(steps) != 1:
+        return None
+    storage = regions[0].untyped_storage().data_ptr()
+    base = regions[0].storage_offset() * regions[0].element_size()
+    geometry = tuple(
+        (
+            t.untyped_storage().data_ptr() == storage,
+            t.element_size(),
+            tuple(t.shape),
+            t.stride(),
+            t.storage_offset() * t.element_size() - base,
+        )
+        for t in views
+    )
+    return (len(regions), steps.pop(), spec_page_bytes(layer.spec), geometry), base
+
+
 def _overlaps(
     entries: list[_Pages], num_blocks: int, names: Sequence[str]
 ) -> dict[int, list[str]]:
@@ -479,8 +511,23 @@ def address_checks(
     idx = torch.tensor(list(chosen), dtype=torch.int64)
     checks: list[AddressCheck] = []
     pages: dict[tuple[int, int], list[_Pages]] = {}
+    seen: dict[tuple, tuple[AddressCheck, list[_Pages], int]] = {}
     for position, layer in enumerate(layers):
-        check, intervals, storage = _coverage(layer, idx, num_blocks, position)
+        shape = _shape(layer)
+        if shape is not None and shape[0] in seen:
+            # The layer is an earlier one moved by ``delta`` bytes: every run
+            # moves with it, so coverage and confinement are the same and
+            # the page intervals move by ``delta``.
+            check, earlier, base = seen[shape[0]]
+            delta = shape[1] - base
+            intervals = [
+                _Pages(p.starts + delta, p.ends + delta, position) for p in earlier
+            ]
+            storage = layer.regions[0].view.untyped_storage().data_ptr()
+        else:
+            check, intervals, storage = _coverage(layer, idx, num_blocks, position)
+            if shape is not None:
+                seen[shape[0]] = check, intervals, shape[1]
         checks.append(check)
         pages.setdefault((layer.group, storage), []).extend(intervals)
     names = [layer.name for layer in layers]

@@ -304,9 +304,12 @@ class TiledLayer:
     fills: tuple[_Fill, ...]
 
     @classmethod
-    def of(cls, position: int, layer: LayerUnderTest) -> TiledLayer:
+    def of(
+        cls, position: int, layer: LayerUnderTest, spans: dict | None = None
+    ) -> TiledLayer:
+        """``spans``: :func:`_fill_views`'s answers so far, shared by a run's layers."""
         regions = _tagged(layer)
-        return cls(position, layer, regions, _fill_views(regions))
+        return cls(position, layer, regions, _fill_views(regions, spans))
 
     @property
     def edited_parts(self) -> tuple[torch.Tensor, ...]:
@@ -335,7 +338,7 @@ def _tagged(layer: LayerUnderTest) -> tuple[_Fill, ...]:
     )
 
 
-def _fill_views(regions: tuple[_Fill, ...]) -> tuple[_Fill, ...]:
+def _fill_views(regions: tuple[_Fill, ...], spans: dict | None = None) -> tuple[_Fill, ...]:
     """Views to fill and compare a layer through: its regions, or one span.
 
     When the regions of a block tile one contiguous byte range with neither
@@ -345,6 +348,11 @@ def _fill_views(regions: tuple[_Fill, ...]) -> tuple[_Fill, ...]:
     exactly the regions' bytes, and because the pattern depends on position
     only, filling it writes the very bytes the per-region fills would, in
     one streaming call instead of one per region (or per 128-byte K/V run).
+
+    Whether the regions tile a span depends only on their shapes, strides
+    and offsets from one another, so ``spans`` keeps the answer per such
+    geometry (``(start past the first region, length)`` or ``None``) and
+    the layers of a group work it out once.
     """
     if len(regions) < 2:
         return regions
@@ -355,14 +363,21 @@ def _fill_views(regions: tuple[_Fill, ...]) -> tuple[_Fill, ...]:
         or any(v.shape[0] != views[0].shape[0] for v in views)
     ):
         return regions
-    runs = [block_runs(v, torch.zeros(1, dtype=torch.int64)) for v in views]
-    lo = min(int(starts.min()) for starts, _ in runs)
-    hi = max(int(starts.max()) + length for starts, length in runs)
-    total = sum(starts.numel() * length for starts, length in runs)
-    if total != hi - lo or int(union_bytes(runs)[0]) != total:
+    base = min(v.storage_offset() for v in views)
+    shape = tuple((tuple(v.shape), v.stride(), v.storage_offset() - base) for v in views)
+    spans = {} if spans is None else spans
+    if shape not in spans:
+        runs = [block_runs(v, torch.zeros(1, dtype=torch.int64)) for v in views]
+        lo = min(int(starts.min()) for starts, _ in runs)
+        hi = max(int(starts.max()) + length for starts, length in runs)
+        total = sum(starts.numel() * length for starts, length in runs)
+        whole = total == hi - lo and int(union_bytes(runs)[0]) == total
+        spans[shape] = (lo - base, total) if whole else None
+    if spans[shape] is None:
         return regions
+    start, total = spans[shape]
     span = storage_bytes(views[0]).as_strided(
-        (views[0].shape[0], total), (views[0].stride(0), 1), lo
+        (views[0].shape[0], total), (views[0].stride(0), 1), base + start
     )
     first = min(regions, key=lambda r: r.view.storage_offset())
     label = "+".join(r.label for r in regions)
@@ -1135,7 +1150,8 @@ def exercise(
     """
     device = layers[0].device
     kernel = kernel or compare_kernel(device)
-    tiled = [TiledLayer.of(i, layer) for i, layer in enumerate(layers)]
+    spans: dict = {}
+    tiled = [TiledLayer.of(i, layer, spans) for i, layer in enumerate(layers)]
     tally = _Tally(len(tiled))
     members: dict[int, list[TiledLayer]] = {}
     for layer in tiled:

@@ -589,3 +589,25 @@ def test_a_layer_whose_regions_leave_a_gap_is_not_filled_as_its_neighbours_span(
         fill = t.fills[0].view
         assert fill.untyped_storage().data_ptr() == states[0].untyped_storage().data_ptr()
         assert fill.storage_offset() == states[0].storage_offset() * 2
+
+
+def test_a_group_too_big_for_one_tile_block_is_tiled_one_layer_and_many_blocks():
+    from kvexplore.editing.proof import layers_under_test
+    from kvexplore.editing.tiling import TiledLayer, _tiling, default_chunk_bytes
+
+    # Six 1,114,112-byte GDN pages per block exceed the 4 MiB tile: a tile is
+    # one layer and three consecutive blocks (3 x 1,114,112 <= 4 MiB < 4 x).
+    cfg, caches = unified_registration(qwen_groups(6), 5, kernel=32)
+    edited = dict(apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD"))
+    members: dict = {}
+    for i, t in enumerate(layers_under_test(cfg, caches, edited)):
+        members.setdefault(t.group, []).append(TiledLayer.of(i, t))
+    assert _tiling(members, default_chunk_bytes(torch.device("cpu"))) == (3, 1)
+    # Blocks 0-2 and 3-4 rotate within their tile; every page of the one
+    # layer that misses its state's last 85,440 bytes loses them.
+    edited["model.layers.1.4"] = edited["model.layers.1.4"][:, :500]
+    rows = verify_roundtrip(cfg, caches, edited).table.set_index("layer")
+    lost = 5 * (1_085_440 - 1_000_000)
+    assert rows.loc["model.layers.1.4", "mismatched_bytes"] == lost
+    assert rows.loc["model.layers.1.4", "first_mismatch"] == (0, "ssm", 1_000_000 - 3 * 6144 * 2)
+    assert rows.drop(index="model.layers.1.4")["ok"].all()

@@ -135,10 +135,13 @@ def _threads(device: torch.device, threads: int | None):
     threads every call ends in a barrier that waits for the slower thread,
     which on a shared machine is often descheduled.  On the 2 shared cores
     ``benchmarks/bench_edits.py`` ran on, two threads were faster in most
-    runs (1 GiB bench registration: 0.59-0.64x of a plain copy with 2,
-    0.37-0.44x with 1), and one thread in some (Qwen3.5-0.8B x 64 blocks:
-    0.19x with 2 against 0.31x with 1 in one run, 0.57x against 0.37x in
-    the next).  ``None`` keeps the caller's setting.
+    runs (1 GiB bench registration: 0.73-1.07x of a plain copy with 2,
+    0.49-0.70x with 1), and one thread in phases when the second core was
+    busy (Qwen3.5-0.8B x 64 blocks, alternating in one process: 0.24-0.37x
+    with 2 against 0.35-0.57x with 1).  Picking per run by timing the first
+    tiles both ways was tried and lost to plain two threads (median 0.51x
+    against 0.65x): a few tiles' times are too noisy to choose by.
+    ``None`` keeps the caller's setting.
     """
     before = torch.get_num_threads()
     if device.type != "cpu" or threads is None or threads == before:

@@ -25,8 +25,13 @@ Prints, side by side in one run (medians over repeats):
   blocks: 1,179,648-byte pages on the H100; ``--model ''`` skips it).
 
 Usage: ``python benchmarks/bench_edits.py [--device cuda] [--repeats 5]
-[--big-mib 1024] [--model ID] [--root DIR]``; ``--root`` runs the same
-measurements against the kvexplore package of another checkout.
+[--big-mib 1024] [--model ID] [--model-only] [--root DIR]``; ``--root`` runs
+the same measurements against the kvexplore package of another checkout;
+``--model-only`` times the model rows alone.  On the 2 shared cores this ran
+on, the model rows came out 2-3x lower at the end of a full run (after a
+minute of load on both cores) than alone, run for run: the second core
+slows under sustained load, and in-cache work suffers where a copy from
+memory does not.
 """
 
 from __future__ import annotations
@@ -153,11 +158,20 @@ def main() -> None:
     )
     parser.add_argument("--model-blocks", type=int, default=64)
     parser.add_argument(
+        "--model-only", action="store_true", help="only the model rows' ratios"
+    )
+    parser.add_argument(
         "--root", default=None, help="measure the kvexplore package under this dir"
     )
     args = parser.parse_args()
     dev, reps = args.device, args.repeats
     torch.manual_seed(0)
+    if args.model_only and not args.model:
+        parser.error("--model-only needs a --model")
+    if args.model_only:
+        print(f"device: {dev}, torch {torch.__version__}, repeats {reps}")
+        print_ratios(real_model(args.model, args.model_blocks, reps, dev), reps)
+        return
 
     rows = []
     for label, size in (

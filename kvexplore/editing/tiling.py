@@ -476,13 +476,6 @@ class _Stack:
         equal moves do the very same thing to memory."""
         return self.signature(blocks), tuple(_geometry(e) for e in self.parts)
 
-    def extent(self, blocks: int) -> int | None:
-        """How many places the rotating load cycles through (``None``: evict)."""
-        axis = self.axis(blocks)
-        if axis is None:
-            return None
-        return blocks if axis == 1 else len(self.layers)
-
     def singles(self) -> list[_Stack]:
         """One stack per layer (after a stacked call raised)."""
         return [_Stack.of([layer], None) for layer in self.layers]

@@ -251,3 +251,12 @@ def test_table_html_escapes():
     assert "<script>" not in message_html("<script>alert(1)</script>")
     cells = re.findall(r"<td>(.*?)</td>", table_html(pd.DataFrame({"x": [1.5, float("nan")]})))
     assert cells == ["1.5", "-"]  # NaN shows as a dash, never as "nan"
+
+
+def test_buffer_map_zoom_labels_every_block_it_shows():
+    p = kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="A100")  # 16 blocks: the zoom shows 8
+    lay = kvexplore.buffer_layout(p)
+    blocks = [s.label for s in lay.block_zoom if s.label != "pad"]
+    assert blocks == [f"b{b}" for b in range(8)]
+    texts = {t.get_text() for t in lay.figure().axes[0].texts}
+    assert set(blocks) <= texts

@@ -32,6 +32,7 @@ from kvexplore.rendering.segments import (
     COLORS,
     LEGEND,
     LEGEND_TEXT,
+    ZOOM_BLOCKS,
     Segment,
     capped,
     fmt_size,
@@ -44,7 +45,8 @@ MAX_DRAWN_ROWS = 12
 MAX_TICKS = 8
 #: Callouts per row at most (the widest thin segments win).
 MAX_CALLOUTS = 4
-#: Labels inside rectangles per row at most (text is what costs in Agg).
+#: Labels inside rectangles per row at most (text is what costs in Agg); a
+#: buffer map's zoom row labels each of its :data:`ZOOM_BLOCKS` blocks.
 MAX_INNER_LABELS = 6
 #: Kinds worth a callout when too thin for an inner label.
 CALLOUT_KINDS = frozenset({"pad", "conv", "ssm", "state", "latent", "c_kv", "k_pe", "edited"})
@@ -204,12 +206,12 @@ def rows_axes(fig, names: Sequence[str], title: str, *, bottom_in: float = 0.62,
 
 
 def draw_row(ax, y: float, segments: Sequence[Segment], lo: int, hi: int, width: float,
-             axis_in: float) -> list[str]:
+             axis_in: float, most_labels: int = MAX_INNER_LABELS) -> list[str]:
     """Row ``y``: one rectangle per segment (capped), bytes ``[lo, hi)`` scaled
     onto ``[0, width)`` of an axis ``axis_in`` inches wide.
 
     Labels go inside rectangles wide enough to hold them (at most
-    :data:`MAX_INNER_LABELS`); thin segments of :data:`CALLOUT_KINDS` get a
+    ``most_labels``, evenly spread when more would fit); thin segments of :data:`CALLOUT_KINDS` get a
     callout above the row, spread so none overlaps.  Returns the kinds drawn
     (for the legend).  One ``PolyCollection`` per row: a single Agg draw call
     however many rectangles; its ``segment_labels`` keeps every rectangle's
@@ -248,8 +250,8 @@ def draw_row(ax, y: float, segments: Sequence[Segment], lo: int, hi: int, width:
             inner.append(i)
         elif kinds[i] in CALLOUT_KINDS and s.size > 0:
             thin.append(i)
-    if len(inner) > MAX_INNER_LABELS:
-        step = math.ceil(len(inner) / MAX_INNER_LABELS)
+    if len(inner) > most_labels:
+        step = math.ceil(len(inner) / most_labels)
         inner = inner[::step]
     placed: list[tuple[float, float]] = []
     for i in inner:  # segments may overlap (an edited view's coordinates can interleave)
@@ -357,7 +359,9 @@ def buffer_figure(lay):
     axis_in = ax.get_position().width * fig_w
     kinds: list[str] = []
     for i, (_, segs, lo, hi) in enumerate(rows):
-        kinds += draw_row(ax, (len(rows) - 1 - i) * 1.6, segs, lo, hi, 1.0, axis_in)
+        zoom = lay.block_zoom and i == len(rows) - 1
+        kinds += draw_row(ax, (len(rows) - 1 - i) * 1.6, segs, lo, hi, 1.0, axis_in,
+                          ZOOM_BLOCKS if zoom else MAX_INNER_LABELS)
     ax.set_xlim(0, 1)
     ax.set_xticks([0, 1])
     ax.set_xticklabels(["start", "end"], fontsize=6)

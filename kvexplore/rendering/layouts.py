@@ -49,7 +49,12 @@ from kvexplore.errors import KVExploreError
 from kvexplore.layout import dtype_name, state_names
 from kvexplore.registration import registered_views
 from kvexplore.rendering.figures import pages_figure, sweep_figure
-from kvexplore.rendering.segments import Segment, fmt_bytes, overlap_summary
+from kvexplore.rendering.segments import (
+    ZOOM_BLOCKS,
+    Segment,
+    fmt_bytes,
+    overlap_summary,
+)
 
 REGISTRATIONS = ("unified", "legacy")
 
@@ -696,12 +701,12 @@ def buffer_layout(plan, *, registration: str = "unified") -> BufferLayout:
             spec = plan.layer_specs.get(t.layers[0])
             page = int(spec.page_size_bytes)
             real = int(getattr(spec, "real_page_size_bytes", None) or page)
-            for b in range(min(nb, 8)):
+            for b in range(min(nb, ZOOM_BLOCKS)):
                 start = t.offset + b * t.block_stride
                 zoom.append(Segment(f"b{b}", start, real, "", "state" if isinstance(spec, MambaSpec) else "K/V"))
                 if page > real:
                     zoom.append(Segment("pad", start + real, page - real, "", "page padding"))
-            zoom_label = f"first {min(nb, 8)} blocks of {t.layers[0]} (tensor 0)"
+            zoom_label = f"first {min(nb, ZOOM_BLOCKS)} blocks of {t.layers[0]} (tensor 0)"
         ends = {t.offset + t.size for t in cfg.kv_cache_tensors}
         starts = {t.offset for t in cfg.kv_cache_tensors}
         if len(cfg.kv_cache_tensors) > 1 and starts == {0} and len(ends) == 1:
@@ -723,10 +728,10 @@ def buffer_layout(plan, *, registration: str = "unified") -> BufferLayout:
             real = int(getattr(spec, "real_page_size_bytes", None) or spec.page_size_bytes)
             if isinstance(spec, MambaSpec) and real < page:
                 if not zoom:
-                    for b in range(min(nb, 8)):
+                    for b in range(min(nb, ZOOM_BLOCKS)):
                         zoom.append(Segment(f"b{b}", b * page, real, "", "conv | ssm"))
                         zoom.append(Segment("pad", b * page + real, page - real, "", "page padding"))
-                    zoom_label = f"first {min(nb, 8)} blocks of buffer 0 as group {gid} (Mamba) sees them"
+                    zoom_label = f"first {min(nb, ZOOM_BLOCKS)} blocks of buffer 0 as group {gid} (Mamba) sees them"
                 notes.append(f"group {gid}: conv | ssm | pad, {page - real:,} B padding per page")
     label = (
         f"{plan.model.name} on {plan.gpu.name}, tp={plan.parallel_config.tensor_parallel_size}, "

@@ -27,6 +27,9 @@ from kvexplore.layout import compress_ints
 #: page size).
 MAX_DRAWN_SEGMENTS = 64
 
+#: Blocks a buffer map's zoom shows (and labels, every one).
+ZOOM_BLOCKS = 8
+
 #: One colour per kind, used by every figure and HTML bar.
 COLORS = {
     "conv": "#4C72B0",

@@ -462,19 +462,14 @@ class _Stack:
 
     def signature(self, blocks: int) -> tuple:
         """What makes two stacks' fills write the same pattern on the same bytes."""
-        return (
-            self.axis(blocks),
-            tuple(
-                (*_geometry(f), layer_fill.tag)
-                for f, layer_fill in zip(self.fills, self.layers[0].fills, strict=True)
-            ),
-        )
+        return self.axis(blocks), self.patterns()
 
-    def moves(self, blocks: int) -> tuple:
-        """Everything a store / load of a chunk of ``blocks`` does: the fills'
-        :meth:`signature` and the edited views' geometry.  Two stacks with
-        equal moves do the very same thing to memory."""
-        return self.signature(blocks), tuple(_geometry(e) for e in self.parts)
+    def patterns(self) -> tuple:
+        """Each fill view's geometry with its pattern tag."""
+        return tuple(
+            (*_geometry(f), layer_fill.tag)
+            for f, layer_fill in zip(self.fills, self.layers[0].fills, strict=True)
+        )
 
     def singles(self) -> list[_Stack]:
         """One stack per layer (after a stacked call raised)."""
@@ -690,7 +685,8 @@ class Group:
         return tuple(
             (
                 stack.rotatable,
-                stack.moves(2),
+                stack.patterns(),
+                tuple(_geometry(e) for e in stack.parts),
                 tuple(
                     (r.label, r.tag, *_geometry(r.view))
                     for layer in stack.layers

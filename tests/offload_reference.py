@@ -14,6 +14,7 @@ functions touch (GUIDE section 5).
 
 from __future__ import annotations
 
+import copy
 import os
 from contextlib import contextmanager
 from functools import lru_cache
@@ -44,6 +45,12 @@ class VllmConfigStandIn(SimpleNamespace):
         # would call __init__ without the required keywords
         new = type(self).__new__(type(self))
         new.__dict__.update(self.__dict__)
+        return new
+
+    def __deepcopy__(self, memo):
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new.__dict__.update(copy.deepcopy(self.__dict__, memo))
         return new
 
     def __init__(

@@ -61,6 +61,29 @@ def test_callers_cannot_change_a_shared_plan(qwen):
     assert again.explain() == kvexplore.plan(QWEN, gpu="A100").explain()
 
 
+def test_callers_cannot_change_the_shared_hf_config_or_build(qwen):
+    """The HF config objects and the build are shared by every plan of one
+    model and GPU; what a caller reaches of them is a copy."""
+    mc = qwen.model_config
+    assert mc.hf_text_config is mc.hf_config.text_config  # the copy keeps vLLM's sharing
+    mc.hf_text_config.num_hidden_layers = 3
+    mc.hf_text_config.layer_types.clear()
+    qwen.vllm_config.model_config.hf_config.text_config.full_attention_interval = 1
+    built = qwen.built
+    built.vllm_config.cache_config.block_size = 16
+    built.vllm_config.model_config.hf_text_config.num_hidden_layers = 2
+    built.groups[0].layer_names.clear()
+    # from the config by hand: 24 layers, every 4th full attention, 6 per group
+    text = kvexplore.plan(QWEN, gpu="A100").model_config.hf_text_config
+    assert text.num_hidden_layers == 24 and len(text.layer_types) == 24
+    assert text.full_attention_interval == 4
+    assert qwen.built.vllm_config.cache_config.block_size == 544
+    assert [len(g.layer_names) for g in qwen.built.groups] == [6, 6, 6, 6]
+    sibling = kvexplore.plan(QWEN, gpu="A100", num_blocks=7)  # same build, new plan
+    assert [len(g.layer_names) for g in sibling.groups] == [6, 6, 6, 6]
+    assert sibling.block_size == 544 and sibling.num_blocks == 7
+
+
 def test_one_memo_per_plan_released_with_the_plan():
     p = kvexplore.plan(QWEN, gpu="A100", num_blocks=5)
     views = registered_views(p)

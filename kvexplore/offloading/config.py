@@ -57,6 +57,7 @@ from kvexplore.offloading.derive import (
     OffloadConfigError,
     derive,
     offloaded_layer_names,
+    plan_facts,
 )
 from kvexplore.offloading.options import (
     DEFAULT_ENGINE_ID,
@@ -277,8 +278,7 @@ def build_config(p: Plan, o: OffloadOptions, d: Derivation):
     """vLLM's ``OffloadingConfig`` from a derivation (the constructor call that
     ends ``build_offloading_config``)."""
     V = _v()
-    vc = p.vllm_config
-    mc, cc, pc = vc.model_config, vc.cache_config, vc.parallel_config
+    facts = plan_facts(p)
     groups = tuple(
         V.OffloadingGroupConfig(
             group_id=gid,
@@ -297,17 +297,17 @@ def build_config(p: Plan, o: OffloadOptions, d: Derivation):
         enable_kv_cache_events=o.enable_kv_cache_events,
         extra_config=ReadOnlyDict(o.extra_config),
         engine_id=o.engine_id,
-        model=V.OffloadingModelConfig(name=mc.model, dtype=d.dtype.value, max_model_len=mc.max_model_len),
+        model=V.OffloadingModelConfig(name=facts.model, dtype=d.dtype.value, max_model_len=facts.max_model_len),
         cache=V.OffloadingCacheConfig(
             tokens_per_hash=d.tokens_per_hash.value, blocks_per_chunk=d.blocks_per_chunk.value
         ),
         parallel=V.OffloadingParallelConfig(
             rank=o.rank,
             world_size=d.world_size.value,
-            tp_size=pc.tensor_parallel_size,
+            tp_size=facts.tensor_parallel_size,
             pp_size=o.pipeline_parallel_size,
             pcp_size=o.prefill_context_parallel_size,
-            dcp_size=pc.decode_context_parallel_size,
+            dcp_size=facts.decode_context_parallel_size,
             data_parallel_index=o.data_parallel_rank,
             data_parallel_size=o.data_parallel_size,
             data_parallel_rank_local=d.data_parallel_rank_local.value,
@@ -315,7 +315,7 @@ def build_config(p: Plan, o: OffloadOptions, d: Derivation):
         ),
         replicated_layout=d.replicated_layout.value,
         canonical_layout=d.canonical_layout.value,
-        kv_cache_layout=cc.kv_cache_layout,
+        kv_cache_layout=facts.kv_cache_layout,
     )
 
 

@@ -207,6 +207,35 @@ def parallel_layout(pp: int, tp: int, pcp: int, dp: int, backend: str | None) ->
     return ParallelLayout(Derived(world, world_rule), Derived(backend, backend_rule), local)
 
 
+class PlanFacts(NamedTuple):
+    """What ``build_offloading_config`` reads from the plan's own configs on
+    every call: read once per plan, since each read of a plan's vLLM objects
+    hands out a deep copy."""
+
+    model: str
+    max_model_len: int
+    tensor_parallel_size: int
+    decode_context_parallel_size: int
+    kv_tp_replicas: int
+    kv_cache_layout: Any
+
+
+@per_plan
+def plan_facts(p: Plan) -> PlanFacts:
+    """``model_config.model`` / ``max_model_len``, TP and DCP from
+    ``parallel_config``, ``KVCacheConfig.kv_tp_replicas`` and
+    ``cache_config.kv_cache_layout`` of plan ``p``."""
+    vc = p.vllm_config
+    return PlanFacts(
+        vc.model_config.model,
+        vc.model_config.max_model_len,
+        vc.parallel_config.tensor_parallel_size,
+        vc.parallel_config.decode_context_parallel_size,
+        p.kv_cache_config.kv_tp_replicas,
+        vc.cache_config.kv_cache_layout,
+    )
+
+
 @per_plan
 def offloading_groups(p: Plan) -> Derived:
     """``get_offloading_group_ids``: the transferable, prefix-cacheable groups
@@ -818,8 +847,8 @@ def derive(p: Plan, o: OffloadOptions) -> Derivation:
     ``build_offloading_config`` raises or asserts.
     """
     check_plan(p)
-    vc = p.vllm_config
-    tp, dcp = vc.parallel_config.tensor_parallel_size, vc.parallel_config.decode_context_parallel_size
+    facts = plan_facts(p)
+    tp, dcp = facts.tensor_parallel_size, facts.decode_context_parallel_size
     o.check_parallel(tp, dcp)
     pp, pcp = o.pipeline_parallel_size, o.prefill_context_parallel_size
     par = parallel_layout(pp, tp, pcp, o.data_parallel_size, o.distributed_executor_backend)
@@ -836,7 +865,7 @@ def derive(p: Plan, o: OffloadOptions) -> Derivation:
     )
     wbytes = worker_kv_bytes_per_block(p)
     replicated = replicated_layout(
-        uses_mla(p), tp, p.kv_cache_config.kv_tp_replicas, wbytes.value,
+        uses_mla(p), tp, facts.kv_tp_replicas, wbytes.value,
         pp, pcp, dcp, world, backend, o.nnodes_within_dp,
     )
     canonical = canonical_layout(extra)

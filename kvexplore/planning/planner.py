@@ -176,14 +176,14 @@ class Plan(Displayable):
     admission: Admission | None = field(repr=False)
     decisions: MappingProxyType = field(repr=False)
     weight_bytes: int = field(repr=False)
-    built: Any = field(repr=False, compare=False)
+    _built: Any = field(repr=False, compare=False)
 
     @cached_property
     def derivation(self) -> MappingProxyType:
         """How each size and GPU-dependent decision came about, by name."""
         return MappingProxyType(
             _derivation(
-                self._vllm_config, self.built, self.gpu, self.backend,
+                self._vllm_config, self._built, self.gpu, self.backend,
                 self.attention_page_bytes_per_token, self.mamba_page_size,
                 self._kv_cache_config, self.kernel_block_sizes, self.admission,
             )
@@ -205,28 +205,40 @@ class Plan(Displayable):
     # -- derived sizes --------------------------------------------------------
     # -- vLLM's objects, copied on read ------------------------------------------
     # Plans are cached and shared by every caller that asks for the same inputs,
-    # so what a caller can reach and mutate is a copy: changing it never changes
-    # another caller's plan.  (The HF config objects inside ``model_config`` are
-    # shared, as vLLM itself shares them between its configs.)
+    # so what a caller can reach and mutate is a deep copy (the HF config objects
+    # inside ``model_config`` included): changing it never changes another
+    # caller's plan.  Read once and keep the copy where a loop needs many fields.
     @property
     def vllm_config(self):
-        """A copy of the engine's ``VllmConfig`` (its sub-configs copied too)."""
-        return copy_vllm_config(self._vllm_config)
+        """A deep copy of the engine's ``VllmConfig``."""
+        return copy.deepcopy(self._vllm_config)
 
     @property
     def cache_config(self):
         """A copy of vLLM's ``CacheConfig`` after alignment."""
-        return copy.copy(self._vllm_config.cache_config)
+        return copy.deepcopy(self._vllm_config.cache_config)
 
     @property
     def model_config(self):
-        """A copy of vLLM's ``ModelConfig``."""
-        return copy.copy(self._vllm_config.model_config)
+        """A deep copy of vLLM's ``ModelConfig`` (``hf_config`` and
+        ``hf_text_config`` copied with it)."""
+        return copy.deepcopy(self._vllm_config.model_config)
 
     @property
     def parallel_config(self):
         """A copy of vLLM's ``ParallelConfig``."""
-        return copy.copy(self._vllm_config.parallel_config)
+        return copy.deepcopy(self._vllm_config.parallel_config)
+
+    @property
+    def built(self):
+        """The model-dependent half of the plan (a
+        :class:`~kvexplore.planning.worker.BuiltModel`), with its ``VllmConfig``
+        and groups deep-copied: the build is shared by every plan of the same
+        model, GPU and build inputs."""
+        b = self._built
+        return dataclasses.replace(
+            b, vllm_config=copy.deepcopy(b.vllm_config), groups=copy.deepcopy(b.groups)
+        )
 
     @property
     def kv_cache_config(self):
@@ -445,19 +457,6 @@ class Plan(Displayable):
             f"num_blocks={self.num_blocks})"
         )
 
-
-
-def copy_vllm_config(vc):
-    """A shallow copy of a ``VllmConfig`` whose sub-configs are copies too, so
-    setting a field of the copy (``copy.cache_config.block_size = 16``) leaves
-    ``vc`` as it was."""
-    out = copy.copy(vc)
-    for name in ("model_config", "cache_config", "parallel_config", "scheduler_config",
-                 "speculative_config", "kv_transfer_config", "compilation_config"):
-        value = getattr(vc, name, None)
-        if value is not None:
-            setattr(out, name, copy.copy(value))
-    return out
 
 
 def copy_kv_cache_config(cfg):
@@ -892,7 +891,7 @@ def _plan_from_build(src: ModelSource, gpu: GPU, request: tuple, r: dict, built)
         admission=admission,
         decisions=built.decisions,
         weight_bytes=built.weight_bytes,
-        built=built,
+        _built=built,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 import torch
 from edit_layouts import (
@@ -501,6 +502,14 @@ def test_groups_repeating_each_others_views_run_once_and_each_reports_the_loss(
     report = verify_roundtrip(cfg, caches, edited, chunk_bytes=1 << 30)
     assert report.ok and len(report.table) == 8
     assert ran == ["model.layers.0.0", "model.layers.3.0"]
+    # the report says which layers stood in for which
+    table = report.table.set_index("layer")
+    stood_in = table["checked_with"].dropna().to_dict()
+    assert stood_in == {
+        f"model.layers.{g}.{i}": f"model.layers.0.{i}" for g in (1, 2) for i in (0, 1)
+    }
+    assert "data checked once with model.layers.0.1" in table.loc["model.layers.2.1", "detail"]
+    assert table.loc["model.layers.0.1", "detail"] == "every byte came back"
     # Every GDN group's first layer misses the last 85,440 state bytes of
     # each page, the same way: still one run for the three, and each of
     # them reports the five pages' loss, counted by hand.
@@ -523,6 +532,8 @@ def test_groups_repeating_each_others_views_run_once_and_each_reports_the_loss(
     rows = verify_roundtrip(cfg, caches, edited, chunk_bytes=1 << 30).table
     rows = rows.set_index("layer")
     assert ran == ["model.layers.0.0", "model.layers.1.0", "model.layers.3.0"]
+    assert pd.isna(rows.loc["model.layers.1.0", "checked_with"])
+    assert rows.loc["model.layers.2.0", "checked_with"] == "model.layers.0.0"
     assert rows.loc["model.layers.1.0", "mismatched_bytes"] == lost
     assert rows.drop(index="model.layers.1.0")["ok"].all()
 

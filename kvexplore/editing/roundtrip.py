@@ -59,6 +59,7 @@ _COLUMNS = [
     "disjoint_ok",
     "ok",
     "detail",
+    "checked_with",
 ]
 
 
@@ -68,6 +69,10 @@ class LayerVerdict:
 
     ``first_mismatch`` is ``(block, region, byte)``; ``covers_ok`` is False
     also when torch could not store or load through the edited view at all.
+    ``checked_with`` names the layer whose run stands for this one's data
+    check (its group's registered and edited views are, view for view,
+    that layer's group's, on the same bytes); ``None`` when this layer's
+    own bytes were moved and compared.  Its address checks are always its own.
     """
 
     group: int
@@ -84,6 +89,7 @@ class LayerVerdict:
     confined_ok: bool
     disjoint_ok: bool
     detail: str
+    checked_with: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -98,6 +104,7 @@ class LayerVerdict:
         blocks: int,
         check: AddressCheck,
         damage: LayerDamage,
+        checked_with: str | None = None,
     ) -> LayerVerdict:
         notes = list(check.notes)
         if damage.store_error is not None:
@@ -108,6 +115,10 @@ class LayerVerdict:
                 f"{damage.mismatched_bytes} bytes differ after the round trip; "
                 f"first at block {block}, {label} byte {byte}"
             )
+        if not notes:
+            notes.append("every byte came back")
+        if checked_with is not None:
+            notes.append(f"data checked once with {checked_with} (the same views of the same bytes)")
         return cls(
             group=layer.group,
             layer=layer.name,
@@ -122,7 +133,8 @@ class LayerVerdict:
             uncovered_bytes=check.uncovered_bytes,
             confined_ok=check.confined_ok,
             disjoint_ok=check.disjoint_ok,
-            detail="; ".join(notes) or "every byte came back",
+            detail="; ".join(notes),
+            checked_with=checked_with,
         )
 
     def row(self) -> dict[str, object]:
@@ -270,7 +282,10 @@ def verify_roundtrip(
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     verdicts = tuple(
-        LayerVerdict.of(layer, len(chosen), check, hurt)
+        LayerVerdict.of(
+            layer, len(chosen), check, hurt,
+            None if hurt.checked_with is None else layers[hurt.checked_with].name,
+        )
         for layer, check, hurt in zip(layers, checks, damage, strict=True)
     )
     return RoundTripReport(verdicts, time.perf_counter() - started, str(device))

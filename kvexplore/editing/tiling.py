@@ -112,6 +112,10 @@ class LayerDamage:
     mismatched_bytes: int = 0
     first_mismatch: tuple[int, str, int] | None = None
     store_error: str | None = None
+    #: Position of the layer whose run stands for this one (its group repeats
+    #: that layer's group view for view, see :func:`_distinct`); ``None``
+    #: when the layer's own bytes were moved and compared.
+    checked_with: int | None = None
 
 
 def default_chunk_bytes(device: torch.device) -> int:
@@ -549,12 +553,14 @@ class _Tally:
         self.first: list[tuple[tuple[int, int, int], tuple[int, str, int]] | None]
         self.first = [None] * count
         self.errors: list[str | None] = [None] * count
+        self.sources: list[int | None] = [None] * count
 
     def repeat(self, source: int, twin: int) -> None:
         """Layer ``twin`` found what layer ``source`` found (see :func:`_distinct`)."""
         self.mismatched[twin] = self.mismatched[source]
         self.first[twin] = self.first[source]
         self.errors[twin] = self.errors[source]
+        self.sources[twin] = source
 
     def damage(self) -> tuple[LayerDamage, ...]:
         return tuple(
@@ -562,8 +568,11 @@ class _Tally:
                 mismatched_bytes=m,
                 first_mismatch=None if f is None else f[1],
                 store_error=e,
+                checked_with=c,
             )
-            for m, f, e in zip(self.mismatched, self.first, self.errors, strict=True)
+            for m, f, e, c in zip(
+                self.mismatched, self.first, self.errors, self.sources, strict=True
+            )
         )
 
 

@@ -205,6 +205,40 @@ def rows_axes(fig, names: Sequence[str], title: str, *, bottom_in: float = 0.62,
     return ax
 
 
+#: Tick mark length and the gap under it, in points (matplotlib's defaults).
+_TICK_PT, _TICK_PAD_PT, _TICK_FONT = 3.5, 3.5, 6
+
+
+def x_ticks(ax, positions: Sequence[float], labels: Sequence[str], xlabel: str) -> None:
+    """Tick marks, their labels and the axis label under ``ax``'s x axis.
+
+    The marks are one ``LineCollection`` and the labels plain texts (gid
+    ``"x-tick"``): a matplotlib ``Tick`` costs a ``Line2D`` and two texts,
+    and building and laying them out took almost half of a page map's draw.
+    """
+    from matplotlib.collections import LineCollection
+
+    ax.set_xticks([])
+    trans = ax.get_xaxis_transform()  # x in data, y in axes fractions
+    height_pt = ax.get_position().height * ax.figure.get_figheight() * 72
+    mark = _TICK_PT / height_pt
+    ax.add_collection(LineCollection(
+        [[(x, 0.0), (x, -mark)] for x in positions], colors="black", linewidths=0.8,
+        transform=trans, clip_on=False,
+    ), autolim=False)
+    below = -(_TICK_PT + _TICK_PAD_PT) / height_pt
+    for x, label in zip(positions, labels, strict=True):
+        ax.text(x, below, label, transform=trans, ha="center", va="top",
+                fontsize=_TICK_FONT, gid="x-tick", clip_on=False)
+    pad = _TICK_PT + _TICK_PAD_PT + 1.3 * _TICK_FONT
+    ax.set_xlabel(xlabel, fontsize=_FONT, labelpad=pad)
+
+
+def x_tick_labels(ax) -> list[tuple[float, str]]:
+    """``(position, label)`` of :func:`x_ticks`' ticks, left to right (for tests and tooling)."""
+    return sorted((t.get_position()[0], t.get_text()) for t in ax.texts if t.get_gid() == "x-tick")
+
+
 def draw_row(ax, y: float, segments: Sequence[Segment], lo: int, hi: int, width: float,
              axis_in: float, most_labels: int = MAX_INNER_LABELS) -> list[str]:
     """Row ``y``: one rectangle per segment (capped), bytes ``[lo, hi)`` scaled
@@ -332,9 +366,7 @@ def page_figure(lay, *, title: bool = True, legend_row: bool = True):
     bounds = [s.start for s in lay.segments if s.kind not in ("...", "gap")]
     ticks = byte_ticks(bounds, 0, lay.page_bytes, axis_in)
     ax.set_xlim(0, width)
-    ax.set_xticks(ticks)
-    ax.set_xticklabels(["0" if t == 0 else fmt_size(t) for t in ticks], fontsize=6)
-    ax.set_xlabel("byte offset in the page", fontsize=_FONT, labelpad=1)
+    x_ticks(ax, ticks, ["0" if t == 0 else fmt_size(t) for t in ticks], "byte offset in the page")
     if legend_row:
         legend(fig, kinds)
     fig.kvexplore_layout = lay
@@ -363,9 +395,7 @@ def buffer_figure(lay):
         kinds += draw_row(ax, (len(rows) - 1 - i) * 1.6, segs, lo, hi, 1.0, axis_in,
                           ZOOM_BLOCKS if zoom else MAX_INNER_LABELS)
     ax.set_xlim(0, 1)
-    ax.set_xticks([0, 1])
-    ax.set_xticklabels(["start", "end"], fontsize=6)
-    ax.set_xlabel("each row scaled to its own buffer", fontsize=_FONT, labelpad=1)
+    x_ticks(ax, [0, 1], ["start", "end"], "each row scaled to its own buffer")
     legend(fig, kinds)
     fig.kvexplore_layout = lay
     return fig
@@ -386,9 +416,8 @@ def pages_figure(title: str, names: Sequence[str], pages: Sequence):
     bounds = sorted({s.start for lay in pages for s in lay.segments if s.kind not in ("...", "gap")})
     ticks = byte_ticks(bounds, 0, page, axis_in)
     ax.set_xlim(0, float(page))
-    ax.set_xticks(ticks)
-    ax.set_xticklabels(["0" if t == 0 else fmt_size(t) for t in ticks], fontsize=6)
-    ax.set_xlabel("byte offset in one layer's page of a block", fontsize=_FONT, labelpad=1)
+    x_ticks(ax, ticks, ["0" if t == 0 else fmt_size(t) for t in ticks],
+            "byte offset in one layer's page of a block")
     legend(fig, kinds)
     return fig
 

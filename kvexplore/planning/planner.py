@@ -458,7 +458,6 @@ class Plan(Displayable):
         )
 
 
-
 def copy_kv_cache_config(cfg):
     """A copy of a ``KVCacheConfig`` with its tensor and group lists (and their
     layer-name lists) copied; the specs are frozen and shared."""

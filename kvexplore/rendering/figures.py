@@ -212,8 +212,8 @@ _TICK_PT, _TICK_PAD_PT, _TICK_FONT = 3.5, 3.5, 6
 def x_ticks(ax, positions: Sequence[float], labels: Sequence[str], xlabel: str) -> None:
     """Tick marks, their labels and the axis label under ``ax``'s x axis.
 
-    The marks are one ``LineCollection`` and the labels plain texts (gid
-    ``"x-tick"``): a matplotlib ``Tick`` costs a ``Line2D`` and two texts,
+    The marks are one ``LineCollection`` (gid ``"x-tick-marks"``) and the
+    labels plain texts (gid ``"x-tick"``): a matplotlib ``Tick`` costs a ``Line2D`` and two texts,
     and building and laying them out took almost half of a page map's draw.
     """
     from matplotlib.collections import LineCollection
@@ -224,7 +224,7 @@ def x_ticks(ax, positions: Sequence[float], labels: Sequence[str], xlabel: str) 
     mark = _TICK_PT / height_pt
     ax.add_collection(LineCollection(
         [[(x, 0.0), (x, -mark)] for x in positions], colors="black", linewidths=0.8,
-        transform=trans, clip_on=False,
+        transform=trans, clip_on=False, gid="x-tick-marks",
     ), autolim=False)
     below = -(_TICK_PT + _TICK_PAD_PT) / height_pt
     for x, label in zip(positions, labels, strict=True):

@@ -14,12 +14,14 @@ Prints, side by side in one run (medians over repeats):
   ``restore=True`` (the default call, which also saves and puts back the
   caches' bytes), on the CPU also at 2, 4 and 8 MiB tiles and on one
   intra-op thread (``threads=1``, skipped for a --root without that argument).
-  Per tile and group the check fills (once per run of groups with the same
-  registered views), moves every block through the edited view into
-  another block (half the tile via the store buffer) and compares; a group
-  that repeats an earlier group's views exactly (here groups 1 and 2 repeat
+  Per tile and group the check fills (once per tile: the attention page
+  holds the GDN state, whose group starts from the pattern the attention
+  group left), moves every block through the edited view into another
+  block (those that wrap via the store buffer) and compares; a group that
+  repeats an earlier group's views exactly (here groups 1 and 2 repeat
   group 0) makes the very same calls and is run once for both; the copy
-  reads and writes each byte once, from memory;
+  reads and writes each byte once, from memory.  By default each of the
+  CPU's intra-op threads takes whole tiles; ``threads=1`` is one thread;
 * the same ratios (``restore`` False and True) on a catalog model's own
   layout, as planned for the planner's default GPU (``--model``, default Qwen/Qwen3.5-0.8B with 64
   blocks: 1,179,648-byte pages on the H100; ``--model ''`` skips it).

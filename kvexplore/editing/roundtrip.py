@@ -245,11 +245,15 @@ def verify_roundtrip(
             :func:`kvexplore.editing.tiling.default_chunk_bytes` (a
             last-level-cache share on the CPU, 256 MiB on CUDA).  A tile
             holds at least one layer of one block.  Must be a positive int.
-        threads: CPU intra-op threads for the data check, the caller's
-            setting restored afterwards; ``None`` keeps the caller's.  On a
-            busy shared machine ``threads=1`` avoids waiting at every call
-            for a descheduled second thread (``benchmarks/bench_edits.py``
-            measures both).
+        threads: CPU threads for the data check; ``None`` for
+            ``torch.get_num_threads()``.  Each takes whole tiles, one at a
+            time, on one intra-op thread, so a thread that is descheduled on
+            a busy machine holds nobody up; where two tiles would write the
+            same byte (an edited view that leaves its page) the tiles run in
+            order, each torch call on ``threads`` intra-op threads (the
+            caller's for ``None``).  The
+            caller's intra-op setting is restored afterwards
+            (``benchmarks/bench_edits.py`` measures 1 and the default).
 
     Returns:
         :class:`RoundTripReport`; a mismatch is reported, not raised.

@@ -11,11 +11,11 @@ own device one cache-sized tile at a time:
    contiguous span (conv then SSM; K and V interleaved per token) are filled
    as that span in one call and still differ from each other;
 2. *store / load*: through the **edited** views every selected block is
-   moved half the tile's blocks on, cyclically (half goes through a
-   separate buffer, half is copied directly; in a one-block tile the
-   layers rotate instead).  Only when a tile holds one block of one layer
-   is the load made to the same place, after the registered bytes are
-   zeroed (the block was "evicted");
+   moved some places on within the tile, cyclically (those that wrap
+   through a separate buffer, the rest copied directly, see :func:`shift`;
+   in a one-block tile the layers rotate instead).  Only when a tile holds
+   one block of one layer is the load made to the same place, after the
+   registered bytes are zeroed (the block was "evicted");
 3. *compare*: every registered byte must hold the pattern of the block (or
    layer) it was stored from.  A registered byte the edited view misses
    keeps its own block's pattern, or zero, and is caught here; so is a
@@ -30,15 +30,20 @@ group whose registered and edited views are, view for view, those of a
 group already run on the tile (Qwen3.5's three Gated-DeltaNet groups) would
 repeat the very same torch calls on the very same bytes: it is run once,
 and each such group is reported what that run found (:func:`_distinct`).
-A group whose registered views are those of the group before it, but not
-its edited views, starts from the pattern that group left instead of
-filling again.  With ``restore``
-the tile's previous bytes (registered and edited extents) are saved before
-and put back after, also while in cache.  Layers of a group that vLLM
+The groups of a tile run largest fills first, and a group whose fill views
+the group before it filled and compared (the attention page holds the
+Gated-DeltaNet state of the same layer and block) starts from the pattern
+that group left instead of filling again (:meth:`Group.inherits`).  With
+``restore`` the tile's previous bytes (registered and edited extents) are
+saved before and put back after, also while in cache.  Layers of a group that vLLM
 places at a fixed stride (``layer_stride``) are handled as one strided
 view, one torch call per step for all of them.  Data checks are local to a
 tile: a layer overlapping another layer's page in a *later* tile is caught
 by the address arithmetic of :mod:`kvexplore.editing.proof`.
+
+On the CPU, when no byte is written by two tiles (:func:`_disjoint`), each
+of ``threads`` threads takes whole tiles, one after the other, with its own
+buffers (:func:`_workers`); a tile's steps stay in order within it.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -133,19 +139,12 @@ def default_chunk_bytes(device: torch.device) -> int:
 
 @contextlib.contextmanager
 def _threads(device: torch.device, threads: int | None):
-    """Run the CPU engine on ``threads`` intra-op threads, then restore the caller's.
+    """Run torch calls on ``threads`` intra-op threads, then restore the caller's.
 
-    A tile costs about ten torch calls per group on a few MiB each; with two
-    threads every call ends in a barrier that waits for the slower thread,
-    which on a shared machine is often descheduled.  On the 2 shared cores
-    ``benchmarks/bench_edits.py`` ran on, two threads were faster in most
-    runs (1 GiB bench registration: 0.73-1.07x of a plain copy with 2,
-    0.49-0.70x with 1), and one thread in phases when the second core was
-    busy (Qwen3.5-0.8B x 64 blocks, alternating in one process: 0.24-0.37x
-    with 2 against 0.35-0.57x with 1).  Picking per run by timing the first
-    tiles both ways was tried and lost to plain two threads (median 0.51x
-    against 0.65x): a few tiles' times are too noisy to choose by.
-    ``None`` keeps the caller's setting.
+    Used for a run whose tiles go in order (each call split over
+    ``threads``) and for the calling thread of a run whose threads share
+    the tiles (one each, see :func:`_workers`).  ``None`` keeps the
+    caller's setting.
     """
     before = torch.get_num_threads()
     if device.type != "cpu" or threads is None or threads == before:
@@ -161,7 +160,15 @@ def _threads(device: torch.device, threads: int | None):
 def compare_kernel(device: torch.device) -> str:
     """``"ne"`` (``ne`` + ``any``, one output byte per word) off the CPU,
     ``"xor"`` (``xor`` + ``max`` over ``uint8``) on it, where it streams
-    faster.  Both are exact."""
+    faster.  Both are exact.
+
+    ``torch.equal`` (reads both sides, writes nothing, stops at the first
+    difference) was measured on the CPU too: no faster with one thread per
+    tile (``benchmarks/bench_edits.py``'s model row, 21 runs alternating in
+    one process: median 0.247 s against 0.257 s with ``restore=True``) and
+    slower in a run of one thread (0.368 s against 0.324 s); it does not
+    split over intra-op threads.
+    """
     return "xor" if device.type == "cpu" else "ne"
 
 
@@ -464,9 +471,18 @@ class _Stack:
             return 1
         return 0 if self.rotatable else None
 
-    def signature(self, blocks: int) -> tuple:
-        """What makes two stacks' fills write the same pattern on the same bytes."""
-        return self.axis(blocks), self.patterns()
+    def unit_bytes(self, axis: int, blocks: int) -> int:
+        """Bytes of the edited views in one block of every layer (``axis`` 1),
+        or one layer of ``blocks`` blocks (``axis`` 0)."""
+        total = sum(p[0, 0].numel() * p.element_size() for p in self.parts)
+        return total * (len(self.layers) if axis == 1 else blocks)
+
+    def extents(self) -> tuple[_Extent, ...]:
+        """Where each fill view's bytes lie and which pattern they carry."""
+        return tuple(
+            _Extent.of(f, layer_fill.tag)
+            for f, layer_fill in zip(self.fills, self.layers[0].fills, strict=True)
+        )
 
     def patterns(self) -> tuple:
         """Each fill view's geometry with its pattern tag."""
@@ -478,6 +494,61 @@ class _Stack:
     def singles(self) -> list[_Stack]:
         """One stack per layer (after a stacked call raised)."""
         return [_Stack.of([layer], None) for layer in self.layers]
+
+
+@dataclass(frozen=True)
+class _Extent:
+    """Which bytes a stacked fill view ``[L, blocks, ...]`` reaches, and its pattern.
+
+    ``start`` is the byte offset of layer 0, block 0; layer ``l``, block
+    ``j`` reaches ``length`` bytes from ``start + l * layer_step + j *
+    block_step`` (all of them when ``dense``).  The pattern a fill writes at
+    byte ``A`` of layer ``l``, block ``j`` is ``1 + (phase + A + f(l, j))
+    mod 251`` (see :func:`_pattern`), with ``f`` fixed by the two steps:
+    two fills with equal steps and phase write the same value on every
+    byte they share.
+    """
+
+    storage: int
+    layers: int
+    layer_step: int
+    block_step: int
+    start: int
+    length: int
+    phase: int
+    dense: bool
+
+    @classmethod
+    def of(cls, stacked: torch.Tensor, tag: int) -> _Extent:
+        word = stacked.element_size()
+        one = stacked[0]
+        length = element_extent(tuple(one.shape[1:]), one.stride()[1:]) * word
+        starts, run = block_runs(one, torch.zeros(1, dtype=torch.int64))
+        start = stacked.storage_offset() * word
+        return cls(
+            storage=stacked.untyped_storage().data_ptr(),
+            layers=stacked.shape[0],
+            layer_step=stacked.stride(0) * word if stacked.shape[0] > 1 else 0,
+            block_step=one.stride(0) * word,
+            start=start,
+            length=length,
+            phase=(tag - start) % _MODULUS,
+            dense=length > 0 and int(union_bytes([(starts, run)])[0]) == length,
+        )
+
+    def holds(self, other: _Extent) -> bool:
+        """Every byte ``other`` reaches is one of ours, in the same layer and
+        block, where we wrote the value ``other``'s fill would write."""
+        return (
+            self.dense
+            and self.storage == other.storage
+            and self.layers == other.layers
+            and self.layer_step == other.layer_step
+            and self.block_step == other.block_step
+            and self.phase == other.phase
+            and self.start <= other.start
+            and other.start + other.length <= self.start + self.length
+        )
 
 
 def _geometry(t: torch.Tensor) -> tuple:
@@ -543,17 +614,39 @@ def _stacks(members: Sequence[TiledLayer]) -> list[_Stack]:
 class _Tally:
     """The engine's running count per layer; frozen into :class:`LayerDamage`.
 
-    The only mutable state of a run: mismatches add up over tiles, and a
-    layer whose edited view torch refuses to write is left out of later
-    stores (its coverage already failed).
+    The only mutable state a run's workers share: mismatches add up over
+    tiles, and a layer whose edited view torch refuses to write is left out
+    of later stores (its coverage already failed).  Every update takes the
+    lock, and what is kept does not depend on the order tiles finish in:
+    counts add up, and the first mismatch and the store error are those of
+    the earliest block.
     """
 
     def __init__(self, count: int) -> None:
+        self.lock = threading.Lock()
         self.mismatched = [0] * count
         self.first: list[tuple[tuple[int, int, int], tuple[int, str, int]] | None]
         self.first = [None] * count
         self.errors: list[str | None] = [None] * count
+        self._error_at: list[int | None] = [None] * count
         self.sources: list[int | None] = [None] * count
+
+    def refuse(self, position: int, ordinal: int, message: str) -> None:
+        """Torch refused layer ``position``'s edited view in a chunk from ``ordinal`` on."""
+        with self.lock:
+            at = self._error_at[position]
+            if at is None or ordinal < at:
+                self.errors[position], self._error_at[position] = message, ordinal
+
+    def add(
+        self, position: int, wrong: int, key: tuple[int, int, int], first: tuple[int, str, int]
+    ) -> None:
+        """``wrong`` more bytes of layer ``position``; ``key`` orders ``first`` among its bytes."""
+        with self.lock:
+            self.mismatched[position] += wrong
+            known = self.first[position]
+            if known is None or key < known[0]:
+                self.first[position] = (key, first)
 
     def repeat(self, source: int, twin: int) -> None:
         """Layer ``twin`` found what layer ``source`` found (see :func:`_distinct`)."""
@@ -591,7 +684,8 @@ class Group:
         self.stacks = _stacks(members)
         self.ne = kernel == "ne"  # compare with ne + any (else xor + max)
         self._views: dict[int, tuple] = {}
-        self._signatures: dict[int, tuple] = {}
+        self._extents: tuple[tuple[_Extent, ...], ...] | None = None
+        self._inherits: dict[tuple, tuple[int, ...] | None] = {}
         self._pieces: dict[tuple, torch.Tensor] = {}
         #: The layers in the order :meth:`identity` lists them.
         self.layers = tuple(layer for s in self.stacks for layer in s.layers)
@@ -673,11 +767,49 @@ class Group:
             self._pieces[key] = whole.narrow(dim, at, length)
         return self._pieces[key]
 
-    def signature(self, n: int) -> tuple:
-        """The group's fills on a chunk of ``n`` blocks, stack by stack."""
-        if n not in self._signatures:
-            self._signatures[n] = tuple(stack.signature(n) for stack in self.stacks)
-        return self._signatures[n]
+    def extents(self) -> tuple[tuple[_Extent, ...], ...]:
+        """Per stack, its fill views' :class:`_Extent`."""
+        if self._extents is None:
+            self._extents = tuple(stack.extents() for stack in self.stacks)
+        return self._extents
+
+    def fill_bytes(self) -> int:
+        """Bytes one block of the group's fills writes (the first fill of a tile is the largest)."""
+        return sum(f.view[0].numel() for layer in self.layers for f in layer.fills)
+
+    def inherits(self, carry: Carry, n: int) -> list[int] | None:
+        """Per stack, the turns of the pattern ``carry`` left on its fills; ``None`` to fill.
+
+        A stack inherits when one stack of the group before it held every
+        one of its fill views' bytes (:meth:`_Extent.holds`) and rotates on
+        the same axis: its bytes then hold exactly the pattern its own fill
+        would write, moved as that stack's loads moved it (the group before
+        compared every one of them).  vLLM's Qwen3.5 attention page holds
+        the Gated-DeltaNet state of the same layer and block, so the
+        Gated-DeltaNet group starts where the attention group ended.
+        """
+        key = (carry.layout, n)
+        if key not in self._inherits:
+            self._inherits[key] = self._sources(carry, n)
+        sources = self._inherits[key]
+        return None if sources is None else [carry.turns[i] for i in sources]
+
+    def _sources(self, carry: Carry, n: int) -> tuple[int, ...] | None:
+        sources = []
+        for stack, extents in zip(self.stacks, self.extents(), strict=True):
+            found = next(
+                (
+                    i
+                    for i, (held, axis) in enumerate(carry.layout)
+                    if axis == stack.axis(n)
+                    and all(any(h.holds(e) for h in held) for e in extents)
+                ),
+                None,
+            )
+            if found is None:
+                return None
+            sources.append(found)
+        return tuple(sources)
 
     def identity(self) -> tuple:
         """Everything the group's round trip does to memory, view for view.
@@ -717,8 +849,8 @@ class Group:
         """Fill, store / load and compare ``chunk`` for this group.
 
         ``carry`` is what the group before it in the tile left: when its
-        fills are this group's, the fill is skipped and the compare expects
-        that group's pattern rotated once more.  Returns this group's carry,
+        fills held this group's (:meth:`inherits`), the fill is skipped and
+        the compare expects that group's pattern rotated once more.  Returns this group's carry,
         or ``None`` when something failed (the next group then fills).
 
         A stack of several layers whose stacked store raises is split into
@@ -741,7 +873,8 @@ class Group:
         at = self.stacks.index(stack)
         self.stacks[at : at + 1] = stack.singles()
         self._views.clear()
-        self._signatures.clear()
+        self._extents = None
+        self._inherits.clear()
         self._pieces.clear()
 
     def _attempt(
@@ -755,64 +888,49 @@ class Group:
     ) -> tuple[_Stack | None, Carry | None]:
         """One fill / store / load / compare: the stack that raised, and the carry."""
         start, n = chunk.start, chunk.stop - chunk.start
-        stores, outs, flat, gaps = self.views(n, scratch)
-        signature = self.signature(n)
+        stores = self.views(n, scratch)[0]
         tiles = [[f.narrow(1, start, n) for f in stack.fills] for stack in self.stacks]
         # 1. fill through the registered views, unless they hold a known pattern
-        if carry is not None and carry.signature == signature:
-            turns = list(carry.turns)
+        inherited = None if carry is None else self.inherits(carry, n)
+        if inherited is not None:
+            turns = inherited
         else:
             turns = [0] * len(self.stacks)
             for stack, actuals in zip(self.stacks, tiles, strict=True):
                 _put(stack, actuals, ramps, lo, None, 0)
-        # 2. store and load each block (or layer) half the chunk further on
+        # 2. store and load each block (or layer) some places further on
         clean = True
         for s, stack in enumerate(self.stacks):
             if any(tally.errors[layer.position] for layer in stack.layers):
                 clean = False
                 continue
             axis = stack.axis(n)
-            buffers = stores[s]
+            buffers, h = stores[s], 0
             if axis is not None:
                 m = n if axis == 1 else len(stack.layers)
+                h = shift(m, stack.unit_bytes(axis, n))
                 buffers = [
-                    self.piece(n, ("store", s, j), axis, 0, half(m))
-                    for j in range(len(buffers))
+                    self.piece(n, ("store", s, j), axis, 0, h) for j in range(len(buffers))
                 ]
-            error = _store_load(stack, start, n, buffers, tiles[s], axis)
+            error = _store_load(stack, start, n, buffers, tiles[s], axis, h)
             if error is None:
                 if axis is not None:
-                    m = n if axis == 1 else len(stack.layers)
-                    turns[s] = (turns[s] + half(m)) % m
+                    turns[s] = (turns[s] + h) % m
                 continue
             if len(stack.layers) > 1:
                 return stack, None
-            tally.errors[stack.layers[0].position] = error
+            tally.refuse(stack.layers[0].position, lo, error)
             clean = False
             _put(stack, tiles[s], ramps, lo, axis, turns[s])  # the pattern it had
-        # 3. every byte where it belongs?  One reduction over all compare outputs.
-        differ = torch.ne if self.ne else torch.bitwise_xor
-        for s, stack in enumerate(self.stacks):
-            axis = stack.axis(n)
-            for k, actual in enumerate(tiles[s]):
-                if not actual.numel():
-                    continue
-                tag = stack.layers[0].fills[k].tag
-                for dim, at, length, expected in _expected(
-                    ramps, actual, tag, lo, axis, turns[s]
-                ):
-                    if dim is None:
-                        differ(actual, expected, out=outs[s][k])
-                    else:
-                        differ(
-                            actual.narrow(dim, at, length),
-                            expected,
-                            out=self.piece(n, ("out", s, k), dim, at, length),
-                        )
-        for gap in gaps:
-            gap.zero_()
-        if not flat.numel() or not (bool(flat.any()) if self.ne else bool(flat.max())):
-            return None, Carry(signature, tuple(turns)) if clean else None
+        # 3. every byte where it belongs?
+        if self._matches(n, tiles, ramps, lo, turns, scratch):
+            if not clean:
+                return None, None
+            layout = tuple(
+                (extents, stack.axis(n))
+                for stack, extents in zip(self.stacks, self.extents(), strict=True)
+            )
+            return None, Carry(layout, tuple(turns))
         for s, stack in enumerate(self.stacks):
             rotation = Rotation(stack.axis(n), turns[s], len(stack.layers))
             for place, layer in enumerate(stack.layers):
@@ -820,16 +938,55 @@ class Group:
                     locate(layer, k, lo, chunk, ramps, tally, rotation, place)
         return None, None
 
+    def _matches(
+        self,
+        n: int,
+        tiles: list[list[torch.Tensor]],
+        ramps: dict,
+        lo: int,
+        turns: list[int],
+        scratch: torch.Tensor,
+    ) -> bool:
+        """Does every fill view of the chunk hold its pattern, rotated ``turns``?
+
+        Every view's difference goes into the scratch buffer (free once the
+        loads are done), and one reduction over all of them answers.
+        """
+        pairs = (
+            (s, k, dim, at, length, actual, expected)
+            for s, stack in enumerate(self.stacks)
+            for k, actual in enumerate(tiles[s])
+            if actual.numel()
+            for dim, at, length, expected in _expected(
+                ramps, actual, stack.layers[0].fills[k].tag, lo, stack.axis(n), turns[s]
+            )
+        )
+        _, outs, flat, gaps = self.views(n, scratch)
+        differ = torch.ne if self.ne else torch.bitwise_xor
+        for s, k, dim, at, length, actual, expected in pairs:
+            if dim is None:
+                differ(actual, expected, out=outs[s][k])
+            else:
+                differ(
+                    actual.narrow(dim, at, length),
+                    expected,
+                    out=self.piece(n, ("out", s, k), dim, at, length),
+                )
+        for gap in gaps:
+            gap.zero_()
+        return not flat.numel() or not (bool(flat.any()) if self.ne else bool(flat.max()))
+
 
 @dataclass(frozen=True)
 class Carry:
     """What a group leaves in a tile once its compare passed.
 
-    ``signature``: its fills (:meth:`Group.signature`); ``turns``: per
-    stack, how many loads have rotated the pattern since the fill.
+    ``layout``: per stack, its fill views' extents and the axis its loads
+    rotate on; ``turns``: per stack, how many places the loads have rotated
+    the pattern since the fill.
     """
 
-    signature: tuple
+    layout: tuple[tuple[tuple[_Extent, ...], int | None], ...]
     turns: tuple[int, ...]
 
 
@@ -892,14 +1049,29 @@ def _put(
 
 
 def half(m: int) -> int:
+    """``ceil(m / 2)``: the furthest a rotating load moves each of ``m >= 2``
+    blocks (or layers), see :func:`shift`."""
+    return (m + 1) // 2
+
+
+#: Bytes a rotating load moves per torch call at least, where the chunk
+#: allows: fewer and a tile of small pages spends its time in Python.
+_SEGMENT_BYTES = 1 << 20
+
+
+def shift(m: int, unit_bytes: int) -> int:
     """How far a rotating load moves each of ``m >= 2`` blocks (or layers).
 
-    ``ceil(m / 2)``: the stored half and the directly copied rest
-    (``m - h <= h`` blocks) never overlap, and every block lands ``h``
-    places on, ``0 < h < m``, so a byte the load leaves behind keeps a
-    pattern that is not the one expected there.
+    ``h`` places, ``0 < h < m``, so a byte the load leaves behind keeps a
+    pattern that is not the one expected there.  The load stores ``h``
+    units and copies the other ``m - h`` in segments of ``h``, so it reads
+    and writes ``(m + h) / m`` of the chunk: ``h`` is the fewest units of
+    ``unit_bytes`` that make a segment of :data:`_SEGMENT_BYTES`, at least
+    1 and at most :func:`half` (one segment).  Qwen3.5-0.8B on the H100,
+    three 1,179,648-byte blocks of one layer: ``h = 1``, 4/3 of the chunk
+    against 5/3 with ``h = half(3) = 2``.
     """
-    return (m + 1) // 2
+    return max(1, min(half(m), cdiv(_SEGMENT_BYTES, max(1, unit_bytes))))
 
 
 def _store_load(
@@ -909,19 +1081,21 @@ def _store_load(
     buffers: list[torch.Tensor],
     fills: list[torch.Tensor],
     axis: int | None,
+    h: int = 0,
 ) -> str | None:
     """One store and one load of blocks ``start .. start + n`` through the
     edited views of a stack.
 
-    Every block (layer, on ``axis`` 0) moves :func:`half` of the chunk's
-    ``m`` places on, cyclically, as a connector loads a saved block into
-    whichever block is free: the last ``h = half(m)`` are stored to
-    ``buffers`` (``h`` long on ``axis``; views of a separate buffer allocated once per run; a fresh
-    allocation per chunk would pay page faults on every store), the first
-    ``m - h`` are copied to the last (their ranges are disjoint, as
-    ``m - h <= h``) and the stored ones are loaded into the first ``h``:
-    two reads and two writes of half the chunk fewer than storing and
-    loading it all.  With no ``axis`` (one block of one layer) the whole
+    Every block (layer, on ``axis`` 0) of the chunk's ``m`` moves ``h``
+    places on (:func:`shift`), cyclically, as a connector loads a saved
+    block into whichever block is free: the last ``h`` are stored to
+    ``buffers`` (``h`` long on ``axis``; views of a separate buffer
+    allocated once per run; a fresh allocation per chunk would pay page
+    faults on every store), the first ``m - h`` move ``h`` on in segments of
+    ``h``, the last segment first (a segment and its target are disjoint,
+    and each target was stored or moved on before), and the stored ones are
+    loaded into the first ``h``: ``m + h`` units read and written where
+    storing and loading all would take ``2 m``.  With no ``axis`` (one block of one layer) the whole
     chunk is stored, the registered bytes (``fills``) are zeroed and the
     load goes back to the same block.  Either way a registered byte the
     edited view does not reach keeps a value the compare rejects.
@@ -943,11 +1117,15 @@ def _store_load(
             return None
         for part, buf in zip(parts, buffers, strict=True):  # the store
             m = part.shape[axis]
-            buf.copy_(part.narrow(axis, m - half(m), half(m)))
+            buf.copy_(part.narrow(axis, m - h, h))
         for part, buf in zip(parts, buffers, strict=True):  # the load, rotated
-            m = part.shape[axis]
-            h = half(m)
-            part.narrow(axis, h, m - h).copy_(part.narrow(axis, 0, m - h))
+            end = part.shape[axis] - h
+            while end > 0:
+                begin = max(0, end - h)
+                part.narrow(axis, begin + h, end - begin).copy_(
+                    part.narrow(axis, begin, end - begin)
+                )
+                end = begin
             part.narrow(axis, 0, h).copy_(buf)
     except RuntimeError as exc:
         return str(exc).splitlines()[0]
@@ -992,13 +1170,8 @@ def locate(
     wrong = int(diff.sum())
     if not wrong:
         return
-    tally.mismatched[layer.position] += wrong
     block, byte = torch.nonzero(diff.reshape(n, -1))[0].tolist()
-    first = (chunk.start + block, r.label, byte)
-    key = (lo + block, k, byte)
-    known = tally.first[layer.position]
-    if known is None or key < known[0]:
-        tally.first[layer.position] = (key, first)
+    tally.add(layer.position, wrong, (lo + block, k, byte), (chunk.start + block, r.label, byte))
 
 
 # --------------------------------------------------------------------------
@@ -1046,49 +1219,88 @@ def _tiling(members: dict[int, list[TiledLayer]], chunk_bytes: int) -> tuple[int
     return min(_MOST_BLOCKS, max(1, chunk_bytes // max(1, biggest))), 1
 
 
-def _spans(
-    layers: Sequence[TiledLayer], chunks: list[tuple[int, slice]]
-) -> tuple[list[list[torch.Tensor]], int]:
-    """Per chunk, the bytes the fill and the loads overwrite, merged per storage.
+@dataclass(frozen=True)
+class _Footprint:
+    """The bytes one tile's fills and loads overwrite in each of its chunks.
 
-    The registered regions, and every byte an edited view reaches: the
+    The registered regions, and every byte an edited view reaches (the
     rotated load moves a block's padding, or a spill into a sibling page,
-    to the next block.  Returns, per chunk, ``uint8`` views of those bytes
-    (:func:`_strided`) and the largest total.
+    to the next block): per chunk, per storage, sorted disjoint ``[lo, hi)``
+    byte intervals (a hull per view and chunk, so never fewer bytes than
+    are touched).  ``flats`` holds each storage as ``uint8``.
     """
-    flats: dict[int, torch.Tensor] = {}
-    shapes = []
-    for layer in layers:
-        for t in [r.view for r in layer.regions] + list(layer.edited_parts):
-            if t.numel() == 0:
-                continue
-            key = t.untyped_storage().data_ptr()
-            if key not in flats:
-                flats[key] = storage_bytes(t)
-            word = t.element_size()
-            extent = element_extent(tuple(t[0].shape), tuple(t[0].stride())) * word
-            shapes.append((key, t.storage_offset() * word, t.stride(0) * word, extent))
-    out, most = [], 0
-    for _, chunk in chunks:
-        per: dict[int, list[tuple[int, int]]] = {}
-        for key, off, step, extent in shapes:
-            lo = off + chunk.start * step
-            per.setdefault(key, []).append(
-                (lo, lo + (chunk.stop - chunk.start - 1) * step + extent)
-            )
-        views = []
-        for key, pieces in per.items():
-            pieces.sort()
-            merged = [list(pieces[0])]
-            for lo, hi in pieces[1:]:
-                if lo <= merged[-1][1]:
-                    merged[-1][1] = max(merged[-1][1], hi)
-                else:
-                    merged.append([lo, hi])
-            views += _strided(flats[key], merged)
-        out.append(views)
-        most = max(most, sum(v.numel() for v in views))
-    return out, most
+
+    flats: dict[int, torch.Tensor]
+    chunks: tuple[dict[int, tuple[tuple[int, int], ...]], ...]
+
+    @classmethod
+    def of(cls, layers: Sequence[TiledLayer], chunks: list[tuple[int, slice]]) -> _Footprint:
+        flats: dict[int, torch.Tensor] = {}
+        shapes = []
+        for layer in layers:
+            for t in [r.view for r in layer.regions] + list(layer.edited_parts):
+                if t.numel() == 0:
+                    continue
+                key = t.untyped_storage().data_ptr()
+                if key not in flats:
+                    flats[key] = storage_bytes(t)
+                word = t.element_size()
+                extent = element_extent(tuple(t[0].shape), tuple(t[0].stride())) * word
+                shapes.append((key, t.storage_offset() * word, t.stride(0) * word, extent))
+        out = []
+        for _, chunk in chunks:
+            per: dict[int, list[tuple[int, int]]] = {}
+            for key, off, step, extent in shapes:
+                lo = off + chunk.start * step
+                per.setdefault(key, []).append(
+                    (lo, lo + (chunk.stop - chunk.start - 1) * step + extent)
+                )
+            out.append({key: _merged(pieces) for key, pieces in per.items()})
+        return cls(flats, tuple(out))
+
+    def saved_views(self, c: int) -> list[torch.Tensor]:
+        """``uint8`` views of chunk ``c``'s bytes, as few as :func:`_strided` makes."""
+        return [
+            view
+            for key, spans in self.chunks[c].items()
+            for view in _strided(self.flats[key], spans)
+        ]
+
+    def nbytes(self, c: int) -> int:
+        return sum(hi - lo for spans in self.chunks[c].values() for lo, hi in spans)
+
+
+def _merged(pieces: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """``[lo, hi)`` intervals sorted, those that overlap or touch made one."""
+    pieces = sorted(pieces)
+    merged = [list(pieces[0])]
+    for lo, hi in pieces[1:]:
+        if lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return tuple((lo, hi) for lo, hi in merged)
+
+
+def _disjoint(footprints: Sequence[_Footprint]) -> bool:
+    """No byte is overwritten by two (tile, chunk) steps of the run.
+
+    Then the steps commute: each one's outcome depends only on its own
+    bytes, so they can run in any order, at the same time, and find what a
+    sequential run finds.  vLLM's own layouts always pass (a step is a run
+    of blocks of a window of layers); an edited view that spills into a
+    neighbour block or layer does not, and its run stays sequential.
+    """
+    intervals = sorted(
+        (key, lo, hi)
+        for footprint in footprints
+        for per in footprint.chunks
+        for key, spans in per.items()
+        for lo, hi in spans
+    )
+    return all(
+        a[0] != b[0] or b[1] >= a[2] for a, b in zip(intervals, intervals[1:], strict=False)
+    )
 
 
 def _strided(flat: torch.Tensor, spans: list[list[int]]) -> list[torch.Tensor]:
@@ -1148,12 +1360,14 @@ def exercise(
     it.  Only a group whose check fails is then compared byte by byte, layer
     by layer, to count and locate the damage.
 
-    ``threads``: intra-op threads on the CPU for the run (``None``: the
-    caller's; see :func:`_threads` for when 1 is faster).  Returns one
-    :class:`LayerDamage` per layer, in the order of ``layers``.
+    ``threads``: CPU threads for the run (``None``: ``torch.get_num_threads()``).
+    When no byte is overwritten by two steps (:func:`_disjoint`), each
+    thread takes whole tiles, one after the other, on one intra-op thread
+    and its own buffers (see :func:`_workers`); otherwise the tiles run in
+    order and each torch call uses ``threads`` intra-op threads.  Returns
+    one :class:`LayerDamage` per layer, in the order of ``layers``.
     """
     device = layers[0].device
-    kernel = kernel or compare_kernel(device)
     spans: dict = {}
     tiled = [TiledLayer.of(i, layer, spans) for i, layer in enumerate(layers)]
     tally = _Tally(len(tiled))
@@ -1163,12 +1377,33 @@ def exercise(
     step, window = _tiling(members, chunk_bytes)
     chunks = _chunks(chosen, step)
     widest = max(len(m) for m in members.values())
-    tiles = [
-        [Group(members[g][w : w + window], kernel) for g in sorted(members)]
+    windows = [
+        [layer for g in sorted(members) for layer in members[g][w : w + window]]
         for w in range(0, widest, window)
     ]
-    tiles = [[group for group in tile if group.stacks] for tile in tiles]
-    tiles, twins = _distinct(tiles)
+    steps = [(c, t) for c in range(len(chunks)) for t in range(len(windows))]
+    count = _workers(device, threads, len(steps))
+    footprints = []
+    if restore or count > 1:
+        footprints = [_Footprint.of(tile, chunks) for tile in windows]
+        if count > 1 and not _disjoint(footprints):
+            count = 1
+    kernel = kernel or compare_kernel(device)
+
+    def build() -> tuple[list[list[Group]], list[tuple[int, int]]]:
+        tiles = [
+            [Group(members[g][w : w + window], kernel) for g in sorted(members)]
+            for w in range(0, widest, window)
+        ]
+        # Largest fills first: a later group whose fills they hold skips its own.
+        return _distinct(
+            [
+                sorted((group for group in tile if group.stacks), key=Group.fill_bytes, reverse=True)
+                for tile in tiles
+            ]
+        )
+
+    tiles, twins = build()
     groups = [group for tile in tiles for group in tile]
     most = max(chunk.stop - chunk.start for _, chunk in chunks)
     deepest = max(len(s.layers) for g in groups for s in g.stacks)
@@ -1181,15 +1416,131 @@ def exercise(
     ramp = _ramp(reach + _PERIOD + _BLOCK_BYTES * most + _LAYER_BYTES * deepest, device)
     ramps = {dtype: ramp.view(dtype) for dtype in (*_WIDE, torch.uint8)}
     scratch_bytes = _aligned(max(g.scratch_bytes(most) for g in groups))
-    spans, span_bytes = _tile_spans(tiles, chunks) if restore else ([], 0)
-    # One allocation for the store buffer and the saved bytes.
-    buffer = torch.empty(scratch_bytes + span_bytes, dtype=torch.uint8, device=device)
-    scratch, saved = buffer[:scratch_bytes], buffer[scratch_bytes:]
-    with _threads(device, threads):
-        _run_tiles(tiles, chunks, ramps, scratch, saved, spans, restore, tally)
+    saved_bytes = 0
+    if restore:
+        saved_bytes = max(f.nbytes(c) for f in footprints for c in range(len(chunks)))
+    run = _Run(
+        chunks, ramps, footprints if restore else [], tally, _Steps(steps),
+        scratch_bytes, saved_bytes, device,
+    )
+    if count == 1:
+        with _threads(device, threads):
+            run.work(tiles)
+    else:
+        run.together(count, tiles, lambda: build()[0])
     for source, twin in twins:
         tally.repeat(source, twin)
     return tally.damage()
+
+
+def _workers(device: torch.device, threads: int | None, steps: int) -> int:
+    """How many threads take tiles at once: ``threads`` (or torch's) on the CPU, else 1.
+
+    One tile's torch calls are a few MiB each; run on two intra-op threads,
+    every call ends at a barrier that waits for the slower thread, which on
+    a shared machine is often descheduled or sharing its core.  Whole tiles
+    per thread wait for nothing: a slow thread takes fewer tiles.
+    ``benchmarks/bench_edits.py``'s model row (Qwen3.5-0.8B x 64 blocks on
+    the H100) on 2 shared cores, copy seconds / verify seconds, median
+    (worst) of 5 runs per process, processes alternating: with another
+    process streaming 64 MiB copies on one core, 0.54-0.92 (0.44-0.64)
+    against 0.15-0.21 (0.14-0.18) with two intra-op threads per call; in
+    full benchmark runs, ``restore=False`` 0.61-0.75 (0.43-0.63) against
+    0.43-0.82 (0.33-0.43).  The caller checks that the tiles' bytes are
+    disjoint (:func:`_disjoint`).
+    """
+    if device.type != "cpu":
+        return 1
+    wanted = torch.get_num_threads() if threads is None else threads
+    return max(1, min(wanted, steps))
+
+
+class _Steps:
+    """The ``(chunk, tile)`` steps of a run, handed out one at a time to whoever asks."""
+
+    def __init__(self, steps: list[tuple[int, int]]) -> None:
+        self._steps = steps
+        self._next = 0
+        self._lock = threading.Lock()
+        self.stopped = False
+
+    def take(self) -> tuple[int, int] | None:
+        with self._lock:
+            if self.stopped or self._next >= len(self._steps):
+                return None
+            self._next += 1
+            return self._steps[self._next - 1]
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What every worker of a run shares; each brings its own groups and buffers."""
+
+    chunks: list[tuple[int, slice]]
+    ramps: dict
+    footprints: list[_Footprint]  # per tile; empty unless restoring
+    tally: _Tally
+    steps: _Steps
+    scratch_bytes: int
+    saved_bytes: int
+    device: torch.device
+
+    def work(self, tiles: list[list[Group]]) -> None:
+        """Take steps until none is left: save, run every group, put back."""
+        # One allocation for the store buffer and the saved bytes.
+        buffer = torch.empty(
+            self.scratch_bytes + self.saved_bytes, dtype=torch.uint8, device=self.device
+        )
+        scratch, saved = buffer[: self.scratch_bytes], buffer[self.scratch_bytes :]
+        while (step := self.steps.take()) is not None:
+            c, t = step
+            lo, chunk = self.chunks[c]
+            kept = []
+            if self.footprints:
+                cursor = 0
+                for target in self.footprints[t].saved_views(c):
+                    size = target.numel()
+                    keep = saved[cursor : cursor + size].view(target.shape)
+                    keep.copy_(target)
+                    kept.append((target, keep))
+                    cursor += size
+            try:
+                _run_tile(tiles[t], lo, chunk, self.ramps, scratch, self.tally)
+            finally:
+                for target, keep in kept:
+                    target.copy_(keep)
+
+    def together(self, count: int, tiles: list[list[Group]], build) -> None:
+        """``count`` workers on one intra-op thread each; this thread is the first.
+
+        The others build their own groups (a group caches views of its
+        worker's buffer).  An error in any worker stops the others after
+        their current step and is raised here.
+        """
+        errors: list[BaseException] = []
+
+        def helper() -> None:
+            try:
+                torch.set_num_threads(1)  # this thread's own setting
+                self.work(build())
+            except BaseException as exc:  # handed to the calling thread
+                self.steps.stopped = True
+                errors.append(exc)
+
+        helpers = [threading.Thread(target=helper, daemon=True) for _ in range(count - 1)]
+        with _threads(self.device, 1):
+            for thread in helpers:
+                thread.start()
+            try:
+                self.work(tiles)
+            except BaseException:
+                self.steps.stopped = True
+                raise
+            finally:
+                for thread in helpers:
+                    thread.join()
+        if errors:
+            raise errors[0]
 
 
 def _run_tile(
@@ -1224,46 +1575,3 @@ def _distinct(tiles: list[list[Group]]) -> tuple[list[list[Group]], list[tuple[i
                 ]
         kept.append(list(seen.values()))
     return kept, twins
-
-
-def _tile_spans(
-    tiles: list[list[Group]], chunks: list[tuple[int, slice]]
-) -> tuple[list, int]:
-    """Per tile and chunk, the spans to save (see :func:`_spans`); the largest total."""
-    spans, most = [], 0
-    for tile in tiles:
-        tile_spans, tile_bytes = _spans(
-            [layer for g in tile for s in g.stacks for layer in s.layers], chunks
-        )
-        spans.append(tile_spans)
-        most = max(most, tile_bytes)
-    return spans, most
-
-
-def _run_tiles(
-    tiles: list[list[Group]],
-    chunks: list[tuple[int, slice]],
-    ramps: dict,
-    scratch: torch.Tensor,
-    saved: torch.Tensor,
-    spans: list,
-    restore: bool,
-    tally: _Tally,
-) -> None:
-    """Every chunk of blocks, every window of layers, every group in turn."""
-    for c, (lo, chunk) in enumerate(chunks):
-        for t, tile in enumerate(tiles):
-            kept = []
-            if restore:
-                cursor = 0
-                for target in spans[t][c]:
-                    size = target.numel()
-                    keep = saved[cursor : cursor + size].view(target.shape)
-                    keep.copy_(target)
-                    kept.append((target, keep))
-                    cursor += size
-            try:
-                _run_tile(tile, lo, chunk, ramps, scratch, tally)
-            finally:
-                for target, keep in kept:
-                    target.copy_(keep)

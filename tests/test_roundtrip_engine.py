@@ -1,0 +1,190 @@
+"""The round-trip engine's schedule: threads sharing tiles, groups starting
+from the pattern the group before left, rotations in segments.
+
+Each changes how many bytes move and in which order, never what is found:
+every test counts the damage by hand and checks the caches keep their bytes.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from edit_layouts import qwen_groups, randomize, snapshot, unified_registration
+
+import kvexplore.editing.tiling as tiling
+from kvexplore.editing.roundtrip import verify_roundtrip
+from kvexplore.editing.rules import apply_kv_cache_group_edits
+
+#: Qwen3.5's GDN page as the test layouts register it: conv 3 x 6144 bf16
+#: (36,864 B) then the SSM state, 1,085,440 B of state in all.
+CONV = 3 * 6144 * 2
+STATE = 1_085_440
+#: ``[:, :500]`` of the GDN page view ``[544, 1, 2000]`` keeps bytes 0 to
+#: 1,000,000 of each page: the rest of the state is never stored.
+KEPT = 500 * 2000
+
+COLUMNS = ["layer", "ok", "mismatched_bytes", "first_mismatch", "uncovered_bytes", "checked_with"]
+
+
+def same(a, b) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+@pytest.fixture
+def workers(monkeypatch):
+    """How many threads each ``together`` call of the engine started (one entry per call)."""
+    seen = []
+    real = tiling._Run.together
+
+    def spy(self, count, *args, **kwargs):
+        seen.append(count)
+        return real(self, count, *args, **kwargs)
+
+    monkeypatch.setattr(tiling._Run, "together", spy)
+    return seen
+
+
+def test_two_threads_share_the_tiles_and_find_what_one_thread_finds(workers):
+    # Two 1,114,112-byte GDN layers per block fill the 4 MiB tile: six
+    # one-block steps, which two threads take between them.
+    cfg, caches = unified_registration(qwen_groups(2), 6, kernel=32)
+    edited = dict(apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD"))
+    edited["model.layers.1.0"] = edited["model.layers.1.0"][:, :500]
+    randomize(caches, seed=5)
+    before = snapshot(caches)
+    together = verify_roundtrip(cfg, caches, edited, threads=2)
+    assert workers == [2]
+    alone = verify_roundtrip(cfg, caches, edited, threads=1)
+    assert workers == [2]  # one thread runs the steps in order itself
+    assert same(before, snapshot(caches))
+    rows = together.table.set_index("layer")
+    bad = rows.loc["model.layers.1.0"]
+    assert bad["mismatched_bytes"] == 6 * (STATE - KEPT) == bad["uncovered_bytes"]
+    # the earliest block's first byte, whichever thread found it first
+    assert bad["first_mismatch"] == (0, "ssm", KEPT - CONV)
+    assert rows.drop(index="model.layers.1.0")["ok"].all()
+    assert together.table[COLUMNS].equals(alone.table[COLUMNS])
+
+
+def test_tiles_that_share_bytes_run_in_order(workers):
+    # 2,100 bytes per token: each block's edited view reaches 28,288 bytes
+    # into the next page, a byte that two steps would write.
+    cfg, caches = unified_registration([(["g0", "g1"], qwen_groups(1)[0][1])], 2)
+    edited = dict(apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD"))
+    view = edited["g0"]
+    edited["g0"] = view.as_strided((2, 544, 1, 2100), (view.stride(0), 2100, 2100, 1))
+    report = verify_roundtrip(cfg, caches, edited, threads=2)
+    assert workers == []
+    rows = report.table.set_index("layer")
+    assert not rows.loc["g0", "confined_ok"] and rows.loc["g1", "ok"]
+    alone = verify_roundtrip(cfg, caches, edited, threads=1)
+    assert report.table[COLUMNS].equals(alone.table[COLUMNS])
+
+
+def test_an_error_in_another_thread_is_raised_and_every_byte_is_put_back(monkeypatch):
+    cfg, caches = unified_registration(qwen_groups(2), 6, kernel=32)
+    edited = apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD")
+    randomize(caches, seed=7)
+    before = snapshot(caches)
+    real = tiling._run_tile
+    failed = threading.Event()
+
+    def run_tile(tile, *args):
+        if threading.current_thread() is not threading.main_thread():
+            failed.set()
+            raise RuntimeError("the helper's tile broke")
+        assert failed.wait(timeout=60), "the helper never took a step"
+        return real(tile, *args)
+
+    monkeypatch.setattr(tiling, "_run_tile", run_tile)
+    torch.set_num_threads(2)
+    with pytest.raises(RuntimeError, match="the helper's tile broke"):
+        verify_roundtrip(cfg, caches, edited, threads=2)
+    assert torch.get_num_threads() == 2
+    assert same(before, snapshot(caches))
+
+
+def test_the_gdn_group_starts_from_the_pattern_the_attention_group_left(monkeypatch):
+    # One tile of five blocks.  The attention page holds each GDN layer's
+    # state at the same place, so the attention group fills and the GDN
+    # group (run once for the three that repeat one another) only moves
+    # and compares.
+    cfg, caches = unified_registration(qwen_groups(2), 5, kernel=32)
+    edited = dict(apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD"))
+    filled = []
+    real = tiling._put
+
+    def put(stack, *args):
+        filled.append(stack.layers[0].layer.name)
+        return real(stack, *args)
+
+    monkeypatch.setattr(tiling, "_put", put)
+    assert verify_roundtrip(cfg, caches, edited, chunk_bytes=1 << 30).ok
+    assert filled == ["model.layers.3.0"]
+    # Starting from that pattern, the GDN group's misses are still lost:
+    # five pages of each of its layers, counted by hand.
+    names = [f"model.layers.{g}.{i}" for g in range(3) for i in range(2)]
+    for name in names:
+        edited[name] = edited[name][:, :500]
+    filled.clear()
+    rows = verify_roundtrip(cfg, caches, edited, chunk_bytes=1 << 30).table
+    rows = rows.set_index("layer")
+    assert filled == ["model.layers.3.0"]
+    for name in names:
+        assert rows.loc[name, "mismatched_bytes"] == 5 * (STATE - KEPT)
+        assert rows.loc[name, "first_mismatch"] == (0, "ssm", KEPT - CONV)
+    assert rows.drop(index=names)["ok"].all()
+
+
+def test_a_fill_is_held_only_by_a_dense_fill_with_the_same_steps_and_phase():
+    raw = torch.zeros(4096, dtype=torch.uint8)
+    page = raw.as_strided((1, 4, 512), (2048, 512, 1))  # 4 dense 512-byte pages
+    held = tiling._Extent.of(page, tag=0)
+    inside = raw.as_strided((1, 4, 100), (2048, 512, 1), 40)
+    assert held.dense and held.holds(tiling._Extent.of(inside, tag=40))
+    # the same bytes with another pattern phase, past the page, or at
+    # another block step are not held
+    assert not held.holds(tiling._Extent.of(inside, tag=41))
+    assert not held.holds(tiling._Extent.of(raw.as_strided((1, 4, 100), (2048, 512, 1), 420), tag=420))
+    assert not held.holds(tiling._Extent.of(raw.as_strided((1, 4, 100), (2048, 1024, 1), 40), tag=40))
+    # every other byte of a page holds nothing
+    sparse = tiling._Extent.of(raw.as_strided((1, 4, 256), (2048, 512, 2)), tag=0)
+    assert not sparse.dense and not sparse.holds(tiling._Extent.of(inside, tag=40))
+
+
+@pytest.mark.parametrize(
+    ("m", "unit", "h"),
+    [(3, 1_179_648, 1), (6, 1_114_112, 1), (64, 65_536, 16), (5, 1, 3), (2, 1, 1), (40, 300_000, 4)],
+)
+def test_a_rotating_load_moves_each_unit_the_fewest_places_that_make_a_mebibyte(m, unit, h):
+    assert tiling.shift(m, unit) == h
+    assert 0 < h < m
+
+
+def test_a_rotation_in_one_block_segments_loses_the_missed_bytes_of_every_page(monkeypatch):
+    # One layer per group, six blocks in one tile: each 1,114,112-byte block
+    # is a mebibyte segment, so the load moves every block one place on, in
+    # four one-block copies between the store and the load.
+    cfg, caches = unified_registration(qwen_groups(1), 6, kernel=32)
+    edited = dict(apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD"))
+    shifts = []
+    real = tiling.shift
+
+    def spy(m, unit):
+        shifts.append((m, real(m, unit)))
+        return shifts[-1][1]
+
+    monkeypatch.setattr(tiling, "shift", spy)
+    randomize(caches, seed=11)
+    before = snapshot(caches)
+    assert verify_roundtrip(cfg, caches, edited, chunk_bytes=1 << 30).ok
+    assert set(shifts) == {(6, 1)}
+    edited["model.layers.0.0"] = edited["model.layers.0.0"][:, :500]
+    rows = verify_roundtrip(cfg, caches, edited, chunk_bytes=1 << 30).table
+    rows = rows.set_index("layer")
+    assert rows.loc["model.layers.0.0", "mismatched_bytes"] == 6 * (STATE - KEPT)
+    assert rows.loc["model.layers.0.0", "first_mismatch"] == (0, "ssm", KEPT - CONV)
+    assert rows.drop(index="model.layers.0.0")["ok"].all()
+    assert same(before, snapshot(caches))

@@ -20,8 +20,9 @@ Prints, side by side in one run (medians over repeats):
   block (those that wrap via the store buffer) and compares; a group that
   repeats an earlier group's views exactly (here groups 1 and 2 repeat
   group 0) makes the very same calls and is run once for both; the copy
-  reads and writes each byte once, from memory.  By default each of the
-  CPU's intra-op threads takes whole tiles; ``threads=1`` is one thread;
+  reads and writes each byte once, from memory.  By default the CPU's
+  intra-op threads split every call here (32 KiB pages) and take whole
+  tiles each on the model row (1 MiB pages and up); ``threads=1`` is one;
 * the same ratios (``restore`` False and True) on a catalog model's own
   layout, as planned for the planner's default GPU (``--model``, default Qwen/Qwen3.5-0.8B with 64
   blocks: 1,179,648-byte pages on the H100; ``--model ''`` skips it).

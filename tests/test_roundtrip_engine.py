@@ -83,6 +83,24 @@ def test_tiles_that_share_bytes_run_in_order(workers):
     assert report.table[COLUMNS].equals(alone.table[COLUMNS])
 
 
+def test_small_pages_run_in_order_with_every_call_split_over_the_threads(workers):
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    # 4 KiB pages: a tile is many of them, and the tiles run in order.
+    spec = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=torch.bfloat16)
+    cfg, caches = unified_registration([(["a0", "a1"], spec)], 40)
+    edited = dict(apply_kv_cache_group_edits(cfg, caches))
+    assert verify_roundtrip(cfg, caches, edited, threads=2).ok
+    assert workers == []
+    # the edited view [40, 1, 16 tokens, 128] (K and V of a token side by
+    # side) cut to 8 tokens loses the other 8 of every page: 2,048 bytes each
+    edited["a1"] = edited["a1"][:, :, :8]
+    rows = verify_roundtrip(cfg, caches, edited, threads=2).table.set_index("layer")
+    assert workers == []
+    assert rows.loc["a1", "mismatched_bytes"] == 40 * 8 * 128 * 2
+    assert rows.loc["a0", "ok"] and not rows.loc["a1", "ok"]
+
+
 def test_an_error_in_another_thread_is_raised_and_every_byte_is_put_back(monkeypatch):
     cfg, caches = unified_registration(qwen_groups(2), 6, kernel=32)
     edited = apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD")

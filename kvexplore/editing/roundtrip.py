@@ -246,12 +246,13 @@ def verify_roundtrip(
             last-level-cache share on the CPU, 256 MiB on CUDA).  A tile
             holds at least one layer of one block.  Must be a positive int.
         threads: CPU threads for the data check; ``None`` for
-            ``torch.get_num_threads()``.  Each takes whole tiles, one at a
+            ``torch.get_num_threads()``.  With pages of a mebibyte or more
+            (Qwen3.5-0.8B's on the H100) each takes whole tiles, one at a
             time, on one intra-op thread, so a thread that is descheduled on
-            a busy machine holds nobody up; where two tiles would write the
-            same byte (an edited view that leaves its page) the tiles run in
-            order, each torch call on ``threads`` intra-op threads (the
-            caller's for ``None``).  The
+            a busy machine holds nobody up; with smaller pages, or where two
+            tiles would write the same byte (an edited view that leaves its
+            page), the tiles run in order, each torch call on ``threads``
+            intra-op threads (the caller's for ``None``).  The
             caller's intra-op setting is restored afterwards
             (``benchmarks/bench_edits.py`` measures 1 and the default).
 

@@ -41,9 +41,10 @@ view, one torch call per step for all of them.  Data checks are local to a
 tile: a layer overlapping another layer's page in a *later* tile is caught
 by the address arithmetic of :mod:`kvexplore.editing.proof`.
 
-On the CPU, when no byte is written by two tiles (:func:`_disjoint`), each
-of ``threads`` threads takes whole tiles, one after the other, with its own
-buffers (:func:`_workers`); a tile's steps stay in order within it.
+On the CPU, when pages are large (a mebibyte or more) and no byte is
+written by two tiles (:func:`_disjoint`), each of ``threads`` threads takes
+whole tiles, one after the other, with its own buffers (:func:`_workers`); a
+tile's steps stay in order within it.
 """
 
 from __future__ import annotations
@@ -1361,10 +1362,11 @@ def exercise(
     by layer, to count and locate the damage.
 
     ``threads``: CPU threads for the run (``None``: ``torch.get_num_threads()``).
-    When no byte is overwritten by two steps (:func:`_disjoint`), each
-    thread takes whole tiles, one after the other, on one intra-op thread
-    and its own buffers (see :func:`_workers`); otherwise the tiles run in
-    order and each torch call uses ``threads`` intra-op threads.  Returns
+    When a tile is a few pages of a mebibyte or more and no byte is
+    overwritten by two steps (:func:`_disjoint`), each thread takes whole
+    tiles, one after the other, on one intra-op thread and its own buffers
+    (see :func:`_workers`); otherwise the tiles run in order and each torch
+    call uses ``threads`` intra-op threads.  Returns
     one :class:`LayerDamage` per layer, in the order of ``layers``.
     """
     device = layers[0].device
@@ -1382,7 +1384,8 @@ def exercise(
         for w in range(0, widest, window)
     ]
     steps = [(c, t) for c in range(len(chunks)) for t in range(len(windows))]
-    count = _workers(device, threads, len(steps))
+    page = max(_block_bytes(layer) for layer in tiled)
+    count = _workers(device, threads, len(steps), page)
     footprints = []
     if restore or count > 1:
         footprints = [_Footprint.of(tile, chunks) for tile in windows]
@@ -1433,23 +1436,26 @@ def exercise(
     return tally.damage()
 
 
-def _workers(device: torch.device, threads: int | None, steps: int) -> int:
-    """How many threads take tiles at once: ``threads`` (or torch's) on the CPU, else 1.
+def _workers(device: torch.device, threads: int | None, steps: int, page: int) -> int:
+    """How many threads take tiles at once: 1, or ``threads`` (torch's for ``None``).
 
-    One tile's torch calls are a few MiB each; run on two intra-op threads,
-    every call ends at a barrier that waits for the slower thread, which on
-    a shared machine is often descheduled or sharing its core.  Whole tiles
-    per thread wait for nothing: a slow thread takes fewer tiles.
-    ``benchmarks/bench_edits.py``'s model row (Qwen3.5-0.8B x 64 blocks on
-    the H100) on 2 shared cores, copy seconds / verify seconds, median
-    (worst) of 5 runs per process, processes alternating: with another
-    process streaming 64 MiB copies on one core, 0.54-0.92 (0.44-0.64)
-    against 0.15-0.21 (0.14-0.18) with two intra-op threads per call; in
-    full benchmark runs, ``restore=False`` 0.61-0.75 (0.43-0.63) against
-    0.43-0.82 (0.33-0.43).  The caller checks that the tiles' bytes are
-    disjoint (:func:`_disjoint`).
+    Threads share the tiles on the CPU when a layer's block is at least
+    :data:`_SEGMENT_BYTES` (``page``: the largest, in bytes), so a tile is a
+    few large pages; otherwise the tiles run in order, each torch call split
+    over the threads.  Both were measured on ``benchmarks/bench_edits.py``'s
+    two layouts on 2 shared cores, 9 runs alternating in one process,
+    ``restore=True``, median seconds: Qwen3.5-0.8B x 64 blocks on the H100
+    (1,179,648-byte pages, three blocks of one layer per tile) 0.279 with
+    threads sharing tiles against 0.376 in order; the 1 GiB registration
+    (32 KiB pages, 64 blocks of two layers per tile) 0.376 against 0.306.
+    On the model's layout every call in order also waits at a barrier for
+    the slower thread, which on a shared machine is often descheduled or
+    sharing its core: with another process streaming 64 MiB copies on one
+    core, copy seconds / verify seconds went from 0.15-0.21 (worst
+    0.14-0.18) to 0.54-0.92 (0.44-0.64), median of 5 runs per process.
+    The caller checks that the tiles' bytes are disjoint (:func:`_disjoint`).
     """
-    if device.type != "cpu":
+    if device.type != "cpu" or page < _SEGMENT_BYTES:
         return 1
     wanted = torch.get_num_threads() if threads is None else threads
     return max(1, min(wanted, steps))

@@ -164,9 +164,11 @@ def test_a_fill_is_held_only_by_a_dense_fill_with_the_same_steps_and_phase():
     assert held.dense and held.holds(tiling._Extent.of(inside, tag=40))
     # the same bytes with another pattern phase, past the page, or at
     # another block step are not held
+    past = raw.as_strided((1, 4, 100), (2048, 512, 1), 420)
+    wider = raw.as_strided((1, 4, 100), (2048, 1024, 1), 40)
     assert not held.holds(tiling._Extent.of(inside, tag=41))
-    assert not held.holds(tiling._Extent.of(raw.as_strided((1, 4, 100), (2048, 512, 1), 420), tag=420))
-    assert not held.holds(tiling._Extent.of(raw.as_strided((1, 4, 100), (2048, 1024, 1), 40), tag=40))
+    assert not held.holds(tiling._Extent.of(past, tag=420))
+    assert not held.holds(tiling._Extent.of(wider, tag=40))
     # every other byte of a page holds nothing
     sparse = tiling._Extent.of(raw.as_strided((1, 4, 256), (2048, 512, 2)), tag=0)
     assert not sparse.dense and not sparse.holds(tiling._Extent.of(inside, tag=40))
@@ -174,7 +176,14 @@ def test_a_fill_is_held_only_by_a_dense_fill_with_the_same_steps_and_phase():
 
 @pytest.mark.parametrize(
     ("m", "unit", "h"),
-    [(3, 1_179_648, 1), (6, 1_114_112, 1), (64, 65_536, 16), (5, 1, 3), (2, 1, 1), (40, 300_000, 4)],
+    [
+        (3, 1_179_648, 1),
+        (6, 1_114_112, 1),
+        (64, 65_536, 16),
+        (5, 1, 3),
+        (2, 1, 1),
+        (40, 300_000, 4),
+    ],
 )
 def test_a_rotating_load_moves_each_unit_the_fewest_places_that_make_a_mebibyte(m, unit, h):
     assert tiling.shift(m, unit) == h

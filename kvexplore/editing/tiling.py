@@ -851,8 +851,9 @@ class Group:
 
         ``carry`` is what the group before it in the tile left: when its
         fills held this group's (:meth:`inherits`), the fill is skipped and
-        the compare expects that group's pattern rotated once more.  Returns this group's carry,
-        or ``None`` when something failed (the next group then fills).
+        the compare expects that group's pattern rotated once more.  Returns
+        this group's carry, or ``None`` when something failed (the next group
+        then fills).
 
         A stack of several layers whose stacked store raises is split into
         one stack per layer and the tile is tried again (filled afresh), so
@@ -1096,10 +1097,11 @@ def _store_load(
     ``h``, the last segment first (a segment and its target are disjoint,
     and each target was stored or moved on before), and the stored ones are
     loaded into the first ``h``: ``m + h`` units read and written where
-    storing and loading all would take ``2 m``.  With no ``axis`` (one block of one layer) the whole
-    chunk is stored, the registered bytes (``fills``) are zeroed and the
-    load goes back to the same block.  Either way a registered byte the
-    edited view does not reach keeps a value the compare rejects.
+    storing and loading all would take ``2 m``.  With no ``axis`` (one
+    block of one layer) the whole chunk is stored, the registered bytes
+    (``fills``) are zeroed and the load goes back to the same block.
+    Either way a registered byte the edited view does not reach keeps a
+    value the compare rejects.
 
     Returns torch's message when it refuses the views (e.g. an expanded view
     whose rows alias one another cannot be written), else ``None``.  Torch
@@ -1401,7 +1403,11 @@ def exercise(
         # Largest fills first: a later group whose fills they hold skips its own.
         return _distinct(
             [
-                sorted((group for group in tile if group.stacks), key=Group.fill_bytes, reverse=True)
+                sorted(
+                    (group for group in tile if group.stacks),
+                    key=Group.fill_bytes,
+                    reverse=True,
+                )
                 for tile in tiles
             ]
         )

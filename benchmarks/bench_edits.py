@@ -11,9 +11,10 @@ Prints, side by side in one run (medians over repeats):
   of the same number of bytes on the same device, the median over
   ``--repeats`` runs of copy seconds / verify seconds and the worst run
   (goal: median >= 0.6, never below 0.5), with ``restore=False`` and with
-  ``restore=True`` (the default call, which also saves and puts back the
-  caches' bytes), on the CPU also at 2, 4 and 8 MiB tiles and on one
-  intra-op thread (``threads=1``, skipped for a --root without that argument).
+  ``restore=True`` (the default call, which runs each tile on a replica of
+  its bytes, in cache, and so never reads or writes the caches' memory), on
+  the CPU also at 2, 4 and 8 MiB tiles and on one intra-op thread
+  (``threads=1``, skipped for a --root without that argument).
   Per tile and group the check fills (once per tile: the attention page
   holds the GDN state, whose group starts from the pattern the attention
   group left), moves every block through the edited view into another

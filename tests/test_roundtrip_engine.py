@@ -11,9 +11,17 @@ import threading
 
 import pytest
 import torch
-from edit_layouts import qwen_groups, randomize, snapshot, unified_registration
+from edit_layouts import (
+    QWEN_PAGE,
+    qwen_groups,
+    randomize,
+    snapshot,
+    unified_registration,
+)
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import kvexplore.editing.tiling as tiling
+from kvexplore.editing.proof import layers_under_test
 from kvexplore.editing.roundtrip import verify_roundtrip
 from kvexplore.editing.rules import apply_kv_cache_group_edits
 
@@ -75,12 +83,17 @@ def test_tiles_that_share_bytes_run_in_order(workers):
     edited = dict(apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD"))
     view = edited["g0"]
     edited["g0"] = view.as_strided((2, 544, 1, 2100), (view.stride(0), 2100, 2100, 1))
-    report = verify_roundtrip(cfg, caches, edited, threads=2)
+    report = verify_roundtrip(cfg, caches, edited, threads=2, restore=False)
     assert workers == []
     rows = report.table.set_index("layer")
     assert not rows.loc["g0", "confined_ok"] and rows.loc["g1", "ok"]
-    alone = verify_roundtrip(cfg, caches, edited, threads=1)
+    alone = verify_roundtrip(cfg, caches, edited, threads=1, restore=False)
     assert report.table[COLUMNS].equals(alone.table[COLUMNS])
+    # On replicas (``restore``) no step reaches another's bytes: two threads
+    # take the steps and find the same.
+    replicas = verify_roundtrip(cfg, caches, edited, threads=2)
+    assert workers == [2]
+    assert replicas.table[COLUMNS].equals(report.table[COLUMNS])
 
 
 def test_small_pages_run_in_order_with_every_call_split_over_the_threads(workers):
@@ -215,3 +228,99 @@ def test_a_rotation_in_one_block_segments_loses_the_missed_bytes_of_every_page(m
     assert rows.loc["model.layers.0.0", "first_mismatch"] == (0, "ssm", KEPT - CONV)
     assert rows.drop(index="model.layers.0.0")["ok"].all()
     assert same(before, snapshot(caches))
+
+
+class Writes(TorchDispatchMode):
+    """The storages every torch op run on this thread wrote to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.storages: set[int] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        for index, arg in enumerate(func._schema.arguments):
+            value = args[index] if index < len(args) else kwargs.get(arg.name)
+            written = arg.alias_info is not None and arg.alias_info.is_write
+            if written and isinstance(value, torch.Tensor):
+                self.storages.add(value.untyped_storage().data_ptr())
+        return func(*args, **kwargs)
+
+
+def cache_storages(caches) -> set[int]:
+    return {
+        t.untyped_storage().data_ptr()
+        for v in caches.values()
+        for t in ([v] if isinstance(v, torch.Tensor) else v)
+    }
+
+
+def test_restore_runs_on_a_replica_and_never_writes_the_cache():
+    # Two GDN layers per window, 6.7 MB apart on one buffer: the replica
+    # holds each layer's span of the tile, side by side.
+    cfg, caches = unified_registration(qwen_groups(2), 6, kernel=32)
+    edited = dict(apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD"))
+    edited["model.layers.1.0"] = edited["model.layers.1.0"][:, :500]
+    randomize(caches, seed=13)
+    before = snapshot(caches)
+    with Writes() as replica:
+        restored = verify_roundtrip(cfg, caches, edited, threads=1)
+    assert replica.storages and not replica.storages & cache_storages(caches)
+    assert same(before, snapshot(caches))
+    # ``restore=False`` runs on the cache itself (the recorder sees it) and
+    # finds the same, counted by hand: the last 85,440 state bytes of six pages.
+    with Writes() as live:
+        left = verify_roundtrip(cfg, caches, edited, threads=1, restore=False)
+    assert live.storages & cache_storages(caches)
+    assert restored.table[COLUMNS].equals(left.table[COLUMNS])
+    bad = restored.table.set_index("layer").loc["model.layers.1.0"]
+    assert bad["mismatched_bytes"] == 6 * (STATE - KEPT)
+    assert bad["first_mismatch"] == (0, "ssm", KEPT - CONV)
+
+
+def test_a_replica_lays_each_layer_span_of_a_window_side_by_side():
+    cfg, caches = unified_registration(qwen_groups(2), 6, kernel=32)
+    edited = apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD")
+    layers = layers_under_test(cfg, caches, edited)
+    tiled = [tiling.TiledLayer.of(i, layer) for i, layer in enumerate(layers)]
+    # A tile of one block and both layers (0 and 1) of every group: the four
+    # groups overlay each layer's page, so a layer is one span of one page.
+    replica = tiling._Replica.of([tiled], 1, torch.device("cpu"))
+    (slot,) = replica.slots[0]
+    page = QWEN_PAGE
+    assert [hi - lo for lo, hi in slot.spans] == [page, page]
+    assert slot.spans[1][0] - slot.spans[0][0] == 6 * page  # layer_stride in the cache
+    assert slot.width == page and replica.sizes == (2 * page,)
+    # the moved views keep their offsets within a span, and the second span
+    # starts one width further on
+    moved = replica.layers(0, tiled, replica.buffers())
+    second = [layer for layer in moved if layer.name == "model.layers.0.1"][0]
+    assert second.regions[0].view.storage_offset() == page
+    # Views of one storage that step by different bytes per block run on
+    # the cache: the replica of one chunk would not stand for another.
+    skewed = tiled[0].layer
+    part = skewed.edited_parts[0]
+    odd = part.as_strided(part.shape, (part.stride(0) + 64, *part.stride()[1:]))
+    bent = tiling.TiledLayer.of(0, tiling.replace(skewed, edited_parts=(odd,)))
+    assert tiling._Replica.of([[bent]], 1, torch.device("cpu")) is None
+
+
+def test_views_the_replica_cannot_hold_run_on_the_cache_and_put_every_byte_back():
+    cfg, caches = unified_registration(qwen_groups(1), 4, kernel=32)
+    edited = dict(apply_kv_cache_group_edits(cfg, caches, kv_layout="NHD"))
+    view = edited["model.layers.0.0"]
+    # each block's edited view starts 64 bytes later in its page than the
+    # one before: the last 64 x b bytes of block b's state are never stored
+    # and 64 x b bytes of padding come back in front
+    edited["model.layers.0.0"] = view.as_strided(
+        view.shape, (view.stride(0) + 64, *view.stride()[1:])
+    )
+    randomize(caches, seed=17)
+    before = snapshot(caches)
+    with Writes() as live:
+        report = verify_roundtrip(cfg, caches, edited, threads=1)
+    assert live.storages & cache_storages(caches)
+    assert same(before, snapshot(caches))
+    row = report.table.set_index("layer").loc["model.layers.0.0"]
+    assert not row["ok"] and not row["covers_ok"]
+    assert row["uncovered_bytes"] == 64 * (0 + 1 + 2 + 3)

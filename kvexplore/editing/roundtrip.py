@@ -236,9 +236,16 @@ def verify_roundtrip(
         edited: the edited mapping, e.g. :func:`apply_kv_cache_group_edits`'s
             result; unedited layers may be the registered objects themselves.
         blocks: block ids to exercise; ``None`` for all ``num_blocks``.
-        restore: put the caches' previous bytes back at the end; ``False``
-            leaves the patterns.  The previous bytes are saved and put back
-            one tile at a time, while the tile is in cache.
+        restore: leave the caches' bytes as they were.  The round trip
+            then runs, one tile at a time, on a replica of the tile: the
+            registered and edited views moved, offset for offset, onto a
+            buffer the size of the tile (the same storage offsets relative
+            to one another, shapes, strides and dtypes, so the same bytes
+            meet), and the caches are never written.  Where no replica can
+            stand for a tile (views of one buffer that step by different
+            bytes per block), the tile's bytes are saved and put back while
+            it is in cache.  ``False`` runs on the caches themselves and
+            leaves the patterns there.
         chunk_bytes: how many bytes of one group one step works on (a tile:
             its layers in the window, every block of the chunk), which also
             bounds the separate store buffer; ``None`` picks
@@ -283,7 +290,14 @@ def verify_roundtrip(
     checks = address_checks(layers, chosen, num_blocks)
     if chunk_bytes is None:
         chunk_bytes = default_chunk_bytes(device)
-    damage = exercise(layers, chosen, chunk_bytes, restore, threads=threads)
+    damage = exercise(
+        layers,
+        chosen,
+        chunk_bytes,
+        restore,
+        threads=threads,
+        confined=all(check.confined_ok for check in checks),
+    )
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     verdicts = tuple(

@@ -34,32 +34,38 @@ The groups of a tile run largest fills first, and a group whose fill views
 the group before it filled and compared (the attention page holds the
 Gated-DeltaNet state of the same layer and block) starts from the pattern
 that group left instead of filling again (:meth:`Group.inherits`).  With
-``restore`` the tile's previous bytes (registered and edited extents) are
-saved before and put back after, also while in cache.  Layers of a group that vLLM
+``restore`` a tile runs on a replica of its own bytes: the same views,
+offset for offset, on a buffer the size of the tile (:class:`_Replica`),
+so the cache is never written and nothing has to be put back; where no
+replica can stand for the tile, its bytes in the cache are saved before
+and put back after, while in cache.  Layers of a group that vLLM
 places at a fixed stride (``layer_stride``) are handled as one strided
 view, one torch call per step for all of them.  Data checks are local to a
 tile: a layer overlapping another layer's page in a *later* tile is caught
 by the address arithmetic of :mod:`kvexplore.editing.proof`.
 
 On the CPU, when pages are large (a mebibyte or more) and no byte is
-written by two tiles (:func:`_disjoint`), each of ``threads`` threads takes
-whole tiles, one after the other, with its own buffers (:func:`_workers`); a
-tile's steps stay in order within it.
+written by two tiles (each on a replica of its own, or :func:`_disjoint`
+in the cache), each of ``threads`` threads takes whole tiles, one after
+the other, with its own buffers (:func:`_workers`); a tile's steps stay in
+order within it.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import functools
 import math
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from kvexplore.editing.proof import (
     LayerUnderTest,
+    Region,
     block_runs,
     storage_bytes,
     union_bytes,
@@ -681,13 +687,16 @@ class Group:
     blocks in the tile and are built once per number.
     """
 
-    def __init__(self, members: Sequence[TiledLayer], kernel: str) -> None:
+    def __init__(self, members: Sequence[TiledLayer], kernel: str, keep: bool = False) -> None:
+        """``keep``: keep each step's views for the next (:meth:`_cached`)."""
         self.stacks = _stacks(members)
         self.ne = kernel == "ne"  # compare with ne + any (else xor + max)
+        self.keep = keep
         self._views: dict[int, tuple] = {}
         self._extents: tuple[tuple[_Extent, ...], ...] | None = None
         self._inherits: dict[tuple, tuple[int, ...] | None] = {}
         self._pieces: dict[tuple, torch.Tensor] = {}
+        self._memo: dict[tuple, object] = {}
         #: The layers in the order :meth:`identity` lists them.
         self.layers = tuple(layer for s in self.stacks for layer in s.layers)
 
@@ -846,8 +855,13 @@ class Group:
         scratch: torch.Tensor,
         tally: _Tally,
         carry: Carry | None = None,
+        first: int | None = None,
     ) -> Carry | None:
         """Fill, store / load and compare ``chunk`` for this group.
+
+        ``chunk`` indexes the group's views; ``first`` is the block id its
+        first block stands for in reports (``chunk.start`` when ``None``; a
+        replica's chunk starts at 0, see :class:`_Replica`).
 
         ``carry`` is what the group before it in the tile left: when its
         fills held this group's (:meth:`inherits`), the fill is skipped and
@@ -863,8 +877,9 @@ class Group:
         as layers, plus one.
         """
         attempts = 1 + sum(len(s.layers) for s in self.stacks)
+        first = chunk.start if first is None else first
         for _ in range(attempts):
-            raised, out = self._attempt(lo, chunk, ramps, scratch, tally, carry)
+            raised, out = self._attempt(lo, chunk, ramps, scratch, tally, carry, first)
             if raised is None:
                 return out
             self._split(raised)
@@ -878,6 +893,7 @@ class Group:
         self._extents = None
         self._inherits.clear()
         self._pieces.clear()
+        self._memo.clear()
 
     def _attempt(
         self,
@@ -887,11 +903,15 @@ class Group:
         scratch: torch.Tensor,
         tally: _Tally,
         carry: Carry | None,
+        first: int,
     ) -> tuple[_Stack | None, Carry | None]:
         """One fill / store / load / compare: the stack that raised, and the carry."""
         start, n = chunk.start, chunk.stop - chunk.start
-        stores = self.views(n, scratch)[0]
-        tiles = [[f.narrow(1, start, n) for f in stack.fills] for stack in self.stacks]
+        self.views(n, scratch)
+        tiles = self._cached(
+            ("fills", start, n),
+            lambda: [[f.narrow(1, start, n) for f in stack.fills] for stack in self.stacks],
+        )
         # 1. fill through the registered views, unless they hold a known pattern
         inherited = None if carry is None else self.inherits(carry, n)
         if inherited is not None:
@@ -907,14 +927,10 @@ class Group:
                 clean = False
                 continue
             axis = stack.axis(n)
-            buffers, h = stores[s], 0
-            if axis is not None:
-                m = n if axis == 1 else len(stack.layers)
-                h = shift(m, stack.unit_bytes(axis, n))
-                buffers = [
-                    self.piece(n, ("store", s, j), axis, 0, h) for j in range(len(buffers))
-                ]
-            error = _store_load(stack, start, n, buffers, tiles[s], axis, h)
+            m, h, moves = self._cached(
+                ("moves", s, start, n), lambda s=s: self._moves(s, start, n, tiles[s])
+            )
+            error = _store_load(moves)
             if error is None:
                 if axis is not None:
                     turns[s] = (turns[s] + h) % m
@@ -925,7 +941,7 @@ class Group:
             clean = False
             _put(stack, tiles[s], ramps, lo, axis, turns[s])  # the pattern it had
         # 3. every byte where it belongs?
-        if self._matches(n, tiles, ramps, lo, turns, scratch):
+        if self._matches(start, n, tiles, ramps, lo, turns, scratch):
             if not clean:
                 return None, None
             layout = tuple(
@@ -937,11 +953,40 @@ class Group:
             rotation = Rotation(stack.axis(n), turns[s], len(stack.layers))
             for place, layer in enumerate(stack.layers):
                 for k in range(len(layer.regions)):
-                    locate(layer, k, lo, chunk, ramps, tally, rotation, place)
+                    locate(layer, k, lo, chunk, ramps, tally, rotation, place, first)
         return None, None
+
+    def _cached(self, key: tuple, make):
+        """``make()``, once per ``key`` until the stacks change.
+
+        A step's views (narrowed fills, the copies of a load, the compare's
+        pieces) depend only on where the chunk starts and how long it is, and
+        every chunk of a replica starts at block 0 (:class:`_Replica`): they
+        are cut once and reused (``keep``), since cutting a view costs
+        microseconds of Python per call, as much as a small page's copy.  In
+        the cache every chunk starts elsewhere, and nothing is kept.
+        """
+        if not self.keep:
+            return make()
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = make()
+        return found
+
+    def _moves(self, s: int, start: int, n: int, fills: list[torch.Tensor]) -> tuple:
+        """``(m, h, copies)`` of one store and load of stack ``s`` (see :func:`_store_load`)."""
+        stack = self.stacks[s]
+        axis = stack.axis(n)
+        buffers, m, h = self._views[n][0][s], 1, 0
+        if axis is not None:
+            m = n if axis == 1 else len(stack.layers)
+            h = shift(m, stack.unit_bytes(axis, n))
+            buffers = [self.piece(n, ("store", s, j), axis, 0, h) for j in range(len(buffers))]
+        return m, h, _moves(stack, start, n, buffers, fills, axis, h)
 
     def _matches(
         self,
+        start: int,
         n: int,
         tiles: list[list[torch.Tensor]],
         ramps: dict,
@@ -954,29 +999,43 @@ class Group:
         Every view's difference goes into the scratch buffer (free once the
         loads are done), and one reduction over all of them answers.
         """
-        pairs = (
-            (s, k, dim, at, length, actual, expected)
-            for s, stack in enumerate(self.stacks)
-            for k, actual in enumerate(tiles[s])
-            if actual.numel()
-            for dim, at, length, expected in _expected(
-                ramps, actual, stack.layers[0].fills[k].tag, lo, stack.axis(n), turns[s]
-            )
+        pieces = self._cached(
+            ("compare", start, n, tuple(turns)), lambda: self._pieces_of(n, tiles, turns)
         )
-        _, outs, flat, gaps = self.views(n, scratch)
+        _, _, flat, gaps = self.views(n, scratch)
         differ = torch.ne if self.ne else torch.bitwise_xor
-        for s, k, dim, at, length, actual, expected in pairs:
-            if dim is None:
-                differ(actual, expected, out=outs[s][k])
-            else:
-                differ(
-                    actual.narrow(dim, at, length),
-                    expected,
-                    out=self.piece(n, ("out", s, k), dim, at, length),
-                )
+        for actual, tag, axis, turn, cuts in pieces:
+            expected = _expected(ramps, actual, tag, lo, axis, turn)
+            for (piece, out), (_, _, _, pattern) in zip(cuts, expected, strict=True):
+                differ(piece, pattern, out=out)
         for gap in gaps:
             gap.zero_()
         return not flat.numel() or not (bool(flat.any()) if self.ne else bool(flat.max()))
+
+    def _pieces_of(self, n: int, tiles: list[list[torch.Tensor]], turns: list[int]) -> list:
+        """Per fill view of the chunk: what its compare reads and where it writes.
+
+        ``(actual, tag, axis, turns, [(piece of actual, output), ...])``, the
+        pieces in :func:`_expected`'s order.
+        """
+        outs = self._views[n][1]
+        found = []
+        for s, stack in enumerate(self.stacks):
+            axis = stack.axis(n)
+            for k, actual in enumerate(tiles[s]):
+                if not actual.numel():
+                    continue
+                cuts = [
+                    (actual, outs[s][k])
+                    if dim is None
+                    else (
+                        actual.narrow(dim, at, length),
+                        self.piece(n, ("out", s, k), dim, at, length),
+                    )
+                    for dim, at, length in _cuts(actual, axis, turns[s])
+                ]
+                found.append((actual, stack.layers[0].fills[k].tag, axis, turns[s], cuts))
+        return found
 
 
 @dataclass(frozen=True)
@@ -1018,20 +1077,56 @@ def _expected(
     rotating the layers (``axis`` 0), layer ``l`` holds that of layer
     ``l - turns``.  Each side of the wrap is one strided ramp view.
     """
-    ramp, like = ramps[actual.dtype], _block(actual, 1)
+    like = _block(actual, 1)
     layers, n = actual.shape[0], actual.shape[1]
+    key = (actual.dtype, like, layers, n, tag, lo, axis, turns)
+    memo = getattr(ramps, "memo", None)
+    found = None if memo is None else memo.get(key)
+    if found is not None:
+        return found
+    ramp = ramps[actual.dtype]
+    found = []
+    for dim, at, length in _cuts(actual, axis, turns):
+        if dim is None:
+            pattern = _pattern(ramp, like, tag, lo, n, layers)
+        elif dim == 1:  # blocks ``at ..`` hold those from ``lo`` on, the first ``turns`` wrap
+            pattern = _pattern(ramp, like, tag, lo + (n - turns if at == 0 else 0), length, layers)
+        else:  # layers ``at ..`` hold those from 0 on, the first ``turns`` wrap
+            wrapped = tag + (_LAYER_BYTES * (layers - turns) if at == 0 else 0)
+            pattern = _pattern(ramp, like, wrapped, lo, n, length)
+        found.append((dim, at, length, pattern))
+    if memo is not None:
+        if len(memo) >= _MEMO_SIZE:
+            memo.clear()
+        memo[key] = found
+    return found
+
+
+def _cuts(actual: torch.Tensor, axis: int | None, turns: int) -> list[tuple[int | None, int, int]]:
+    """``(dim, start, length)`` of each side of the wrap (:func:`_expected`)."""
     if axis is None or turns == 0:
-        return [(None, 0, 0, _pattern(ramp, like, tag, lo, n, layers))]
-    if axis == 1:
-        return [
-            (1, turns, n - turns, _pattern(ramp, like, tag, lo, n - turns, layers)),
-            (1, 0, turns, _pattern(ramp, like, tag, lo + n - turns, turns, layers)),
-        ]
-    wrapped = tag + _LAYER_BYTES * (layers - turns)
-    return [
-        (0, turns, layers - turns, _pattern(ramp, like, tag, lo, n, layers - turns)),
-        (0, 0, turns, _pattern(ramp, like, wrapped, lo, n, turns)),
-    ]
+        return [(None, 0, 0)]
+    size = actual.shape[0 if axis == 0 else 1]
+    return [(axis, turns, size - turns), (axis, 0, turns)]
+
+
+#: Pattern views :class:`_Patterns` keeps at most (then it starts again).
+_MEMO_SIZE = 4096
+
+
+class _Patterns(dict):
+    """The ramp as every integer dtype (``patterns[dtype]``), and a memo of
+    the pattern views :func:`_expected` cut from it.
+
+    Chunks at the same ordinal of every window read the same pattern
+    views, and the steps of one chunk's windows run one after the other:
+    the views are kept instead of cut again (each cut is a few microseconds
+    of Python), up to :data:`_MEMO_SIZE` of them.
+    """
+
+    def __init__(self, ramp: torch.Tensor) -> None:
+        super().__init__({dtype: ramp.view(dtype) for dtype in (*_WIDE, torch.uint8)})
+        self.memo: dict[tuple, list] = {}
 
 
 def _put(
@@ -1076,7 +1171,7 @@ def shift(m: int, unit_bytes: int) -> int:
     return max(1, min(half(m), cdiv(_SEGMENT_BYTES, max(1, unit_bytes))))
 
 
-def _store_load(
+def _moves(
     stack: _Stack,
     start: int,
     n: int,
@@ -1084,9 +1179,10 @@ def _store_load(
     fills: list[torch.Tensor],
     axis: int | None,
     h: int = 0,
-) -> str | None:
-    """One store and one load of blocks ``start .. start + n`` through the
-    edited views of a stack.
+) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+    """The copies of one store and one load of blocks ``start .. start + n``
+    through the edited views of a stack, in order: ``(target, source)``,
+    ``source`` ``None`` to zero the target.
 
     Every block (layer, on ``axis`` 0) of the chunk's ``m`` moves ``h``
     places on (:func:`shift`), cyclically, as a connector loads a saved
@@ -1102,6 +1198,32 @@ def _store_load(
     (``fills``) are zeroed and the load goes back to the same block.
     Either way a registered byte the edited view does not reach keeps a
     value the compare rejects.
+    """
+    parts = [e.narrow(1, start, n) for e in stack.parts]
+    if axis is None:
+        return (
+            [(buf, part) for part, buf in zip(parts, buffers, strict=True)]  # the store
+            + [(fill, None) for fill in fills]  # evicted
+            + [(part, buf) for part, buf in zip(parts, buffers, strict=True)]
+        )
+    copies = [
+        (buf, part.narrow(axis, part.shape[axis] - h, h))  # the store
+        for part, buf in zip(parts, buffers, strict=True)
+    ]
+    for part, buf in zip(parts, buffers, strict=True):  # the load, rotated
+        end = part.shape[axis] - h
+        while end > 0:
+            begin = max(0, end - h)
+            copies.append(
+                (part.narrow(axis, begin + h, end - begin), part.narrow(axis, begin, end - begin))
+            )
+            end = begin
+        copies.append((part.narrow(axis, 0, h), buf))
+    return copies
+
+
+def _store_load(copies: list[tuple[torch.Tensor, torch.Tensor | None]]) -> str | None:
+    """Make the copies of :func:`_moves`, in order.
 
     Returns torch's message when it refuses the views (e.g. an expanded view
     whose rows alias one another cannot be written), else ``None``.  Torch
@@ -1109,31 +1231,14 @@ def _store_load(
     nothing.
     """
     try:
-        parts = [e.narrow(1, start, n) for e in stack.parts]
-        if axis is None:
-            for part, buf in zip(parts, buffers, strict=True):
-                buf.copy_(part)  # the store
-            for fill in fills:
-                fill.zero_()  # evicted
-            for part, buf in zip(parts, buffers, strict=True):
-                part.copy_(buf)
-            return None
-        for part, buf in zip(parts, buffers, strict=True):  # the store
-            m = part.shape[axis]
-            buf.copy_(part.narrow(axis, m - h, h))
-        for part, buf in zip(parts, buffers, strict=True):  # the load, rotated
-            end = part.shape[axis] - h
-            while end > 0:
-                begin = max(0, end - h)
-                part.narrow(axis, begin + h, end - begin).copy_(
-                    part.narrow(axis, begin, end - begin)
-                )
-                end = begin
-            part.narrow(axis, 0, h).copy_(buf)
+        for target, source in copies:
+            if source is None:
+                target.zero_()
+            else:
+                target.copy_(source)
     except RuntimeError as exc:
         return str(exc).splitlines()[0]
     return None
-
 
 
 def locate(
@@ -1145,11 +1250,13 @@ def locate(
     tally: _Tally,
     rotation: Rotation | None = None,
     place: int = 0,
+    first: int | None = None,
 ) -> None:
     """Count and locate the bytes of region ``k`` of ``layer`` that differ.
 
     ``layer`` is the ``place``-th of its stack, whose bytes ``rotation``
-    has moved (none when ``None``).
+    has moved (none when ``None``); ``first`` is the block id reported for
+    the chunk's first block (``chunk.start`` when ``None``).
     """
     n = chunk.stop - chunk.start
     r = layer.regions[k]
@@ -1174,7 +1281,8 @@ def locate(
     if not wrong:
         return
     block, byte = torch.nonzero(diff.reshape(n, -1))[0].tolist()
-    tally.add(layer.position, wrong, (lo + block, k, byte), (chunk.start + block, r.label, byte))
+    first = chunk.start if first is None else first
+    tally.add(layer.position, wrong, (lo + block, k, byte), (first + block, r.label, byte))
 
 
 # --------------------------------------------------------------------------
@@ -1220,6 +1328,145 @@ def _tiling(members: dict[int, list[TiledLayer]], chunk_bytes: int) -> tuple[int
         return min(_MOST_BLOCKS, chunk_bytes // max(1, heaviest)), widest
     biggest = max(_block_bytes(layer) for m in members.values() for layer in m)
     return min(_MOST_BLOCKS, max(1, chunk_bytes // max(1, biggest))), 1
+
+
+#: A replica may hold this many times the bytes its views reach (plus
+#: :data:`_REPLICA_SLACK`): spans of unequal length take equal room.
+_REPLICA_ROOM = 2
+_REPLICA_SLACK = 64 << 10
+#: Spans start on this boundary in the replica and keep every view's offset
+#: modulo it, so rows align as they do in the cache.
+_REPLICA_ALIGN = 64
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """One storage of a tile as its replica holds it.
+
+    ``spans``: the disjoint ``[lo, hi)`` byte ranges of the live storage
+    that the tile's views reach over a chunk's blocks (from the views' own
+    offsets, as if the chunk started at block 0), ``lo`` on the
+    :data:`_REPLICA_ALIGN` boundary; the ``k``-th lies ``k * width`` bytes
+    into the replica's buffer.
+    """
+
+    storage: int
+    spans: tuple[tuple[int, int], ...]
+    width: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.width * len(self.spans)
+
+    def offset(self, at: int) -> int:
+        """Where byte ``at`` of the live storage lies in the replica."""
+        k = bisect.bisect_right(self.spans, (at, math.inf)) - 1
+        return k * self.width + at - self.spans[k][0]
+
+
+@dataclass(frozen=True)
+class _Replica:
+    """Each tile's views rebuilt, offset for offset, on buffers of the tile's size.
+
+    The round trip reads and writes nothing but the bytes the views reach,
+    through their storage offsets, shapes, strides and dtypes, and it never
+    needs what the cache held (every registered byte is filled first).  So
+    with ``restore`` each tile runs on a replica: the bytes the tile's views
+    reach on each storage, as spans (a window's layers, ``layer_stride``
+    apart in vLLM 0.33's unified registration, are one span each, and the
+    groups overlaid on a layer's bytes share it), laid side by side at one
+    spacing on a buffer of the worker's own, each view moved with its span.
+    A view lies inside one span, so views that share bytes in the cache
+    share them in the replica and keep every offset from one another; views
+    on two storages (an edited copy) stay on two buffers; the layers of a
+    window stay equally spaced, so they still stack (:class:`_Stack`).  A
+    chunk of ``n`` blocks starting anywhere is the replica's blocks
+    ``0 .. n``: every view of a storage steps by the same bytes per block,
+    so the chunk's bytes lie at the same offsets from its first block
+    wherever it starts.  The live cache is never written, nothing is saved
+    and put back, and a worker's replica stays in cache from one step to
+    the next.
+
+    :meth:`of` returns ``None`` (the tiles then run on the cache, saved
+    and put back) where that does not hold: views of one storage stepping
+    by different bytes per block, or spans so unequal that the replica
+    would take more than :data:`_REPLICA_ROOM` times the bytes reached.
+    """
+
+    slots: tuple[tuple[_Slot, ...], ...]  # per tile
+    sizes: tuple[int, ...]  # per slot index: the most bytes a tile needs there
+    blocks: int  # the replica's block dim: the longest chunk
+    device: torch.device
+
+    @classmethod
+    def of(
+        cls, windows: Sequence[Sequence[TiledLayer]], blocks: int, device: torch.device
+    ) -> _Replica | None:
+        slots = []
+        for window in windows:
+            pieces: dict[int, list[tuple[int, int, int]]] = {}
+            for layer in window:
+                for view in _views(layer.layer):
+                    word = view.element_size()
+                    start = view.storage_offset() * word
+                    step = view.stride(0) * word
+                    reach = (blocks - 1) * step + word * element_extent(
+                        tuple(view.shape[1:]), view.stride()[1:]
+                    )
+                    key = view.untyped_storage().data_ptr()
+                    pieces.setdefault(key, []).append((step, start, start + reach))
+            tile = []
+            for key, found in pieces.items():
+                if len({step for step, _, _ in found}) != 1:
+                    return None
+                spans = _merged(
+                    [(lo // _REPLICA_ALIGN * _REPLICA_ALIGN, hi) for _, lo, hi in found]
+                )
+                width = max(cdiv(hi - lo, _REPLICA_ALIGN) * _REPLICA_ALIGN for lo, hi in spans)
+                slot = _Slot(key, spans, width)
+                if slot.nbytes > _REPLICA_ROOM * sum(hi - lo for lo, hi in spans) + _REPLICA_SLACK:
+                    return None
+                tile.append(slot)
+            slots.append(tuple(tile))
+        most = max((len(tile) for tile in slots), default=0)
+        sizes = tuple(
+            max(tile[k].nbytes for tile in slots if k < len(tile)) for k in range(most)
+        )
+        return cls(tuple(slots), sizes, blocks, device)
+
+    def buffers(self) -> list[torch.Tensor]:
+        """One worker's buffers, zeroed (a byte no view reaches stays 0)."""
+        return [torch.zeros(n, dtype=torch.uint8, device=self.device) for n in self.sizes]
+
+    def layers(
+        self, t: int, window: Sequence[TiledLayer], buffers: list[torch.Tensor]
+    ) -> list[LayerUnderTest]:
+        """Tile ``t``'s layers with every view moved onto ``buffers``."""
+        where = {slot.storage: (k, slot) for k, slot in enumerate(self.slots[t])}
+
+        def moved(view: torch.Tensor) -> torch.Tensor:
+            shape = (self.blocks, *view.shape[1:])
+            if view.numel() == 0:
+                return torch.empty(shape, dtype=view.dtype, device=self.device)
+            k, slot = where[view.untyped_storage().data_ptr()]
+            word = view.element_size()
+            offset = slot.offset(view.storage_offset() * word) // word
+            return buffers[k].view(view.dtype).as_strided(shape, view.stride(), offset)
+
+        return [
+            replace(
+                layer.layer,
+                regions=tuple(Region(r.label, moved(r.view)) for r in layer.layer.regions),
+                edited_parts=tuple(moved(e) for e in layer.layer.edited_parts),
+            )
+            for layer in window
+        ]
+
+
+def _views(layer: LayerUnderTest) -> list[torch.Tensor]:
+    """A layer's registered and edited views that hold bytes."""
+    views = [r.view for r in layer.regions] + list(layer.edited_parts)
+    return [v for v in views if v.numel()]
 
 
 @dataclass(frozen=True)
@@ -1340,6 +1587,7 @@ def exercise(
     restore: bool,
     kernel: str | None = None,
     threads: int | None = None,
+    confined: bool = False,
 ) -> tuple[LayerDamage, ...]:
     """Fill, store / load elsewhere and compare: tile by tile, group by group.
 
@@ -1350,8 +1598,13 @@ def exercise(
     previous group's and it starts from the pattern that group left; a
     group that repeats an earlier one view for view is run once for both,
     see :func:`_distinct`).  Every
-    pass after the first then hits cache, and the tile's previous bytes are
-    saved before and put back after, while hot.  Within a group, each stack
+    pass after the first then hits cache.  With ``restore`` the tiles run
+    on replicas (:class:`_Replica`; every pass hits cache, and the cache is
+    never written), or, where none can stand for a tile, its bytes in the
+    cache are saved before and put back after, while hot.  ``confined``
+    (the address checks found every edited view inside its page) lets a
+    replica keep what the step before left outside the views; otherwise it
+    is zeroed before every step.  Within a group, each stack
     of layers is one torch call per fill view and step, and one reduction
     checks the whole group.
 
@@ -1365,7 +1618,7 @@ def exercise(
 
     ``threads``: CPU threads for the run (``None``: ``torch.get_num_threads()``).
     When a tile is a few pages of a mebibyte or more and no byte is
-    overwritten by two steps (:func:`_disjoint`), each thread takes whole
+    overwritten by two steps (on replicas, or :func:`_disjoint`), each thread takes whole
     tiles, one after the other, on one intra-op thread and its own buffers
     (see :func:`_workers`); otherwise the tiles run in order and each torch
     call uses ``threads`` intra-op threads.  Returns
@@ -1388,18 +1641,32 @@ def exercise(
     steps = [(c, t) for c in range(len(chunks)) for t in range(len(windows))]
     page = max(_block_bytes(layer) for layer in tiled)
     count = _workers(device, threads, len(steps), page)
+    most = max(chunk.stop - chunk.start for _, chunk in chunks)
+    replica = _Replica.of(windows, most, device) if restore else None
     footprints = []
-    if restore or count > 1:
+    if replica is None and (restore or count > 1):
         footprints = [_Footprint.of(tile, chunks) for tile in windows]
         if count > 1 and not _disjoint(footprints):
             count = 1
     kernel = kernel or compare_kernel(device)
+    groups_of = sorted(members)
 
-    def build() -> tuple[list[list[Group]], list[tuple[int, int]]]:
-        tiles = [
-            [Group(members[g][w : w + window], kernel) for g in sorted(members)]
-            for w in range(0, widest, window)
-        ]
+    def build(buffers: list[torch.Tensor] | None = None):
+        """The tiles' groups, on ``buffers`` (a worker's replica) when given."""
+        tiles = []
+        for t, tile in enumerate(windows):
+            if buffers is not None:
+                spans: dict = {}
+                tile = [
+                    TiledLayer.of(layer.position, moved, spans)
+                    for layer, moved in zip(tile, replica.layers(t, tile, buffers), strict=True)
+                ]
+            tiles.append(
+                [
+                    Group([x for x in tile if x.layer.group == g], kernel, buffers is not None)
+                    for g in groups_of
+                ]
+            )
         # Largest fills first: a later group whose fills they hold skips its own.
         return _distinct(
             [
@@ -1412,9 +1679,9 @@ def exercise(
             ]
         )
 
-    tiles, twins = build()
+    buffers = None if replica is None else replica.buffers()
+    tiles, twins = build(buffers)
     groups = [group for tile in tiles for group in tile]
-    most = max(chunk.stop - chunk.start for _, chunk in chunks)
     deepest = max(len(s.layers) for g in groups for s in g.stacks)
     reach = max(
         pattern_bytes(v)
@@ -1423,20 +1690,25 @@ def exercise(
         for v in (r.view, r.wide)
     )
     ramp = _ramp(reach + _PERIOD + _BLOCK_BYTES * most + _LAYER_BYTES * deepest, device)
-    ramps = {dtype: ramp.view(dtype) for dtype in (*_WIDE, torch.uint8)}
+    ramps = _Patterns(ramp)
     scratch_bytes = _aligned(max(g.scratch_bytes(most) for g in groups))
     saved_bytes = 0
-    if restore:
+    if footprints and restore:
         saved_bytes = max(f.nbytes(c) for f in footprints for c in range(len(chunks)))
     run = _Run(
         chunks, ramps, footprints if restore else [], tally, _Steps(steps),
-        scratch_bytes, saved_bytes, device,
+        scratch_bytes, saved_bytes, device, replica is not None and not confined,
     )
     if count == 1:
         with _threads(device, threads):
-            run.work(tiles)
+            run.work(tiles, buffers)
     else:
-        run.together(count, tiles, lambda: build()[0])
+
+        def own() -> tuple[list[list[Group]], list[torch.Tensor] | None]:
+            mine = None if replica is None else replica.buffers()
+            return build(mine)[0], mine
+
+        run.together(count, (tiles, buffers), own)
     for source, twin in twins:
         tally.repeat(source, twin)
     return tally.damage()
@@ -1459,7 +1731,14 @@ def _workers(device: torch.device, threads: int | None, steps: int, page: int) -
     sharing its core: with another process streaming 64 MiB copies on one
     core, copy seconds / verify seconds went from 0.15-0.21 (worst
     0.14-0.18) to 0.54-0.92 (0.44-0.64), median of 5 runs per process.
-    The caller checks that the tiles' bytes are disjoint (:func:`_disjoint`).
+    On replicas, with the views of a step cut once, the model's row was
+    measured again (four processes, 7-9 runs each, median seconds, threads
+    sharing tiles / in order on two threads / one thread): 0.193 / 0.147 /
+    0.167, 0.156 / 0.121 / 0.146, 0.222 / 0.176 / 0.174 and 0.198 / 0.304
+    / 0.170: in order is faster while the second core is free and far
+    slower when it is not, so the rule stands.
+    In the cache, the caller checks that the tiles' bytes are disjoint
+    (:func:`_disjoint`).
     """
     if device.type != "cpu" or page < _SEGMENT_BYTES:
         return 1
@@ -1496,9 +1775,18 @@ class _Run:
     scratch_bytes: int
     saved_bytes: int
     device: torch.device
+    #: Zero a replica before every step: some edited view reaches bytes of
+    #: another page, which would otherwise still hold an earlier step's.
+    wipe: bool = False
 
-    def work(self, tiles: list[list[Group]]) -> None:
-        """Take steps until none is left: save, run every group, put back."""
+    def work(self, tiles: list[list[Group]], replica: list[torch.Tensor] | None = None) -> None:
+        """Take steps until none is left.
+
+        On ``replica`` (the buffers ``tiles`` were built on, see
+        :class:`_Replica`) a step is its groups on the replica's first
+        blocks; on the cache, its bytes are saved before (when restoring)
+        and put back after.
+        """
         # One allocation for the store buffer and the saved bytes.
         buffer = torch.empty(
             self.scratch_bytes + self.saved_bytes, dtype=torch.uint8, device=self.device
@@ -1507,6 +1795,13 @@ class _Run:
         while (step := self.steps.take()) is not None:
             c, t = step
             lo, chunk = self.chunks[c]
+            if replica is not None:
+                if self.wipe:
+                    for flat in replica:
+                        flat.zero_()
+                n = chunk.stop - chunk.start
+                _run_tile(tiles[t], lo, slice(0, n), self.ramps, scratch, self.tally, chunk.start)
+                continue
             kept = []
             if self.footprints:
                 cursor = 0
@@ -1522,11 +1817,12 @@ class _Run:
                 for target, keep in kept:
                     target.copy_(keep)
 
-    def together(self, count: int, tiles: list[list[Group]], build) -> None:
+    def together(self, count: int, mine: tuple, build) -> None:
         """``count`` workers on one intra-op thread each; this thread is the first.
 
-        The others build their own groups (a group caches views of its
-        worker's buffer).  An error in any worker stops the others after
+        ``mine``: this thread's ``(tiles, replica)`` for :meth:`work`; the
+        others call ``build`` for their own (a group caches views of its
+        worker's buffers).  An error in any worker stops the others after
         their current step and is raised here.
         """
         errors: list[BaseException] = []
@@ -1534,7 +1830,7 @@ class _Run:
         def helper() -> None:
             try:
                 torch.set_num_threads(1)  # this thread's own setting
-                self.work(build())
+                self.work(*build())
             except BaseException as exc:  # handed to the calling thread
                 self.steps.stopped = True
                 errors.append(exc)
@@ -1544,7 +1840,7 @@ class _Run:
             for thread in helpers:
                 thread.start()
             try:
-                self.work(tiles)
+                self.work(*mine)
             except BaseException:
                 self.steps.stopped = True
                 raise
@@ -1562,11 +1858,15 @@ def _run_tile(
     ramps: dict,
     scratch: torch.Tensor,
     tally: _Tally,
+    first: int | None = None,
 ) -> None:
-    """Every group of a tile in turn, each starting from what the one before left."""
+    """Every group of a tile in turn, each starting from what the one before left.
+
+    ``first``: the block id of the chunk's first block, for reports.
+    """
     carry = None
     for group in tile:
-        carry = group.run(lo, chunk, ramps, scratch, tally, carry)
+        carry = group.run(lo, chunk, ramps, scratch, tally, carry, first)
 
 
 def _distinct(tiles: list[list[Group]]) -> tuple[list[list[Group]], list[tuple[int, int]]]:

@@ -68,6 +68,7 @@ from kvexplore.planning import (
     load_model_config,
     plan,
 )
+from kvexplore.registration import REGISTRATIONS
 
 __version__ = "0.1.0"
 
@@ -115,6 +116,8 @@ __all__ = [
     "gpus",
     "load_model_config",
     "plan",
+    # registration (which also provides ``Plan.allocate``)
+    "REGISTRATIONS",
     # editing
     "DEFAULT_EDITS",
     "EditResult",

@@ -63,7 +63,7 @@ import pandas as pd
 from kvexplore.display import Displayable
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import cdiv, check_int, jsonable
-from kvexplore.planning.planner import Plan, plan
+from kvexplore.planning.planner import Plan, plan, provides
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -459,6 +459,7 @@ def _vllm_answers(p: Plan, available: int) -> dict[str, Any]:
             "admitted": message is None, "message": message, "plan": p}
 
 
+@provides("capacity")
 def capacity(
     model: Any = "Qwen/Qwen3.5-0.8B",
     *,

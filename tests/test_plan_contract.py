@@ -161,6 +161,23 @@ def test_allocate_bad_inputs(qwen):
         qwen.allocate("cpu", registration="weird")
 
 
+def test_the_plan_hands_allocate_and_capacity_to_the_stages_that_provide_them(qwen, monkeypatch):
+    import kvexplore.capacity_planning
+    import kvexplore.planning.planner as planner
+    import kvexplore.registration
+
+    # the very functions the later stages registered, not copies
+    assert planner._PROVIDED == {
+        "allocate": kvexplore.registration.allocate,
+        "capacity": kvexplore.capacity_planning.capacity,
+    }
+    monkeypatch.setattr(planner, "_PROVIDED", {})
+    with pytest.raises(kvexplore.KVExploreError, match="Plan.allocate is provided by kvexplore.registration"):
+        qwen.allocate()
+    with pytest.raises(kvexplore.KVExploreError, match="Plan.capacity is provided by kvexplore.capacity_planning"):
+        qwen.capacity()
+
+
 def test_allocate_cuda_where_there_is_none_or_some():
     small = kvexplore.plan(QWEN, gpu="A100", num_blocks=2)
     if torch.cuda.is_available():

@@ -149,6 +149,32 @@ class Admission:
 # ---------------------------------------------------------------------------
 
 
+#: What stages further down the pipeline do with a plan, by the name of the
+#: :class:`Plan` method that hands the plan over (``allocate``: the
+#: registration stage; ``capacity``: the capacity answers).  Each stage
+#: registers its function with :func:`provides` when it is imported, and
+#: ``import kvexplore`` imports them all, so the planner never imports a
+#: stage below it.
+_PROVIDED: dict[str, Any] = {}
+
+
+def provides(name: str):
+    """Decorator: ``Plan.<name>(...)`` calls the decorated function with the plan."""
+
+    def register(function):
+        _PROVIDED[name] = function
+        return function
+
+    return register
+
+
+def _provided(name: str, stage: str):
+    function = _PROVIDED.get(name)
+    if function is None:
+        raise KVExploreError(f"Plan.{name} is provided by {stage}; import it (or kvexplore) first")
+    return function
+
+
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Plan(Displayable):
     """The KV cache vLLM 0.33 would build for one model, GPU and configuration.
@@ -435,15 +461,13 @@ class Plan(Displayable):
         ``[num_kernel_pages, 2, kernel_block, heads, head]`` attention tensors
         and ``[conv_state, ssm_state]`` Mamba views into padded pages.
         """
-        from kvexplore.registration import allocate
-
+        allocate = _provided("allocate", "kvexplore.registration")
         return allocate(self, device=device, registration=registration)
 
     def capacity(self, gpu_memory_utilization: float = 0.9, **kwargs):
         """vLLM's KV cache capacity for this plan on its GPU
         (:func:`kvexplore.capacity`; keywords as there)."""
-        from kvexplore.capacity_planning import capacity
-
+        capacity = _provided("capacity", "kvexplore.capacity_planning")
         return capacity(self, gpu_memory_utilization=gpu_memory_utilization, **kwargs)
 
     def __repr__(self) -> str:
@@ -1105,4 +1129,5 @@ __all__ = [
     "clear_plan_cache",
     "layer_kind",
     "plan",
+    "provides",
 ]

@@ -256,9 +256,10 @@ def verify_roundtrip(
             ``torch.get_num_threads()``.  With pages of a mebibyte or more
             (Qwen3.5-0.8B's on the H100) each takes whole tiles, one at a
             time, on one intra-op thread, so a thread that is descheduled on
-            a busy machine holds nobody up; with smaller pages, or where two
-            tiles would write the same byte (an edited view that leaves its
-            page), the tiles run in order, each torch call on ``threads``
+            a busy machine holds nobody up; with smaller pages, or, on the
+            caches themselves (``restore=False``), where two tiles would
+            write the same byte (an edited view that leaves its page), the
+            tiles run in order, each torch call on ``threads``
             intra-op threads (the caller's for ``None``).  The
             caller's intra-op setting is restored afterwards
             (``benchmarks/bench_edits.py`` measures 1 and the default).

@@ -982,7 +982,7 @@ class Group:
             m = n if axis == 1 else len(stack.layers)
             h = shift(m, stack.unit_bytes(axis, n))
             buffers = [self.piece(n, ("store", s, j), axis, 0, h) for j in range(len(buffers))]
-        return m, h, _moves(stack, start, n, buffers, fills, axis, h)
+        return m, h, _store_load_copies(stack, start, n, buffers, fills, axis, h)
 
     def _matches(
         self,
@@ -1171,7 +1171,7 @@ def shift(m: int, unit_bytes: int) -> int:
     return max(1, min(half(m), cdiv(_SEGMENT_BYTES, max(1, unit_bytes))))
 
 
-def _moves(
+def _store_load_copies(
     stack: _Stack,
     start: int,
     n: int,
@@ -1223,7 +1223,7 @@ def _moves(
 
 
 def _store_load(copies: list[tuple[torch.Tensor, torch.Tensor | None]]) -> str | None:
-    """Make the copies of :func:`_moves`, in order.
+    """Make the copies of :func:`_store_load_copies`, in order.
 
     Returns torch's message when it refuses the views (e.g. an expanded view
     whose rows alias one another cannot be written), else ``None``.  Torch
@@ -1488,9 +1488,7 @@ class _Footprint:
         flats: dict[int, torch.Tensor] = {}
         shapes = []
         for layer in layers:
-            for t in [r.view for r in layer.regions] + list(layer.edited_parts):
-                if t.numel() == 0:
-                    continue
+            for t in _views(layer.layer):
                 key = t.untyped_storage().data_ptr()
                 if key not in flats:
                     flats[key] = storage_bytes(t)

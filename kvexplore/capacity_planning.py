@@ -50,8 +50,6 @@ import copy
 import dataclasses
 import functools
 import math
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -63,7 +61,8 @@ import pandas as pd
 from kvexplore.display import Displayable
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import cdiv, check_int, jsonable
-from kvexplore.planning.planner import Plan, plan, provides
+from kvexplore.memo import per_plan
+from kvexplore.planning.planner import Plan, plan
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -282,8 +281,8 @@ class CapacityReport(Displayable):
         rows = [
             ("model", self.plan.model.name),
             ("gpu", str(self.plan.gpu)),
-            ("tensor_parallel_size", self.plan.parallel_config.tensor_parallel_size),
-            ("decode_context_parallel_size", self.plan.parallel_config.decode_context_parallel_size),
+            ("tensor_parallel_size", self.plan.tensor_parallel_size),
+            ("decode_context_parallel_size", self.plan.decode_context_parallel_size),
             ("gpu_memory_utilization", self.gpu_memory_utilization),
             ("total_memory_bytes", self.total_memory_bytes),
             ("requested_memory_bytes", self.requested_memory_bytes),
@@ -372,16 +371,13 @@ class _Facts:
     model_max: int
 
 
-_FACTS: OrderedDict = OrderedDict()
-_FACTS_SIZE = 256
-_FACTS_LOCK = threading.Lock()
-
-
 def _facts(p: Plan) -> _Facts:
-    with _FACTS_LOCK:
-        hit = _FACTS.get(id(p))
-        if hit is not None and hit[0] is p:
-            return hit[1]
+    """The memory-independent half of a plan's capacity answers, computed
+    once per plan (:func:`kvexplore.memo.per_plan`)."""
+    return per_plan(p, ("capacity",), lambda: _plan_facts(p))
+
+
+def _plan_facts(p: Plan) -> _Facts:
     from vllm.v1.core import kv_cache_planning as kcp
     from vllm.v1.core.kv_cache_config_builder import get_kv_cache_config_builder
     from vllm.v1.core.kv_cache_utils import (
@@ -392,9 +388,7 @@ def _facts(p: Plan) -> _Facts:
 
     from kvexplore.planning.emulation import emulate
 
-    vc = copy.copy(p.vllm_config)
-    vc.model_config = copy.copy(vc.model_config)
-    vc.cache_config = copy.copy(vc.cache_config)
+    vc = p.vllm_config
     cfg = generate_scheduler_kv_cache_config([p.kv_cache_config])
     groups = list(cfg.kv_cache_groups)
     pool = 0
@@ -405,11 +399,7 @@ def _facts(p: Plan) -> _Facts:
     scheduler_bs, hash_bs = resolve_kv_cache_block_sizes(cfg, vc)
     alignment = resolve_cache_hit_alignment_tokens(cfg, vc, scheduler_bs, hash_bs)
     facts = _Facts(vc, cfg, int(pool), int(scheduler_bs), int(hash_bs), int(alignment),
-                   int(p.built.vllm_config.model_config.max_model_len))
-    with _FACTS_LOCK:
-        _FACTS[id(p)] = (p, facts)  # the reference keeps id(p) unique
-        while len(_FACTS) > _FACTS_SIZE:
-            _FACTS.popitem(last=False)
+                   p.model_max_model_len)
     return facts
 
 
@@ -459,7 +449,6 @@ def _vllm_answers(p: Plan, available: int) -> dict[str, Any]:
             "admitted": message is None, "message": message, "plan": p}
 
 
-@provides("capacity")
 def capacity(
     model: Any = "Qwen/Qwen3.5-0.8B",
     *,
@@ -524,7 +513,7 @@ def capacity(
         ),
         "weight_bytes": (
             f"{p.weight_bytes:,}: parameters of vLLM's model built on the meta device, "
-            f"per rank at TP {p.parallel_config.tensor_parallel_size} "
+            f"per rank at TP {p.tensor_parallel_size} "
             "(numel x element_size, packed / quantised dtypes included)"
         ),
     }
@@ -678,7 +667,7 @@ def _derivation(r: CapacityReport) -> dict[str, str]:
         f"{r.model_max_model_len:,} (kv_cache_planning.py: _estimate_max_model_len_from_groups, "
         "on the memory less the null block)"
     )
-    dcp = p.parallel_config.decode_context_parallel_size
+    dcp = p.decode_context_parallel_size
     scaled = [int(g) for g, s in zip(rows.group, rows.dcp_scaled, strict=True) if s]
     out["dcp"] = (
         f"DCP {dcp}: groups {scaled} span block_size x {dcp} tokens per block "
@@ -713,7 +702,7 @@ def capacity_sweep(models: Iterable[Any], **kwargs) -> pd.DataFrame:
         r = capacity(m, **kwargs)
         rows.append({
             "model": r.plan.model.name, "gpu": r.plan.gpu.name,
-            "tp": r.plan.parallel_config.tensor_parallel_size,
+            "tp": r.plan.tensor_parallel_size,
             "gpu_memory_utilization": r.gpu_memory_utilization,
             "kv_cache_memory": r.kv_cache_memory, "num_blocks": r.num_blocks,
             "block_size": r.block_size, "max_model_len": r.max_model_len,

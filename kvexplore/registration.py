@@ -26,7 +26,6 @@ import torch
 
 from kvexplore.errors import KVExploreError
 from kvexplore.memo import per_plan
-from kvexplore.planning.planner import provides
 
 REGISTRATIONS = ("unified", "legacy")
 
@@ -41,7 +40,6 @@ def _device(device) -> torch.device:
     return dev
 
 
-@provides("allocate")
 def allocate(plan, *, device="cpu", registration: str = "unified"):
     """``{layer_name: tensor or [conv_state, ssm_state]}`` for ``plan``."""
     if registration not in REGISTRATIONS:

@@ -55,7 +55,7 @@ def _vllm_kv_cache_config(p, memory, max_model_len=None):
     if max_model_len is not None:
         vc.model_config.max_model_len = max_model_len
     with emulate(p.gpu, meta_tensors=False):
-        cfg = get_kv_cache_configs(vc, [dict(p.layer_specs)], [memory], copy.deepcopy(list(p.built.groups)))[0]
+        cfg = get_kv_cache_configs(vc, [dict(p.layer_specs)], [memory], p.kv_cache_config.kv_cache_groups)[0]
     return vc, cfg
 
 
@@ -179,7 +179,7 @@ def test_largest_max_model_len_is_vllms_estimate(qwen_a100):
     vc.cache_config = copy.copy(vc.cache_config)
     vc.cache_config.num_gpu_blocks_override = None
     with emulate(r.plan.gpu, meta_tensors=False), pytest.raises(ValueError) as err:
-        get_kv_cache_configs(vc, [dict(r.plan.layer_specs)], [memory], copy.deepcopy(list(r.plan.built.groups)))
+        get_kv_cache_configs(vc, [dict(r.plan.layer_specs)], [memory], r.plan.kv_cache_config.kv_cache_groups)
     assert f"estimated maximum model length is {r.largest_max_model_len}." in str(err.value)
     # and that length is admitted, one more token is not
     assert capacity(QWEN, gpu="A100", max_model_len=r.largest_max_model_len,

@@ -100,6 +100,10 @@ def numbers(text: str) -> set[str]:
 
 
 def _with(p, kv_cache_config=None, cache_changes=None):
+    """A plan the planner never makes: its vLLM objects and the frozen facts
+    read from them replaced together."""
+    from kvexplore.planning.planner import GroupInfo, TensorInfo
+
     vc = p.vllm_config
     cc = vc.cache_config
     if cache_changes:
@@ -111,9 +115,17 @@ def _with(p, kv_cache_config=None, cache_changes=None):
         cache_config=cc,
         parallel_config=vc.parallel_config,
     )
-    # a plan the planner never makes: the private fields hold vLLM's objects
+    kc = kv_cache_config or p.kv_cache_config
+    groups = tuple(
+        GroupInfo(i, tuple(g.layer_names), g.kv_cache_spec, p.kernel_block_sizes[0], None,
+                  enable_kv_transfer=g.enable_kv_transfer)
+        for i, g in enumerate(kc.kv_cache_groups)
+    )
+    tensors = tuple(TensorInfo(t.size, tuple(t.layers), t.layer_stride, t.block_stride, t.offset)
+                    for t in kc.kv_cache_tensors)
     return dataclasses.replace(
-        p, _vllm_config=new_vc, _kv_cache_config=kv_cache_config or p.kv_cache_config
+        p, _vllm_config=new_vc, _kv_cache_config=kc, groups=groups, tensors=tensors,
+        num_blocks=kc.num_blocks, prefix_match_unit=cc.prefix_match_unit,
     )
 
 

@@ -44,44 +44,48 @@ def test_callers_cannot_change_a_shared_plan(qwen):
     cfg.num_blocks = 1
     cfg.kv_cache_groups[0].layer_names.append("not.a.layer")
     cfg.kv_cache_tensors[0].layers.clear()
-    qwen.groups[0].layer_names.clear()
+    with pytest.raises(AttributeError):
+        qwen.groups[0].layer_names.clear()  # a tuple
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        qwen.groups[0].kernel_block_size = 1
     table = qwen.group_table
     table.loc[0, "layers"] = 99
     summary = qwen.summary
     summary.loc[0, "value"] = "changed"
+    inputs = qwen.inputs
+    inputs["tensor_parallel_size"] = 4
     # hand arithmetic from the config: 24 layers, 6 per group, 544 tokens on an A100
-    assert again.block_size == 544
-    assert again.model_config.max_model_len == 262144
-    assert again.parallel_config.tensor_parallel_size == 1
-    assert again.num_blocks == 16
+    assert again.block_size == 544 and again.cache_config.block_size == 544
+    assert again.model_config.max_model_len == 262144 == again.max_model_len
+    assert again.parallel_config.tensor_parallel_size == 1 == again.tensor_parallel_size
+    assert again.num_blocks == 16 == again.kv_cache_config.num_blocks
     assert [len(g.layer_names) for g in again.groups] == [6, 6, 6, 6]
     assert len(again.kv_cache_config.kv_cache_tensors[0].layers) == 6
     assert list(again.group_table.layers) == [6, 6, 6, 6]
     assert again.summary.loc[0, "value"] == QWEN
+    assert again.inputs["tensor_parallel_size"] == 1
     assert again.explain() == kvexplore.plan(QWEN, gpu="A100").explain()
 
 
-def test_callers_cannot_change_the_shared_hf_config_or_build(qwen):
-    """The HF config objects and the build are shared by every plan of one
-    model and GPU; what a caller reaches of them is a copy."""
+def test_callers_cannot_change_the_hf_config_a_plan_was_built_from(qwen):
+    """The HF config objects belong to the build every plan of one model and
+    GPU shares; what a caller reaches of them is a copy."""
     mc = qwen.model_config
     assert mc.hf_text_config is mc.hf_config.text_config  # the copy keeps vLLM's sharing
     mc.hf_text_config.num_hidden_layers = 3
     mc.hf_text_config.layer_types.clear()
     qwen.vllm_config.model_config.hf_config.text_config.full_attention_interval = 1
-    built = qwen.built
-    built.vllm_config.cache_config.block_size = 16
-    built.vllm_config.model_config.hf_text_config.num_hidden_layers = 2
-    built.groups[0].layer_names.clear()
+    config = qwen.model.config
+    config["text_config"]["full_attention_interval"] = 1
     # from the config by hand: 24 layers, every 4th full attention, 6 per group
     text = kvexplore.plan(QWEN, gpu="A100").model_config.hf_text_config
     assert text.num_hidden_layers == 24 and len(text.layer_types) == 24
     assert text.full_attention_interval == 4
-    assert qwen.built.vllm_config.cache_config.block_size == 544
-    assert [len(g.layer_names) for g in qwen.built.groups] == [6, 6, 6, 6]
+    assert qwen.model.config["text_config"]["full_attention_interval"] == 4
     sibling = kvexplore.plan(QWEN, gpu="A100", num_blocks=7)  # same build, new plan
     assert [len(g.layer_names) for g in sibling.groups] == [6, 6, 6, 6]
     assert sibling.block_size == 544 and sibling.num_blocks == 7
+    assert sibling.vllm_config.cache_config.block_size == 544
 
 
 def test_one_memo_per_plan_released_with_the_plan():
@@ -161,21 +165,16 @@ def test_allocate_bad_inputs(qwen):
         qwen.allocate("cpu", registration="weird")
 
 
-def test_the_plan_hands_allocate_and_capacity_to_the_stages_that_provide_them(qwen, monkeypatch):
-    import kvexplore.capacity_planning
-    import kvexplore.planning.planner as planner
-    import kvexplore.registration
+def test_the_plan_hands_allocate_and_capacity_to_their_stages(qwen):
+    small = kvexplore.plan(QWEN, gpu="A100", num_blocks=2)
+    from kvexplore.registration import allocate
 
-    # the very functions the later stages registered, not copies
-    assert planner._PROVIDED == {
-        "allocate": kvexplore.registration.allocate,
-        "capacity": kvexplore.capacity_planning.capacity,
-    }
-    monkeypatch.setattr(planner, "_PROVIDED", {})
-    with pytest.raises(kvexplore.KVExploreError, match="Plan.allocate is provided by kvexplore.registration"):
-        qwen.allocate()
-    with pytest.raises(kvexplore.KVExploreError, match="Plan.capacity is provided by kvexplore.capacity_planning"):
-        qwen.capacity()
+    via_plan, direct = small.allocate(), allocate(small)
+    assert sorted(via_plan) == sorted(direct) == sorted(small.layer_specs)
+    layer = "language_model.model.layers.0.linear_attn"
+    assert via_plan[layer].shape == direct[layer].shape == (2, 1, 1, 1_085_440)
+    # 0.5 of 80 GiB minus weights etc.: the same report as the stage's function
+    assert qwen.capacity(0.5).num_blocks == kvexplore.capacity(qwen, gpu_memory_utilization=0.5).num_blocks
 
 
 def test_allocate_cuda_where_there_is_none_or_some():

@@ -113,7 +113,7 @@ def choices() -> dict[str, list]:
     from kvexplore.planning.backends import COMMON_BACKENDS
     from kvexplore.planning.gpus import gpus
     from kvexplore.planning.models import catalog_names
-    from kvexplore.planning.planner import MAMBA_CACHE_MODES, MODEL_DTYPES
+    from kvexplore.planning.inputs import MAMBA_CACHE_MODES, MODEL_DTYPES
     from kvexplore.registration import REGISTRATIONS
 
     return {
@@ -325,7 +325,7 @@ class ExplorerState:
         if self.plan is None:
             return []
         out = []
-        for gid, group in enumerate(self.plan.kv_cache_config.kv_cache_groups):
+        for gid, group in enumerate(self.plan.groups):
             if not group.layer_names:
                 continue
             name = group.layer_names[0]
@@ -367,7 +367,7 @@ class ExplorerState:
         registration = self.controls["registration"]
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        total = max((t.offset + t.size for t in p.kv_cache_config.kv_cache_tensors), default=0)
+        total = max((t.offset + t.size for t in p.tensors), default=0)
         if str(device).startswith("cpu") and total > MAX_CPU_ALLOCATION:
             raise KVExploreError(
                 f"the KV cache of this plan is {total:,} B; the live panel allocates at most "

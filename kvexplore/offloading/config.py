@@ -43,11 +43,16 @@ hash unit is their gcd and a chunk given in tokens cannot be expressed:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from functools import cache
-from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 import pandas as pd
+from vllm.v1.kv_offload.config import (
+    OffloadingCacheConfig,
+    OffloadingConfig,
+    OffloadingGroupConfig,
+    OffloadingModelConfig,
+    OffloadingParallelConfig,
+)
 
 from kvexplore.display import Displayable
 from kvexplore.errors import KVExploreError
@@ -57,7 +62,6 @@ from kvexplore.offloading.derive import (
     OffloadConfigError,
     derive,
     offloaded_layer_names,
-    plan_facts,
 )
 from kvexplore.offloading.options import (
     DEFAULT_ENGINE_ID,
@@ -68,26 +72,6 @@ from kvexplore.planning.planner import Plan
 
 #: Keywords of :func:`offload_config` besides the plan: the option names.
 OFFLOAD_KEYWORDS = OffloadOptions.names()
-
-
-@cache
-def _v() -> SimpleNamespace:
-    """vLLM's offloading dataclasses, imported on first use."""
-    from vllm.v1.kv_offload.config import (
-        OffloadingCacheConfig,
-        OffloadingConfig,
-        OffloadingGroupConfig,
-        OffloadingModelConfig,
-        OffloadingParallelConfig,
-    )
-
-    return SimpleNamespace(
-        OffloadingCacheConfig=OffloadingCacheConfig,
-        OffloadingConfig=OffloadingConfig,
-        OffloadingGroupConfig=OffloadingGroupConfig,
-        OffloadingModelConfig=OffloadingModelConfig,
-        OffloadingParallelConfig=OffloadingParallelConfig,
-    )
 
 
 class ReadOnlyDict(dict):
@@ -277,10 +261,8 @@ def _json_text(mapping) -> str:
 def build_config(p: Plan, o: OffloadOptions, d: Derivation):
     """vLLM's ``OffloadingConfig`` from a derivation (the constructor call that
     ends ``build_offloading_config``)."""
-    V = _v()
-    facts = plan_facts(p)
     groups = tuple(
-        V.OffloadingGroupConfig(
+        OffloadingGroupConfig(
             group_id=gid,
             tokens_per_block=t.value,
             layer_names=names,
@@ -291,23 +273,23 @@ def build_config(p: Plan, o: OffloadOptions, d: Derivation):
             strict=True,
         )
     )
-    return V.OffloadingConfig(
+    return OffloadingConfig(
         groups=groups,
         worker_kv_bytes_per_block=d.worker_kv_bytes_per_block.value,
         enable_kv_cache_events=o.enable_kv_cache_events,
         extra_config=ReadOnlyDict(o.extra_config),
         engine_id=o.engine_id,
-        model=V.OffloadingModelConfig(name=facts.model, dtype=d.dtype.value, max_model_len=facts.max_model_len),
-        cache=V.OffloadingCacheConfig(
+        model=OffloadingModelConfig(name=p.served_model, dtype=d.dtype.value, max_model_len=p.max_model_len),
+        cache=OffloadingCacheConfig(
             tokens_per_hash=d.tokens_per_hash.value, blocks_per_chunk=d.blocks_per_chunk.value
         ),
-        parallel=V.OffloadingParallelConfig(
+        parallel=OffloadingParallelConfig(
             rank=o.rank,
             world_size=d.world_size.value,
-            tp_size=facts.tensor_parallel_size,
+            tp_size=p.tensor_parallel_size,
             pp_size=o.pipeline_parallel_size,
             pcp_size=o.prefill_context_parallel_size,
-            dcp_size=facts.decode_context_parallel_size,
+            dcp_size=p.decode_context_parallel_size,
             data_parallel_index=o.data_parallel_rank,
             data_parallel_size=o.data_parallel_size,
             data_parallel_rank_local=d.data_parallel_rank_local.value,
@@ -315,7 +297,7 @@ def build_config(p: Plan, o: OffloadOptions, d: Derivation):
         ),
         replicated_layout=d.replicated_layout.value,
         canonical_layout=d.canonical_layout.value,
-        kv_cache_layout=facts.kv_cache_layout,
+        kv_cache_layout=p.kv_cache_layout_name,
     )
 
 

@@ -8,13 +8,6 @@ rule), each a pure function returning a :class:`Derived` (the value vLLM
 computes and the rule with the actual numbers), or raising
 :class:`OffloadConfigError` where vLLM raises or asserts.
 
-Steps that read only the plan (groups, tokens per block and per hash, bytes
-per block, the canonical certification, the cache dtype) are remembered per
-plan, so a sweep over thousands of option rows pays for them once; an error
-is remembered as its message, and every call raises a fresh exception.  Steps
-over plain numbers keep their recent answers (``functools.lru_cache``, which
-never keeps an exception).
-
 >>> from kvexplore import plan
 >>> d = derive(plan("Qwen/Qwen3.5-0.8B", gpu="A100"), OffloadOptions())
 >>> d.tokens_per_hash
@@ -26,20 +19,25 @@ Derived(value=544, rule="gcd(544, 544, 544, 544) of the prefix-cacheable groups'
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import cache, lru_cache, wraps
-from types import SimpleNamespace
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
+
+from vllm.v1.kv_cache_interface import (
+    AttentionSpec,
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    MambaSpec,
+    MLAAttentionSpec,
+    SlidingWindowMLASpec,
+    SlidingWindowSpec,
+    UniformTypeKVCacheSpecs,
+)
 
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import cdiv, leaf_specs
 from kvexplore.offloading.options import OffloadOptions
 from kvexplore.planning.planner import Plan
-
-T = TypeVar("T")
 
 
 class OffloadConfigError(KVExploreError):
@@ -104,72 +102,6 @@ def _round_up(x: int, y: int) -> int:
     return ((x + y - 1) // y) * y
 
 
-@cache
-def _v() -> SimpleNamespace:
-    """vLLM's spec classes, imported on first use (``import kvexplore`` stays light)."""
-    from vllm.v1.kv_cache_interface import (
-        AttentionSpec,
-        ChunkedLocalAttentionSpec,
-        FullAttentionSpec,
-        KVCacheGroupRole,
-        MambaSpec,
-        MLAAttentionSpec,
-        SlidingWindowMLASpec,
-        SlidingWindowSpec,
-        UniformTypeKVCacheSpecs,
-    )
-
-    return SimpleNamespace(**{c.__name__: c for c in (
-        AttentionSpec, ChunkedLocalAttentionSpec, FullAttentionSpec, KVCacheGroupRole,
-        MambaSpec, MLAAttentionSpec, SlidingWindowMLASpec, SlidingWindowSpec,
-        UniformTypeKVCacheSpecs,
-    )})
-
-
-# ---------------------------------------------------------------------------
-# Remembering the steps that read only the plan
-# ---------------------------------------------------------------------------
-
-
-class _Failure(NamedTuple):
-    message: str
-    code: str
-
-
-_MEMO: OrderedDict[tuple[str, int], tuple[Plan, Any]] = OrderedDict()
-_MEMO_SIZE = 4096
-_MEMO_LOCK = threading.Lock()
-
-
-def per_plan(step: Callable[[Plan], T]) -> Callable[[Plan], T]:
-    """Remember ``step(plan)`` per plan object; a rejection is remembered as
-    its message and code, and raised as a new :class:`OffloadConfigError` on
-    every call (one exception instance raised twice would carry both
-    tracebacks)."""
-    name = step.__qualname__
-
-    @wraps(step)
-    def remembered(p: Plan) -> T:
-        key = (name, id(p))
-        hit = _MEMO.get(key)
-        if hit is not None and hit[0] is p:
-            out = hit[1]
-        else:
-            try:
-                out = step(p)
-            except OffloadConfigError as exc:
-                out = _Failure(str(exc), exc.code)
-            with _MEMO_LOCK:
-                _MEMO[key] = (p, out)  # the reference keeps id(p) from being reused
-                while len(_MEMO) > _MEMO_SIZE:
-                    _MEMO.popitem(last=False)
-        if type(out) is _Failure:
-            raise OffloadConfigError(out.message, code=out.code)
-        return out
-
-    return remembered
-
-
 # ---------------------------------------------------------------------------
 # The steps, in build_offloading_config's order
 # ---------------------------------------------------------------------------
@@ -181,7 +113,6 @@ class ParallelLayout(NamedTuple):
     data_parallel_rank_local: Derived
 
 
-@lru_cache(maxsize=1024)
 def parallel_layout(pp: int, tp: int, pcp: int, dp: int, backend: str | None) -> ParallelLayout:
     """What ``ParallelConfig.__post_init__`` (``vllm/config/parallel.py``) fills
     in before ``build_offloading_config`` reads it: the world size (PP x TP x
@@ -207,68 +138,23 @@ def parallel_layout(pp: int, tp: int, pcp: int, dp: int, backend: str | None) ->
     return ParallelLayout(Derived(world, world_rule), Derived(backend, backend_rule), local)
 
 
-class PlanFacts(NamedTuple):
-    """What ``build_offloading_config`` reads from the plan's own configs on
-    every call: read once per plan, since each read of a plan's vLLM objects
-    hands out a deep copy."""
-
-    model: str
-    max_model_len: int
-    tensor_parallel_size: int
-    decode_context_parallel_size: int
-    kv_tp_replicas: int
-    kv_cache_layout: Any
-
-
-@per_plan
-def plan_facts(p: Plan) -> PlanFacts:
-    """``model_config.model`` / ``max_model_len``, TP and DCP from
-    ``parallel_config``, ``KVCacheConfig.kv_tp_replicas`` and
-    ``cache_config.kv_cache_layout`` of plan ``p``."""
-    vc = p.vllm_config
-    return PlanFacts(
-        vc.model_config.model,
-        vc.model_config.max_model_len,
-        vc.parallel_config.tensor_parallel_size,
-        vc.parallel_config.decode_context_parallel_size,
-        p.kv_cache_config.kv_tp_replicas,
-        vc.cache_config.kv_cache_layout,
-    )
-
-
-@per_plan
 def offloading_groups(p: Plan) -> Derived:
     """``get_offloading_group_ids``: the transferable, prefix-cacheable groups
-    (``KVCacheConfig.prefix_cacheable_group_ids``), or the HiSparse indexer
-    groups when a HiSparse host pool is configured."""
-    V = _v()
-    kc = p.kv_cache_config
-    groups = kc.kv_cache_groups
-    if kc.hisparse_host_num_blocks is None:
-        selected = tuple(
-            gid
-            for gid, g in enumerate(groups)
-            if g.enable_kv_transfer and g.kv_cache_spec.prefix_cacheable
-        )
-        skipped = [
-            f"group {gid} ({_spec_name(g.kv_cache_spec)}) "
-            + ("has KV transfer disabled" if not g.enable_kv_transfer else "is not prefix-cacheable")
-            for gid, g in enumerate(groups)
-            if gid not in selected
-        ]
-        rule = (
-            f"{len(selected)} of {len(groups)} KV cache groups are transferable and "
-            "prefix-cacheable (KVCacheConfig.prefix_cacheable_group_ids)"
-            + (f"; skipped: {', '.join(skipped)}" if skipped else "")
-        )
-    else:
-        selected = tuple(
-            gid for gid, g in enumerate(groups) if g.role is V.KVCacheGroupRole.HISPARSE_INDEXER
-        )
-        rule = (
-            f"HiSparse host pool of {kc.hisparse_host_num_blocks} blocks: the "
-            f"{len(selected)} HISPARSE_INDEXER groups"
-        )
+    (``KVCacheConfig.prefix_cacheable_group_ids``; a plan has no HiSparse
+    host pool, whose indexer groups vLLM would take instead)."""
+    groups = p.groups
+    selected = tuple(g.index for g in groups
+                     if g.enable_kv_transfer and g.kv_cache_spec.prefix_cacheable)
+    skipped = [
+        f"group {g.index} ({_spec_name(g.kv_cache_spec)}) "
+        + ("has KV transfer disabled" if not g.enable_kv_transfer else "is not prefix-cacheable")
+        for g in groups if g.index not in selected
+    ]
+    rule = (
+        f"{len(selected)} of {len(groups)} KV cache groups are transferable and "
+        "prefix-cacheable (KVCacheConfig.prefix_cacheable_group_ids)"
+        + (f"; skipped: {', '.join(skipped)}" if skipped else "")
+    )
     if not selected:
         raise OffloadConfigError(
             f"KV offloading found no eligible cache groups in {p.model.name}: "
@@ -279,11 +165,9 @@ def offloading_groups(p: Plan) -> Derived:
     return Derived(selected, rule)
 
 
-@per_plan
 def offloaded_layer_names(p: Plan) -> tuple[tuple[str, ...], ...]:
     """``OffloadingGroupConfig.layer_names`` of each offloaded group."""
-    groups = p.kv_cache_config.kv_cache_groups
-    return tuple(tuple(groups[gid].layer_names) for gid in offloading_groups(p).value)
+    return tuple(p.groups[gid].layer_names for gid in offloading_groups(p).value)
 
 
 def dcp_tokens_per_block(spec, dcp: int) -> Derived:
@@ -302,27 +186,25 @@ def dcp_tokens_per_block(spec, dcp: int) -> Derived:
     )
 
 
-@per_plan
 def tokens_per_block(p: Plan) -> tuple[Derived, ...]:
     """Each offloaded group's ``tokens_per_block`` (:func:`dcp_tokens_per_block`)."""
-    groups = p.kv_cache_config.kv_cache_groups
-    dcp = p.vllm_config.parallel_config.decode_context_parallel_size
-    return tuple(dcp_tokens_per_block(groups[gid].kv_cache_spec, dcp) for gid in offloading_groups(p).value)
+    dcp = p.decode_context_parallel_size
+    return tuple(dcp_tokens_per_block(p.groups[gid].kv_cache_spec, dcp)
+                 for gid in offloading_groups(p).value)
 
 
-def hash_block_size(groups, cache_config, dcp: int) -> Derived:
+def hash_block_size(groups, block_size: int, prefix_match_unit: int | None, dcp: int) -> Derived:
     """``resolve_kv_cache_block_sizes`` (``vllm/v1/core/kv_cache_utils.py``) as
     the offloading connector sees it: a connector is configured, so block
     hashing is on.  One group hashes at its block size; several at the gcd of
     the prefix-cacheable groups' DCP-resolved block sizes (or
     ``prefix_match_unit``), unless a Mamba group outside ``align`` mode backs
     off to their lcm."""
-    V = _v()
-    unit = cache_config.prefix_match_unit
+    unit = prefix_match_unit
     if len(groups) <= 1:
         sharded = not groups or groups[0].kv_cache_spec.dcp_sharded
         d = dcp if sharded else 1
-        bs = cache_config.block_size * d
+        bs = block_size * d
         if unit not in (None, bs) and len(groups) == 1:
             raise OffloadConfigError(
                 f"prefix_match_unit={unit} is invalid with a single KV cache group: "
@@ -332,7 +214,7 @@ def hash_block_size(groups, cache_config, dcp: int) -> Derived:
             )
         return Derived(
             bs,
-            f"single group: cache block_size {cache_config.block_size}"
+            f"single group: cache block_size {block_size}"
             + (f" x DCP {d}" if d != 1 else "")
             + (" (not DCP-sharded)" if not sharded and dcp != 1 else ""),
         )
@@ -340,7 +222,7 @@ def hash_block_size(groups, cache_config, dcp: int) -> Derived:
     lcm = math.lcm(*sizes)
     specs = [s for g in groups for s in leaf_specs(g.kv_cache_spec)]
     non_align = sorted(
-        {s.mamba_cache_mode for s in specs if isinstance(s, V.MambaSpec) and s.mamba_cache_mode != "align"}
+        {s.mamba_cache_mode for s in specs if isinstance(s, MambaSpec) and s.mamba_cache_mode != "align"}
     )
     if non_align:
         return Derived(
@@ -367,7 +249,7 @@ def hash_block_size(groups, cache_config, dcp: int) -> Derived:
     if alignments:
         # partial_hash_hits_enabled: an align-mode Mamba block larger than the hash unit
         partial = any(
-            isinstance(s, V.MambaSpec)
+            isinstance(s, MambaSpec)
             and s.mamba_cache_mode == "align"
             and ((dcp == 1 and s.block_size > h) or (dcp > 1 and s.block_size >= h))
             for s in specs
@@ -388,13 +270,12 @@ def hash_block_size(groups, cache_config, dcp: int) -> Derived:
     )
 
 
-@per_plan
 def tokens_per_hash(p: Plan) -> Derived:
     """``tokens_per_hash`` (:func:`hash_block_size`), and the assertion that
     follows it in ``build_offloading_config``: every offloaded group's
     ``tokens_per_block`` is a multiple of it."""
-    kc, vc = p.kv_cache_config, p.vllm_config
-    h = hash_block_size(kc.kv_cache_groups, vc.cache_config, vc.parallel_config.decode_context_parallel_size)
+    h = hash_block_size(p.groups, p.block_size, p.prefix_match_unit,
+                        p.decode_context_parallel_size)
     for gid, t in zip(offloading_groups(p).value, tokens_per_block(p), strict=True):
         if t.value % h.value:
             raise OffloadConfigError(
@@ -476,30 +357,27 @@ class Window(NamedTuple):
     extra_retained_tokens: int = 0
 
 
-@per_plan
 def group_windows(p: Plan) -> tuple[Window, ...]:
     """Each offloaded group's :class:`Window`, from the first of its layer
     specs (``next(iter(iter_layer_specs(group.kv_cache_spec)))``)."""
-    V = _v()
-    groups = p.kv_cache_config.kv_cache_groups
+    groups = p.groups
     out = []
     for gid in offloading_groups(p).value:
         first = leaf_specs(groups[gid].kv_cache_spec)[0]
         name = _spec_name(first)
-        if isinstance(first, V.SlidingWindowSpec):
+        if isinstance(first, SlidingWindowSpec):
             out.append(Window("sliding", name, first.sliding_window, first.extra_retained_tokens))
-        elif isinstance(first, V.ChunkedLocalAttentionSpec):
+        elif isinstance(first, ChunkedLocalAttentionSpec):
             out.append(Window("chunked", name, first.attention_chunk_size))
-        elif isinstance(first, V.MambaSpec):
+        elif isinstance(first, MambaSpec):
             out.append(Window("mamba", name))
-        elif isinstance(first, V.FullAttentionSpec):
+        elif isinstance(first, FullAttentionSpec):
             out.append(Window("full", name))
         else:
             out.append(Window("unsupported", name))
     return tuple(out)
 
 
-@lru_cache(maxsize=4096)
 def sliding_window_size_in_chunks(gid: int, window: Window, tpb: int, bpc: int) -> Derived:
     """``get_sliding_window_size_in_chunks``: the chunks of ``tpb x bpc``
     tokens the tier keeps for one request of a group; 1 for a Mamba group,
@@ -546,46 +424,36 @@ def group_bytes_per_block(group) -> int:
     """``_group_kv_bytes_per_block``: one block of a group, every layer
     (a ``UniformTypeKVCacheSpecs`` page already spans its layers)."""
     spec = group.kv_cache_spec
-    if isinstance(spec, _v().UniformTypeKVCacheSpecs):
+    if isinstance(spec, UniformTypeKVCacheSpecs):
         return spec.page_size_bytes
     return spec.page_size_bytes * len(group.layer_names)
 
 
-@per_plan
 def worker_kv_bytes_per_block(p: Plan) -> Derived:
     """``worker_kv_bytes_per_block``: the backing allocation over ``num_blocks``
     (every ``KVCacheTensor`` places layers in the same allocation, so its
     size is the total), else the offloaded groups' pages summed."""
-    kc = p.kv_cache_config
-    if kc.hisparse_host_num_blocks is None and kc.num_blocks > 0 and kc.kv_cache_tensors:
-        total = kc.kv_cache_tensors[0].size
+    if p.num_blocks > 0 and p.tensors:
+        total = p.tensors[0].size
         return Derived(
-            total // kc.num_blocks,
-            f"backing KV cache allocation {total} B // {kc.num_blocks} blocks "
+            total // p.num_blocks,
+            f"backing KV cache allocation {total} B // {p.num_blocks} blocks "
             "(every KVCacheTensor places layers in one shared allocation)",
         )
-    if kc.num_blocks <= 0:
-        return Derived(0, f"0: the KV cache has {kc.num_blocks} blocks")
-    V = _v()
+    if p.num_blocks <= 0:
+        return Derived(0, f"0: the KV cache has {p.num_blocks} blocks")
     parts = []
     for gid in offloading_groups(p).value:
-        g = kc.kv_cache_groups[gid]
+        g = p.groups[gid]
         page = g.kv_cache_spec.page_size_bytes
-        if isinstance(g.kv_cache_spec, V.UniformTypeKVCacheSpecs):
+        if isinstance(g.kv_cache_spec, UniformTypeKVCacheSpecs):
             parts.append(f"group {gid}: {page}")
         else:
             parts.append(f"group {gid}: {page} x {len(g.layer_names)} layers")
-    total = sum(group_bytes_per_block(kc.kv_cache_groups[gid]) for gid in offloading_groups(p).value)
+    total = sum(group_bytes_per_block(p.groups[gid]) for gid in offloading_groups(p).value)
     return Derived(total, "sum of the offloaded groups' pages per block (" + "; ".join(parts) + ")")
 
 
-@per_plan
-def uses_mla(p: Plan) -> bool:
-    """``model_config.use_mla`` (a property that asks the model's architecture)."""
-    return bool(p.vllm_config.model_config.use_mla)
-
-
-@lru_cache(maxsize=4096)
 def replicated_layout(
     use_mla: bool, tp: int, kv_tp_replicas: int, worker_bytes: int,
     pp: int, pcp: int, dcp: int, world: int, backend: str, nnodes_within_dp: int,
@@ -619,22 +487,18 @@ def canonical_layout(extra: Mapping[str, Any]) -> Derived:
     return Derived(bool(raw), f"bool(extra_config.get('canonical_layout', False)) = bool({raw!r})")
 
 
-@per_plan
 def single_full_attention_group(p: Plan) -> tuple[Clause, ...]:
     """The plan's terms of the direct ``is_parallelism_agnostic`` rule: a
     single non-MLA ``FullAttentionSpec`` group whose KV heads are really split
     over TP, without per-token-head quantization, and DCP 1."""
-    V = _v()
-    groups = p.kv_cache_config.kv_cache_groups
-    tp = p.vllm_config.parallel_config.tensor_parallel_size
-    dcp = p.vllm_config.parallel_config.decode_context_parallel_size
-    total = p.vllm_config.model_config.get_total_num_kv_heads()
+    groups = p.groups
+    tp, dcp, total = p.tensor_parallel_size, p.decode_context_parallel_size, p.total_num_kv_heads
     clauses: list[Clause] = []
     single = groups[0].kv_cache_spec if len(groups) == 1 else None
     if single is None:
         clauses.append(Clause(False, f"{len(groups)} KV cache groups, not a single full-attention group"))
-    elif not isinstance(single, V.FullAttentionSpec) or isinstance(single, V.MLAAttentionSpec):
-        why = "MLA" if isinstance(single, V.MLAAttentionSpec) else "not FullAttentionSpec"
+    elif not isinstance(single, FullAttentionSpec) or isinstance(single, MLAAttentionSpec):
+        why = "MLA" if isinstance(single, MLAAttentionSpec) else "not FullAttentionSpec"
         clauses.append(Clause(False, f"the single group is {_spec_name(single)} ({why})"))
     else:
         clauses.append(Clause(True, "a single FullAttentionSpec group"))
@@ -654,7 +518,7 @@ def single_full_attention_group(p: Plan) -> tuple[Clause, ...]:
             )
         if _is_per_token_head(single):
             clauses.append(
-                Clause(False, f"per-token-head KV quantization ({p.vllm_config.cache_config.cache_dtype})")
+                Clause(False, f"per-token-head KV quantization ({p.kv_cache_dtype})")
             )
         else:
             clauses.append(Clause(True, "no per-token-head KV quantization"))
@@ -666,13 +530,12 @@ def uncertifiable(spec, tp: int, total_kv_heads: int) -> str | None:
     """Why a layer spec fails the canonical gate's certification, or None
     (``spec_certifiable`` inside ``build_offloading_config``, a static
     mirror of the per-layer mapping checks)."""
-    V = _v()
     name = _spec_name(spec)
-    if not isinstance(spec, V.AttentionSpec):
+    if not isinstance(spec, AttentionSpec):
         return f"{name} is not an attention spec"
     if _is_per_token_head(spec):
         return f"{name} uses per-token-head KV quantization"
-    if type(spec) is V.MLAAttentionSpec:
+    if type(spec) is MLAAttentionSpec:
         if spec.tokens_per_state != 1:
             return f"MLAAttentionSpec compresses {spec.tokens_per_state} tokens per state"
         if spec.real_page_size_bytes % spec.block_size:
@@ -681,9 +544,9 @@ def uncertifiable(spec, tp: int, total_kv_heads: int) -> str | None:
                 f"block_size {spec.block_size}"
             )
         return None
-    if isinstance(spec, (V.SlidingWindowMLASpec, V.MLAAttentionSpec)):
+    if isinstance(spec, (SlidingWindowMLASpec, MLAAttentionSpec)):
         return f"{name} (an MLA variant) has no canonical mapping"
-    if not isinstance(spec, (V.FullAttentionSpec, V.SlidingWindowSpec)):
+    if not isinstance(spec, (FullAttentionSpec, SlidingWindowSpec)):
         return f"{name} is neither full nor sliding-window attention"
     if not (total_kv_heads % tp == 0 or tp % total_kv_heads == 0):
         return f"TP {tp} and {total_kv_heads} total KV heads do not divide one another"
@@ -696,13 +559,11 @@ def uncertifiable(spec, tp: int, total_kv_heads: int) -> str | None:
     return None
 
 
-@per_plan
 def canonical_certification(p: Plan) -> Clause:
     """Every layer spec of every group certifiable (:func:`uncertifiable`),
     the plan's term of the ``canonical_layout`` gate."""
-    tp = p.vllm_config.parallel_config.tensor_parallel_size
-    total = p.vllm_config.model_config.get_total_num_kv_heads()
-    specs = [s for g in p.kv_cache_config.kv_cache_groups for s in leaf_specs(g.kv_cache_spec)]
+    tp, total = p.tensor_parallel_size, p.total_num_kv_heads
+    specs = [s for g in p.groups for s in leaf_specs(g.kv_cache_spec)]
     if not specs:
         return Clause(False, "no layer specs to certify")
     failures: dict[str, int] = {}
@@ -715,18 +576,16 @@ def canonical_certification(p: Plan) -> Clause:
     return Clause(True, f"all {len(specs)} layer specs certifiable (canonical mapping derivable)")
 
 
-@per_plan
 def offloaded_layers_exact_mla(p: Plan) -> Clause:
     """Every offloaded layer exactly ``MLAAttentionSpec`` (the canonical
     layout's ``replicated_layout`` term)."""
-    V = _v()
-    groups = p.kv_cache_config.kv_cache_groups
+    groups = p.groups
     not_mla = sorted(
         {
             _spec_name(s)
             for gid in offloading_groups(p).value
             for s in leaf_specs(groups[gid].kv_cache_spec)
-            if type(s) is not V.MLAAttentionSpec
+            if type(s) is not MLAAttentionSpec
         }
     )
     if not_mla:
@@ -734,7 +593,6 @@ def offloaded_layers_exact_mla(p: Plan) -> Clause:
     return Clause(True, "every offloaded layer is MLAAttentionSpec")
 
 
-@lru_cache(maxsize=4096)
 def is_parallelism_agnostic(
     v2: bool, single_group: tuple[Clause, ...], pcp: int, canonical: bool,
     certification: Clause, dcp: int, world: int, tp: int,
@@ -766,7 +624,6 @@ def is_parallelism_agnostic(
     return Derived(gate.value, f"canonical layout gate: {gate.rule} (direct rule: {direct.rule})")
 
 
-@lru_cache(maxsize=4096)
 def canonical_replicated_layout(
     agnostic: bool, exact_mla: Clause, nnodes_within_dp: int, world: int, backend: str
 ) -> Derived:
@@ -789,16 +646,12 @@ def canonical_replicated_layout(
     return Derived(rule.value, f"canonical layout rule: {rule.rule}")
 
 
-@per_plan
 def cache_dtype(p: Plan) -> Derived:
     """``model.dtype``: the KV cache dtype, the model dtype under ``auto``,
     without the ``torch.`` prefix."""
-    mc, cc = p.vllm_config.model_config, p.vllm_config.cache_config
-    auto = cc.cache_dtype == "auto"
-    dtype = str(mc.dtype if auto else cc.cache_dtype).removeprefix("torch.")
-    if auto:
-        return Derived(dtype, f"kv_cache_dtype 'auto' follows the model dtype ({dtype})")
-    return Derived(dtype, f"kv_cache_dtype {cc.cache_dtype!r}")
+    if p.kv_cache_dtype == "auto":
+        return Derived(p.model_dtype, f"kv_cache_dtype 'auto' follows the model dtype ({p.model_dtype})")
+    return Derived(p.kv_cache_dtype, f"kv_cache_dtype {p.kv_cache_dtype!r}")
 
 
 # ---------------------------------------------------------------------------
@@ -847,8 +700,7 @@ def derive(p: Plan, o: OffloadOptions) -> Derivation:
     ``build_offloading_config`` raises or asserts.
     """
     check_plan(p)
-    facts = plan_facts(p)
-    tp, dcp = facts.tensor_parallel_size, facts.decode_context_parallel_size
+    tp, dcp = p.tensor_parallel_size, p.decode_context_parallel_size
     o.check_parallel(tp, dcp)
     pp, pcp = o.pipeline_parallel_size, o.prefill_context_parallel_size
     par = parallel_layout(pp, tp, pcp, o.data_parallel_size, o.distributed_executor_backend)
@@ -865,7 +717,7 @@ def derive(p: Plan, o: OffloadOptions) -> Derivation:
     )
     wbytes = worker_kv_bytes_per_block(p)
     replicated = replicated_layout(
-        uses_mla(p), tp, facts.kv_tp_replicas, wbytes.value,
+        p.use_mla, tp, p.kv_tp_replicas, wbytes.value,
         pp, pcp, dcp, world, backend, o.nnodes_within_dp,
     )
     canonical = canonical_layout(extra)

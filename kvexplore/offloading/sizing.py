@@ -267,9 +267,9 @@ def lmcache_chunk_sizes(
     rule = (
         f"chunk_size % {hybrid} == 0: LMCache moves whole vLLM blocks of every group; "
         f"the groups' DCP-resolved block sizes {list(sizes)} "
-        f"(TP {p.parallel_config.tensor_parallel_size}, DCP "
-        f"{p.parallel_config.decode_context_parallel_size}, kv_cache_dtype "
-        f"{p.cache_config.cache_dtype}) have lcm {hybrid}"
+        f"(TP {p.tensor_parallel_size}, DCP "
+        f"{p.decode_context_parallel_size}, kv_cache_dtype "
+        f"{p.kv_cache_dtype}) have lcm {hybrid}"
         + "".join(f"; {s}: {'valid' if ok else 'invalid'}" for s, ok in checked.items())
     )
     return ChunkSizes(

@@ -1,21 +1,20 @@
 """Model configs: the bundled catalog, loading, and vLLM's view of a model.
 
 ``load_model_config`` turns a catalog name, a ``config.json`` path, a directory,
-a dict or a ``transformers.PretrainedConfig`` into a :class:`ModelSource`.  A
-``ModelSource`` owns one materialised ``config.json`` directory and hands out
-real ``vllm.config.ModelConfig`` objects built from it (cached per dtype and
-``max_model_len``): every derived number later comes from vLLM's own parsing
+a dict or a ``transformers.PretrainedConfig`` into a :class:`ModelSource`, an
+immutable value keyed by the config's content: a file is read again on every
+call, so an edited ``config.json`` is a new source (and a new plan).  A source
+owns one materialised ``config.json`` directory from which vLLM's own
+``ModelConfig`` is built: every derived number later comes from vLLM's parsing
 (``ModelConfig.model_arch_config``, ``get_num_kv_heads``, ``use_mla`` ...), not
 from a re-implementation.
-
-The first ``ModelConfig`` of an architecture costs seconds (vLLM imports the
-model class); later ones cost about 10 ms, and ``plan()`` reuses them.
 """
 
 from __future__ import annotations
 
 import copy
 import difflib
+import hashlib
 import json
 import logging
 import tempfile
@@ -95,27 +94,33 @@ def _check_transformers_format(data: Mapping[str, Any], where: str) -> None:
         )
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class ModelSource:
-    """One model config, ready for planning.
+    """One model config, ready for planning; hashable by its content.
 
-    ``name`` is what the user asked for (catalog id, path or ``"<dict>"``);
-    ``config`` is the parsed JSON (a private deep copy: the caller's object is
-    never touched); ``config_dir`` holds the ``config.json`` vLLM reads.
+    ``name`` is what the user asked for (catalog id, path, hub id or
+    ``"<dict>"``); ``digest`` is the SHA-256 of the config's canonical JSON,
+    so two sources are equal exactly when they name the same config text.
+    ``config`` hands out a fresh copy of the parsed JSON on every read (the
+    caller's object is never kept, and changing a copy changes no plan);
+    ``config_dir`` holds the ``config.json`` vLLM reads.
     """
 
     name: str
-    config: dict[str, Any] = field(repr=False)
-    config_dir: Path = field(repr=False)
-    _model_configs: dict = field(default_factory=dict, repr=False, compare=False)
-    _lock: threading.Lock = field(
-        default_factory=threading.Lock, repr=False, compare=False
-    )
+    digest: str
+    config_dir: Path = field(repr=False, compare=False)
+    _text: str = field(repr=False, compare=False)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """A copy of the parsed ``config.json``."""
+        return json.loads(self._text)
 
     @property
     def architecture(self) -> str:
-        archs = self.config.get("architectures") or []
-        return archs[0] if archs else str(self.config.get("model_type"))
+        data = json.loads(self._text)
+        archs = data.get("architectures") or []
+        return archs[0] if archs else str(data.get("model_type"))
 
     @property
     def served_name(self) -> str | None:
@@ -127,49 +132,31 @@ class ModelSource:
         return f"ModelSource({self.name!r}, architecture={self.architecture!r})"
 
     def model_config(self, dtype: str = "auto", max_model_len: int | None = None):
-        """Return vLLM's own ``ModelConfig`` for this config (cached).
+        """A new ``vllm.config.ModelConfig`` for this config (no weights, no
+        tokenizer: ``skip_tokenizer_init=True``).
 
-        Built with ``skip_tokenizer_init=True``: no weights, no tokenizer.
         Errors from vLLM / transformers become ``KVExploreError`` naming the
         architecture and what was wrong.
         """
-        key = (str(dtype), max_model_len)
-        with self._lock:
-            cached = self._model_configs.get(key)
-            if cached is not None:
-                return cached
-            mc = _build_model_config(self, dtype, max_model_len)
-            self._model_configs[key] = mc
-            return mc
+        from vllm.config import ModelConfig
 
-
-def _build_model_config(src: ModelSource, dtype: str, max_model_len: int | None):
-    from vllm.config import ModelConfig
-
-    path = str(src.config_dir)
-    vllm_logger = logging.getLogger("vllm")
-    level = vllm_logger.level
-    # vLLM logs (and retries) config errors before raising; kvexplore raises
-    # them itself, with the field named, so the log lines are noise here.
-    vllm_logger.setLevel(logging.CRITICAL)
-    try:
-        mc = ModelConfig(
-            model=path,
-            tokenizer=path,
-            skip_tokenizer_init=True,
-            dtype=dtype,
-            max_model_len=max_model_len,
-        )
-    except Exception as exc:  # vLLM/transformers raise many types; rephrase them
-        raise KVExploreError(_explain_model_config_error(src, exc, dtype)) from exc
-    finally:
-        vllm_logger.setLevel(level)
-    if not src.name.startswith("<") and not _looks_like_path(src.name):
-        # vLLM knows a served model by the id it was started with
-        # (``--model Qwen/Qwen3.5-0.8B``), which the OffloadingConfig reports;
-        # the materialised directory is an implementation detail.
-        mc.model = src.name
-    return mc
+        path = str(self.config_dir)
+        vllm_logger = logging.getLogger("vllm")
+        level = vllm_logger.level
+        # vLLM logs config errors before raising; the raised error says it all.
+        vllm_logger.setLevel(logging.CRITICAL)
+        try:
+            mc = ModelConfig(
+                model=path, tokenizer=path, skip_tokenizer_init=True,
+                dtype=dtype, max_model_len=max_model_len,
+            )
+        except Exception as exc:  # vLLM/transformers raise many types; rephrase them
+            raise KVExploreError(_explain_model_config_error(self, exc, dtype)) from exc
+        finally:
+            vllm_logger.setLevel(level)
+        if self.served_name is not None:
+            mc.model = self.served_name
+        return mc
 
 
 def _explain_model_config_error(src: ModelSource, exc: Exception, dtype: str) -> str:
@@ -196,26 +183,34 @@ def _explain_model_config_error(src: ModelSource, exc: Exception, dtype: str) ->
     return f"vLLM 0.33 cannot build a ModelConfig for {src.name!r} ({arch}): {msg}"
 
 
-_SOURCES: dict[str, ModelSource] = {}
-_SOURCES_LOCK = threading.Lock()
+_TMP_LOCK = threading.Lock()
 _TMP_DIR: tempfile.TemporaryDirectory | None = None
 
 
 def _tmp_root() -> Path:
     """One temporary directory per process for the ``config.json`` files vLLM
-    reads; removed when the process exits (``TemporaryDirectory``'s finalizer)."""
+    reads, created on first use under a lock; removed when the process exits
+    (``TemporaryDirectory``'s finalizer)."""
     global _TMP_DIR
-    if _TMP_DIR is None:
-        _TMP_DIR = tempfile.TemporaryDirectory(prefix="kvexplore-configs-")
-    return Path(_TMP_DIR.name)
+    with _TMP_LOCK:
+        if _TMP_DIR is None:
+            _TMP_DIR = tempfile.TemporaryDirectory(prefix="kvexplore-configs-")
+        return Path(_TMP_DIR.name)
 
 
 def _materialise(name: str, config: dict[str, Any]) -> ModelSource:
-    digest = abs(hash(json.dumps(config, sort_keys=True, default=str)))
-    d = _tmp_root() / f"{len(list(_tmp_root().iterdir()))}-{digest:x}"
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "config.json").write_text(json.dumps(config, indent=1, allow_nan=True))
-    return ModelSource(name=name, config=config, config_dir=d)
+    """A :class:`ModelSource` for ``config``: its ``config.json`` written once
+    per content digest (a directory named by the digest)."""
+    text = json.dumps(config, sort_keys=True, allow_nan=True)
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    d = _tmp_root() / digest[:32]
+    with _TMP_LOCK:
+        if not (d / "config.json").is_file():
+            d.mkdir(parents=True, exist_ok=True)
+            staged = d / f"config.json.{threading.get_ident()}"
+            staged.write_text(json.dumps(config, indent=1, allow_nan=True))
+            staged.replace(d / "config.json")
+    return ModelSource(name=name, digest=digest, config_dir=d, _text=text)
 
 
 def load_model_config(source: Any) -> ModelSource:
@@ -252,9 +247,6 @@ def load_model_config(source: Any) -> ModelSource:
             "supported; expected a catalog id, a path to config.json or its "
             "directory, a dict, or a transformers PretrainedConfig"
         )
-    with _SOURCES_LOCK:
-        if source in _SOURCES:
-            return _SOURCES[source]
     files = _catalog_files()
     if source in files:
         config = _decode_special_floats(
@@ -276,8 +268,6 @@ def load_model_config(source: Any) -> ModelSource:
             )
         else:
             src = _from_hub(source, files)
-    with _SOURCES_LOCK:
-        _SOURCES[source] = src
     return src
 
 

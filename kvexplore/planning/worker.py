@@ -154,70 +154,107 @@ def _gdn_decision(model) -> dict[str, str]:
     return out
 
 
-def build_model(
-    model_dir: str, gpu: GPU, engine_kwargs: dict, kv_cache_layout: str | None
-) -> BuiltModel:
-    """Build the model on the meta device as vLLM 0.33's worker would on ``gpu``."""
+def _alignment_recorder(platform, record: dict) -> list:
+    """Patch pairs that record what ``_align_hybrid_block_size``
+    (``vllm/platforms/interface.py``) starts from: the block size after the
+    backends' preference, the backend it aligns for, and every non-SSM
+    backend (whose smallest kernel blocks the result is rounded to)."""
+    cls = type(platform)
+    original = cls._align_hybrid_block_size
+
+    def align(vllm_config, backend_cls):
+        record["pre_alignment_block_size"] = vllm_config.cache_config.block_size
+        record["alignment_backend"] = backend_cls
+        record["alignment_backends"] = tuple(cls._find_non_ssm_backends(vllm_config))
+        return original(vllm_config, backend_cls)
+
+    return [(cls, "_align_hybrid_block_size", staticmethod(align))]
+
+
+def _resolved_groups(vc, specs: dict, kv_cache_layout: str | None) -> list:
+    """The engine core's layout resolution and grouping
+    (``resolve_kv_cache_layout`` with every backend's supported layouts,
+    ``get_global_kv_cache_groups``, ``adjust_dcp_kv_cache_interleave_size``,
+    ``validate_block_size``)."""
     import vllm.envs as envs
-    from vllm.config import set_current_vllm_config
     from vllm.distributed.kv_transfer.kv_connector.utils import (
         get_current_attn_backends,
     )
-    from vllm.model_executor.layers.mamba.abstract import (
-        get_mamba_prefill_checkpoint_alignment,
-    )
-    from vllm.model_executor.model_loader.utils import (
-        get_model_architecture,
-        initialize_model,
-    )
-    from vllm.platforms import current_platform
-    from vllm.utils.torch_utils import set_default_torch_dtype
     from vllm.v1.attention.backends.utils import (
         get_supported_kv_cache_layouts,
         resolve_kv_cache_layout,
     )
     from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups
+
+    supported = [layout.name for layout in
+                 get_supported_kv_cache_layouts(get_current_attn_backends(vc))]
+    with patch_attributes([(envs, "VLLM_KV_CACHE_LAYOUT", kv_cache_layout)]):
+        resolve_kv_cache_layout(vc, [supported], specs.values())
+    groups = get_global_kv_cache_groups(vc, [specs])
+    vc.adjust_dcp_kv_cache_interleave_size(groups)
+    vc.validate_block_size()
+    return groups
+
+
+def _layer_decisions(vc, model, specs: dict, record: dict) -> dict:
+    """What the built layers decided on the device: the GDN prefill kernel,
+    the Mamba prefill checkpoint alignment (vLLM's
+    ``get_mamba_prefill_checkpoint_alignment``), and the alignment inputs."""
+    from vllm.model_executor.layers.mamba.abstract import (
+        get_mamba_prefill_checkpoint_alignment,
+    )
     from vllm.v1.kv_cache_interface import MambaSpec
+
+    decisions = {**_gdn_decision(model), **record}
+    has_mamba = any(isinstance(s, MambaSpec) for s in specs.values())
+    decisions["prefill_checkpoint_alignment"] = (
+        get_mamba_prefill_checkpoint_alignment(vc) if has_mamba else None
+    )
+    return decisions
+
+
+def _build_layers(vc):
+    """The worker's model build on the meta device; returns the model and its
+    parameter bytes as built, per rank."""
+    from vllm.model_executor.model_loader.utils import (
+        get_model_architecture,
+        initialize_model,
+    )
+    from vllm.utils.torch_utils import set_default_torch_dtype
+
+    model_class = get_model_architecture(vc.model_config)[0]
+    with set_default_torch_dtype(vc.model_config.dtype), torch.device("meta"):
+        model = initialize_model(vc, model_class=model_class)
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    return model, int(weight_bytes)
+
+
+def build_model(
+    model_dir: str, gpu: GPU, engine_kwargs: dict, kv_cache_layout: str | None
+) -> BuiltModel:
+    """Build the model on the meta device as vLLM 0.33's worker would on ``gpu``."""
+    from vllm.config import set_current_vllm_config
+    from vllm.platforms import current_platform
 
     vllm_logger = logging.getLogger("vllm")
     level = vllm_logger.level
     vllm_logger.setLevel(logging.ERROR)
+    record: dict = {}
     try:
         with emulate(gpu):
             vc = _engine_config(model_dir, engine_kwargs)
             requested_block = vc.cache_config.block_size
             user_block = vc.cache_config.user_specified_block_size
             with set_current_vllm_config(vc), _parallel_groups(vc):
-                model_class = get_model_architecture(vc.model_config)[0]
-                with set_default_torch_dtype(vc.model_config.dtype), torch.device("meta"):
-                    model = initialize_model(vc, model_class=model_class)
-                weight_bytes = sum(
-                    p.numel() * p.element_size() for p in model.parameters()
-                )
-                current_platform.update_block_size_for_backend(vc)
+                model, weight_bytes = _build_layers(vc)
+                with patch_attributes(_alignment_recorder(current_platform, record)):
+                    current_platform.update_block_size_for_backend(vc)
                 specs = _runner_specs(vc)
                 ctx = vc.compilation_config.static_forward_context
-                backends = {}
-                for name in specs:
-                    get_backend = getattr(ctx[name], "get_attn_backend", None)
-                    if get_backend is not None:
-                        backends[name] = get_backend()
-                attention_backends = get_current_attn_backends(vc)
-                supported = [
-                    layout.name
-                    for layout in get_supported_kv_cache_layouts(attention_backends)
-                ]
-                with patch_attributes([(envs, "VLLM_KV_CACHE_LAYOUT", kv_cache_layout)]):
-                    resolve_kv_cache_layout(vc, [supported], specs.values())
-                groups = get_global_kv_cache_groups(vc, [specs])
-                vc.adjust_dcp_kv_cache_interleave_size(groups)
-                vc.validate_block_size()
-                decisions = _gdn_decision(model)
-                decisions["prefill_checkpoint_alignment"] = (
-                    get_mamba_prefill_checkpoint_alignment(vc)
-                    if any(isinstance(s, MambaSpec) for s in specs.values())
-                    else None
-                )
+                backends = {name: ctx[name].get_attn_backend() for name in specs
+                            if hasattr(ctx[name], "get_attn_backend")}
+                groups = _resolved_groups(vc, specs, kv_cache_layout)
+                decisions = _layer_decisions(vc, model, specs, record)
                 classes = {name: type(ctx[name]).__name__ for name in specs}
                 # Nothing later reads the layers; the specs hold what they decided.
                 ctx.clear()
@@ -233,7 +270,7 @@ def build_model(
         groups=tuple(groups),
         requested_block_size=None if user_block else requested_block,
         decisions=MappingProxyType(decisions),
-        weight_bytes=int(weight_bytes),
+        weight_bytes=weight_bytes,
     )
 
 

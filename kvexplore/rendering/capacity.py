@@ -28,7 +28,7 @@ def capacity_text(r) -> str:
     """Headline, the summary table, the per-group table and the derivation."""
     p = r.plan
     head = (
-        f"{p.model.name} on {p.gpu} TP {p.parallel_config.tensor_parallel_size}: "
+        f"{p.model.name} on {p.gpu} TP {p.tensor_parallel_size}: "
         f"{r.num_blocks:,} blocks of {r.block_size} tokens, {r.kv_cache_size_tokens:,} tokens "
         f"(max concurrency {r.max_concurrency:.2f}x at {r.max_model_len:,})"
     )
@@ -104,7 +104,7 @@ def capacity_figure(r):
     _memory_axis(ax1, r)
     top = min(r.max_model_len, max(4 * r.cache_hit_alignment, 4096))
     lengths = list(range(1, top + 1, max(1, top // 400)))
-    _prefix_axis(ax2, [r], lengths, [f"{r.plan.gpu.name} TP {r.plan.parallel_config.tensor_parallel_size}"])
+    _prefix_axis(ax2, [r], lengths, [f"{r.plan.gpu.name} TP {r.plan.tensor_parallel_size}"])
     fig.subplots_adjust(bottom=0.35, wspace=0.3, top=0.8)
     fig.suptitle(plan_title(r.plan), fontsize=8, x=0.01, ha="left")
     return fig
@@ -120,7 +120,7 @@ def prefix_cache_figure(reports: Sequence, lengths: Sequence[int] | None = None)
         lengths = list(range(1, top + 1, max(1, top // 500)))
     labels = [
         f"{r.plan.model.name.split('/')[-1]} {r.plan.gpu.name} TP "
-        f"{r.plan.parallel_config.tensor_parallel_size}" for r in reports
+        f"{r.plan.tensor_parallel_size}" for r in reports
     ]
     fig = new_figure(7, 4)
     ax = fig.subplots()

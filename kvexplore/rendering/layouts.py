@@ -109,7 +109,7 @@ def resolve_layer(plan, layer) -> tuple[int, Any]:
 
 
 def _group_of(plan, name: str) -> int:
-    for gid, group in enumerate(plan.kv_cache_config.kv_cache_groups):
+    for gid, group in enumerate(plan.groups):
         if name in group.layer_names:
             return gid
     raise KVExploreError(f"layer {name!r} is in no KV cache group of {plan.model.name}")
@@ -329,16 +329,16 @@ def page_layout(
     if registration == "unified":
         buffer = "the backing buffer (shared by every KVCacheTensor)"
     else:
-        j = plan.kv_cache_config.kv_cache_groups[gid].layer_names.index(name)
+        j = plan.groups[gid].layer_names.index(name)
         buffer = f"legacy buffer {j} (shared by layer {j} of every group)"
     edited_side = None
     if edited is not None and edited is not False:
         edited_side = _edited_side(plan, name, registration, edited, block, page_offset, page, segs)
     backend = plan.attention_backend
     label = (
-        f"{plan.model.name} on {plan.gpu.name}, tp={plan.parallel_config.tensor_parallel_size}, "
-        f"dcp={plan.parallel_config.decode_context_parallel_size}, {backend}, "
-        f"block_size={plan.block_size}, kv_cache_dtype={plan.cache_config.cache_dtype}"
+        f"{plan.model.name} on {plan.gpu.name}, tp={plan.tensor_parallel_size}, "
+        f"dcp={plan.decode_context_parallel_size}, {backend}, "
+        f"block_size={plan.block_size}, kv_cache_dtype={plan.kv_cache_dtype}"
     )
     return PageLayout(
         plan_label=label,
@@ -465,9 +465,7 @@ def _mla_segments(plan, spec, view, block: int, kernel: int, registration: str):
     row = spec.page_size_bytes // spec.block_size
     kp = row * kernel_tokens
     dtype = dtype_name(view.dtype)
-    hf = plan.model_config.hf_text_config
-    rank = getattr(hf, "kv_lora_rank", None)
-    rope = getattr(hf, "qk_rope_head_dim", None)
+    rank, rope = plan.mla_dims or (None, None)
     split = rank and rope and (rank + rope) == head and row == head * elem
     what = f"{kernel_tokens} tokens x {row} B" + (
         f" (c_kv {rank * elem} B | k_pe {rope * elem} B)" if split else " (packed latent)"
@@ -575,10 +573,10 @@ def plan_pages(plan, *, registration: str = "unified") -> tuple[PageLayout, ...]
 
 def plan_title(plan) -> str:
     """``'Qwen/Qwen3.5-0.8B on A100, tp=1, FLASH_ATTN: block 544 tokens'``."""
-    pc = plan.parallel_config
-    dcp = f", dcp={pc.decode_context_parallel_size}" if pc.decode_context_parallel_size > 1 else ""
+    dcp = plan.decode_context_parallel_size
+    dcp = f", dcp={dcp}" if dcp > 1 else ""
     return (
-        f"{plan.model.name} on {plan.gpu.name}, tp={pc.tensor_parallel_size}{dcp}, "
+        f"{plan.model.name} on {plan.gpu.name}, tp={plan.tensor_parallel_size}{dcp}, "
         f"{plan.attention_backend or 'no attention backend'}: block {plan.block_size} tokens, "
         f"kernel blocks {list(plan.kernel_block_sizes)}"
     )
@@ -658,9 +656,8 @@ def buffer_layout(plan, *, registration: str = "unified") -> BufferLayout:
     ``page x num_blocks`` bytes, shared by layer ``j`` of every group.
     """
     _check_registration(registration)
-    cfg = plan.kv_cache_config
-    groups = cfg.kv_cache_groups
-    nb = cfg.num_blocks
+    groups = plan.groups
+    nb = plan.num_blocks
     rows: list[BufferRow] = []
     notes: list[str] = []
     zoom: list[Segment] = []
@@ -674,7 +671,7 @@ def buffer_layout(plan, *, registration: str = "unified") -> BufferLayout:
         return None
 
     if registration == "unified":
-        for ti, t in enumerate(cfg.kv_cache_tensors):
+        for ti, t in enumerate(plan.tensors):
             gid = group_of_layer(t.layers[0]) if t.layers else None
             spec = plan.layer_specs.get(t.layers[0]) if t.layers else None
             page = int(spec.page_size_bytes) if spec is not None else t.block_stride
@@ -696,8 +693,8 @@ def buffer_layout(plan, *, registration: str = "unified") -> BufferLayout:
                 f"{len(t.layers)} layers, layer_stride {t.layer_stride:,} B, block_stride "
                 f"{t.block_stride:,} B, page {page:,} B{pad}",
                 tuple(segs)))
-        if cfg.kv_cache_tensors:
-            t = cfg.kv_cache_tensors[0]
+        if plan.tensors:
+            t = plan.tensors[0]
             spec = plan.layer_specs.get(t.layers[0])
             page = int(spec.page_size_bytes)
             real = int(getattr(spec, "real_page_size_bytes", None) or page)
@@ -707,11 +704,11 @@ def buffer_layout(plan, *, registration: str = "unified") -> BufferLayout:
                 if page > real:
                     zoom.append(Segment("pad", start + real, page - real, "", "page padding"))
             zoom_label = f"first {min(nb, ZOOM_BLOCKS)} blocks of {t.layers[0]} (tensor 0)"
-        ends = {t.offset + t.size for t in cfg.kv_cache_tensors}
-        starts = {t.offset for t in cfg.kv_cache_tensors}
-        if len(cfg.kv_cache_tensors) > 1 and starts == {0} and len(ends) == 1:
+        ends = {t.offset + t.size for t in plan.tensors}
+        starts = {t.offset for t in plan.tensors}
+        if len(plan.tensors) > 1 and starts == {0} and len(ends) == 1:
             notes.append(
-                f"all {len(cfg.kv_cache_tensors)} tensors overlay one backing buffer of "
+                f"all {len(plan.tensors)} tensors overlay one backing buffer of "
                 f"{max(ends):,} B: a block id belongs to one group at a time"
             )
     else:
@@ -734,7 +731,7 @@ def buffer_layout(plan, *, registration: str = "unified") -> BufferLayout:
                     zoom_label = f"first {min(nb, ZOOM_BLOCKS)} blocks of buffer 0 as group {gid} (Mamba) sees them"
                 notes.append(f"group {gid}: conv | ssm | pad, {page - real:,} B padding per page")
     label = (
-        f"{plan.model.name} on {plan.gpu.name}, tp={plan.parallel_config.tensor_parallel_size}, "
+        f"{plan.model.name} on {plan.gpu.name}, tp={plan.tensor_parallel_size}, "
         f"{plan.attention_backend}, block_size={plan.block_size}"
     )
     return BufferLayout(label, registration, plan.kv_cache_layout.name, nb, tuple(rows),

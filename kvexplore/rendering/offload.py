@@ -52,7 +52,7 @@ def offload_figure(result):
     from matplotlib.figure import Figure
 
     c, p = result.config, result.plan
-    kv_groups = p.kv_cache_config.kv_cache_groups
+    kv_groups = p.groups
     bpc = c.cache.blocks_per_chunk
     n = len(c.groups)
     fig = Figure(figsize=(10, 1.5 + 0.45 * n), dpi=100)

@@ -19,6 +19,7 @@ the stages before it:
 576
 """
 
+import kvexplore.rendering  # noqa: F401  registers every result's display forms
 from kvexplore.capacity_planning import (
     CapacityReport,
     capacity,
@@ -40,6 +41,7 @@ from kvexplore.editing import (
     verify_roundtrip,
 )
 from kvexplore.errors import KVExploreError
+from kvexplore.explorer.state import ExplorerState, compare
 from kvexplore.offloading import (
     OffloadConfigError,
     OffloadOptions,
@@ -69,35 +71,30 @@ from kvexplore.planning import (
     plan,
 )
 from kvexplore.registration import REGISTRATIONS
+from kvexplore.rendering.capacity import prefix_cache_figure
+from kvexplore.rendering.figures import bar_chart
+from kvexplore.rendering.layouts import (
+    buffer_layout,
+    buffer_map,
+    buffer_map_text,
+    page_layout,
+    page_map,
+    page_map_text,
+    sweep_heatmap,
+    sweep_heatmap_text,
+)
 
 __version__ = "0.1.0"
 
-# Rendering and the Explorer are imported on first use, so that
-# ``import kvexplore`` pulls in neither matplotlib nor ipywidgets.
-_LAZY = {
-    "page_layout": ("kvexplore.rendering.layouts", "page_layout"),
-    "page_map": ("kvexplore.rendering.layouts", "page_map"),
-    "page_map_text": ("kvexplore.rendering.layouts", "page_map_text"),
-    "buffer_layout": ("kvexplore.rendering.layouts", "buffer_layout"),
-    "buffer_map": ("kvexplore.rendering.layouts", "buffer_map"),
-    "buffer_map_text": ("kvexplore.rendering.layouts", "buffer_map_text"),
-    "sweep_heatmap": ("kvexplore.rendering.layouts", "sweep_heatmap"),
-    "sweep_heatmap_text": ("kvexplore.rendering.layouts", "sweep_heatmap_text"),
-    "bar_chart": ("kvexplore.rendering.figures", "bar_chart"),
-    "prefix_cache_figure": ("kvexplore.rendering.capacity", "prefix_cache_figure"),
-    "ExplorerState": ("kvexplore.explorer.state", "ExplorerState"),
-    "Explorer": ("kvexplore.explorer.widgets", "Explorer"),
-    "Compare": ("kvexplore.explorer.widgets", "Compare"),
-    "compare": ("kvexplore.explorer.state", "compare"),
-}
+#: The widgets need ipywidgets, imported on first use.
+_WIDGETS = ("Explorer", "Compare")
 
 
 def __getattr__(name):
-    if name in _LAZY:
-        import importlib
+    if name in _WIDGETS:
+        from kvexplore.explorer import widgets
 
-        module, attr = _LAZY[name]
-        return getattr(importlib.import_module(module), attr)
+        return getattr(widgets, name)
     raise AttributeError(f"module 'kvexplore' has no attribute {name!r}")
 
 
@@ -116,7 +113,7 @@ __all__ = [
     "gpus",
     "load_model_config",
     "plan",
-    # registration (which also provides ``Plan.allocate``)
+    # registration
     "REGISTRATIONS",
     # editing
     "DEFAULT_EDITS",
@@ -148,6 +145,18 @@ __all__ = [
     "profile_estimates",
     # errors
     "KVExploreError",
-    # rendering and the Explorer (lazy)
-    *_LAZY,
+    # rendering and the Explorer
+    "ExplorerState",
+    "bar_chart",
+    "buffer_layout",
+    "buffer_map",
+    "buffer_map_text",
+    "compare",
+    "page_layout",
+    "page_map",
+    "page_map_text",
+    "prefix_cache_figure",
+    "sweep_heatmap",
+    "sweep_heatmap_text",
+    *_WIDGETS,
 ]

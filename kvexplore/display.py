@@ -7,25 +7,44 @@ Every result type (``Plan``, ``EditResult``, ``RoundTripReport``,
 * ``_repr_html_()``: what Jupyter shows (and the Explorer's panels);
 * ``figure()``: a matplotlib ``Figure`` (not managed by pyplot).
 
-The forms themselves live in the rendering stage (:mod:`kvexplore.rendering`),
-which maps each type to its three functions.  A result type only inherits
-:class:`Displayable`; it never imports the rendering stage, so the stages
-before rendering stay free of matplotlib and HTML, and the rendering module
-is imported on the first call of a form.
+The three forms are ``functools.singledispatch`` functions dispatched on the
+result's class: :func:`text_form`, :func:`html_form` and :func:`figure_form`.
+The rendering stage (:mod:`kvexplore.rendering`, imported by ``import
+kvexplore``) registers an implementation for each result class, so the stages
+before rendering carry no HTML or matplotlib code.  A type with no registered
+form raises :class:`~kvexplore.errors.KVExploreError` naming it.
 """
 
 from __future__ import annotations
 
-import importlib
+import functools
 
-FORMS = ("text", "html", "figure")
+from kvexplore.errors import KVExploreError
 
 
-def render(form: str, obj):
-    """``form`` (``"text"``, ``"html"`` or ``"figure"``) of ``obj``, by the
-    rendering stage's table of renderers."""
-    rendering = importlib.import_module("kvexplore.rendering")
-    return rendering.render(form, obj)
+def _missing(form: str, obj) -> KVExploreError:
+    return KVExploreError(
+        f"{type(obj).__name__} has no {form} form; expected a kvexplore result "
+        "(import kvexplore to register the rendering stage's forms)"
+    )
+
+
+@functools.singledispatch
+def text_form(obj) -> str:
+    """The deterministic plain-text form of a result."""
+    raise _missing("text", obj)
+
+
+@functools.singledispatch
+def html_form(obj) -> str:
+    """The HTML form of a result (escaped, deterministic)."""
+    raise _missing("html", obj)
+
+
+@functools.singledispatch
+def figure_form(obj):
+    """A result drawn as a matplotlib ``Figure``."""
+    raise _missing("figure", obj)
 
 
 class Displayable:
@@ -35,11 +54,14 @@ class Displayable:
 
     def text(self) -> str:
         """Plain-text form: deterministic, no addresses or timings."""
-        return render("text", self)
+        return text_form(self)
 
     def _repr_html_(self) -> str:
-        return render("html", self)
+        return html_form(self)
 
     def figure(self):
         """The result drawn, as a matplotlib ``Figure``."""
-        return render("figure", self)
+        return figure_form(self)
+
+
+__all__ = ["Displayable", "figure_form", "html_form", "text_form"]

@@ -150,11 +150,15 @@ def test_plan_display_trio():
     assert rows == [f"g{g} {k} x6" for g, k in enumerate(["mamba"] * 3 + ["full_attention"])]
 
 
-def test_unknown_form_is_a_clear_error():
-    from kvexplore.display import render
+def test_forms_are_chosen_by_type_and_an_unknown_type_is_a_clear_error():
+    from kvexplore.display import figure_form, html_form, text_form
+    from kvexplore.rendering.layouts import PageLayout, page_layout_text
 
-    with pytest.raises(kvexplore.KVExploreError, match="int has no 'figure' form"):
-        render("figure", 3)
+    assert text_form.dispatch(PageLayout) is page_layout_text
+    assert text_form.dispatch(kvexplore.Plan) is not text_form.dispatch(object)
+    for form, name in ((text_form, "text"), (html_form, "html"), (figure_form, "figure")):
+        with pytest.raises(kvexplore.KVExploreError, match=f"int has no {name} form"):
+            form(3)
 
 
 @settings(max_examples=200, deadline=None)

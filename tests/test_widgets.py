@@ -7,6 +7,7 @@ import pytest
 
 from kvexplore.explorer.state import PANELS, ExplorerState
 from kvexplore.explorer.widgets import Explorer
+from kvexplore.rendering.html import comparison_table_html
 
 QWEN = "Qwen/Qwen3.5-0.8B"
 
@@ -194,7 +195,7 @@ def test_model_control_offers_catalog_and_accepts_paths(ex):
 def test_edit_groups_from_report():
     import pandas as pd
 
-    from kvexplore.explorer.state import edit_groups
+    from kvexplore.rendering.editing import edit_groups
 
     rows = [
         {"group": 0, "layer": "a", "kind": "mamba", "rule": "r1", "declined": "r0: no; rx: nope",
@@ -258,7 +259,7 @@ def test_compare_a100_h100():
     assert c.row("page_bytes", "page map").differs and not c.row("conv bytes", "page map").differs
     assert "page_bytes: 1114112 (A) vs 1179648 (B)" in c.page_map_callouts()
     assert "pad bytes: 28,672 (A) vs 94,208 (B)" in c.page_map_callouts()
-    html = c.table_html()
+    html = comparison_table_html(c)
     assert html.count('class="kvx-diff"') == len(c.differences) > 0
     assert html.count("<tr") == 1 + len(c.rows)
     assert "* plan       block_size" in c.text() and "  plan       tensor_parallel_size" in c.text()
@@ -277,10 +278,10 @@ def test_compare_tp_and_kv_cache_dtype():
     assert fp8.row("kernel_pages", "page map").differs
     assert compare(fp8.a, fp8.b).rows == fp8.rows  # states are used as they are
     same = compare(base, {"gpu": "A100"})
-    assert same.differences == () and "page maps: the compared numbers are the same" in same.html()
+    assert same.differences == () and "page maps: the compared numbers are the same" in same._repr_html_()
     bad = compare(base, tensor_parallel_size=3)
     assert "divisible by tensor parallel size (3)" in bad.b.error and bad.a.error is None
-    assert "B: vLLM 0.33 rejects" in bad.html() and bad.row("block_size").b == "-"
+    assert "B: vLLM 0.33 rejects" in bad._repr_html_() and bad.row("block_size").b == "-"
 
 
 def test_compare_widget_draws_both_page_maps():
@@ -311,3 +312,21 @@ def test_state_doctests():
 
     result = doctest.testmod(state)
     assert result.attempted >= 8 and result.failed == 0, result
+
+
+def test_a_control_change_builds_its_page_layout_once(monkeypatch):
+    import kvexplore.rendering.layouts as layouts
+
+    calls = []
+    real = layouts.page_layout
+
+    def counting(plan, layer=0, **kwargs):
+        calls.append((layer, kwargs.get("block"), kwargs.get("registration")))
+        return real(plan, layer, **kwargs)
+
+    monkeypatch.setattr(layouts, "page_layout", counting)
+    state = ExplorerState(QWEN, gpu="A100")
+    calls.clear()
+    state.set(layer=5)  # a layer no panel has shown yet: the page map and its image
+    assert state.page_map_png() is not None
+    assert calls.count((5, 0, "unified")) == 1

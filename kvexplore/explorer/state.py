@@ -112,8 +112,8 @@ def choices() -> dict[str, list]:
 
     from kvexplore.planning.backends import COMMON_BACKENDS
     from kvexplore.planning.gpus import gpus
-    from kvexplore.planning.models import catalog_names
     from kvexplore.planning.inputs import MAMBA_CACHE_MODES, MODEL_DTYPES
+    from kvexplore.planning.models import catalog_names
     from kvexplore.registration import REGISTRATIONS
 
     return {
@@ -442,20 +442,29 @@ def _memory_panel(p) -> Panel:
     return Panel("memory", text, pairs_html(pairs) + table_html(gt[cols]))
 
 
-def _page_map_panel(p, layer: int, block: int, registration: str) -> Panel:
-    from kvexplore.rendering.html import page_layout_html
+def edited_layout(p, layer: int, block: int, registration: str):
+    """The page layout of ``layer`` / ``block`` with LMCache's default edits,
+    built once per plan and view (the page map panel, its image, the edits
+    panel and compare all show this one object)."""
     from kvexplore.rendering.layouts import page_layout
 
-    lay = page_layout(p, layer, block=block, registration=registration, edited=True)
+    return per_plan(p, ("page_layout", layer, block, registration),
+                    lambda: page_layout(p, layer, block=block, registration=registration,
+                                        edited=True))
+
+
+def _page_map_panel(p, layer: int, block: int, registration: str) -> Panel:
+    from kvexplore.rendering.html import page_layout_html
+
+    lay = edited_layout(p, layer, block, registration)
     return Panel("page_map", lay.text(), page_layout_html(lay))
 
 
 def _page_map_png(p, layer: int, block: int, registration: str) -> bytes:
     from kvexplore.rendering.figures import page_figure
-    from kvexplore.rendering.layouts import page_layout
 
     # the panel's HTML carries the title and the legend, so the image leaves them out
-    lay = page_layout(p, layer, block=block, registration=registration, edited=True)
+    lay = edited_layout(p, layer, block, registration)
     return figure_png(page_figure(lay, title=False, legend_row=False))
 
 
@@ -467,158 +476,30 @@ def figure_png(fig, dpi: int = FIGURE_DPI) -> bytes:
     return buf.getvalue()
 
 
-@dataclass(frozen=True)
-class EditGroup:
-    """One KV cache group's edits, summarised from ``EditResult.report``.
-
-    ``rules``: ``(rule, layers)`` in first-seen order (``None``: no rule
-    matched; the registered object is kept); ``before``/``after``: the
-    distinct ``shape dtype`` of the view per block, before and after the
-    edit (one entry when every layer agrees); ``declined``: ``(reason,
-    layers)`` for each distinct reason the earlier rules gave;
-    ``layers``: ``(layer, rule, declined)`` per layer, in report order.
-    """
-
-    group: Any
-    kind: str
-    layers: tuple[tuple[str, str | None, str | None], ...]
-    rules: tuple[tuple[str | None, int], ...]
-    before: tuple[str, ...]
-    after: tuple[str, ...]
-    declined: tuple[tuple[str, int], ...]
-
-    @property
-    def first_layer(self) -> str:
-        return self.layers[0][0]
-
-    def rules_text(self) -> str:
-        return ", ".join(f"{rule or 'no rule (registered object kept)'} x{n}" for rule, n in self.rules)
-
-    def text(self) -> str:
-        n = len(self.layers)
-        lines = [f"group {self.group} ({self.kind}, {n} layer{'s' if n != 1 else ''}): {self.rules_text()}",
-                 f"  view before: {' | '.join(self.before)}",
-                 f"  view after:  {' | '.join(self.after)}"]
-        for reason, count in self.declined:
-            lines.append(f"  declined on {count} of {n}: {reason}")
-        return "\n".join(lines)
-
-
-def _count(values) -> tuple:
-    counts: dict = {}
-    for v in values:
-        counts[v] = counts.get(v, 0) + 1
-    return tuple(counts.items())
-
-
-def _opt(value) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def edit_groups(report) -> list[EditGroup]:
-    """Per-group summary of an edit report (one row per layer, the columns of
-    ``EditResult.report``): which rule fired on how many layers, the view
-    before and after, and the declined rules' reasons, each reason once.
-
-    Qwen3.5-0.8B on an A100 (unified): groups 0-2 ``mamba-unified-view x6``,
-    ``(16, 1, 1, 1085440) int8`` -> ``(16, 544, 1, 2000) int8``; group 3 (full
-    attention) no rule, ``(16, 2, 544, 2, 256) bfloat16`` kept.
-    """
-    records = report.to_dict("records") if hasattr(report, "to_dict") else list(report)
-    order: list = []
-    by_group: dict = {}
-    for rec in records:
-        g = rec.get("group")
-        if g not in by_group:
-            order.append(g)
-            by_group[g] = []
-        by_group[g].append(rec)
-    out = []
-    for g in order:
-        rows = by_group[g]
-
-        def view(rec, side):
-            return f"{rec.get('shape_' + side)} {rec.get('dtype_' + side)}"
-
-        reasons = [part for rec in rows for part in (_opt(rec.get("declined")) or "").split("; ") if part]
-        out.append(EditGroup(
-            group=g,
-            kind=" / ".join(dict.fromkeys(str(rec.get("kind")) for rec in rows)),
-            layers=tuple((str(rec.get("layer")), _opt(rec.get("rule")), _opt(rec.get("declined")))
-                         for rec in rows),
-            rules=_count(_opt(rec.get("rule")) for rec in rows),
-            before=tuple(dict.fromkeys(view(rec, "before") for rec in rows)),
-            after=tuple(dict.fromkeys(view(rec, "after") for rec in rows)),
-            declined=_count(reasons),
-        ))
-    return out
-
-
-def edit_groups_html(groups: list[EditGroup], bars: Mapping[Any, str] | None = None) -> str:
-    """One summary row per group, the group's first layer drawn as bars
-    (``bars[group]``, registered over edited), per-layer reasons in a
-    ``<details>`` (closed)."""
-    from kvexplore.rendering.html import table_html
-
-    summary = table_html([{
-        "group": g.group, "kind": g.kind, "layers": len(g.layers), "rule (layers)": g.rules_text(),
-        "view before": " | ".join(g.before), "view after": " | ".join(g.after)} for g in groups])
-    parts = [summary]
-    for g in groups:
-        n = len(g.layers)
-        parts.append(f'<div class="kvx-edit-group"><p><b>group {_esc(str(g.group))}</b> '
-                     f"({_esc(g.kind)}, {n} layers): {_esc(g.rules_text())}; first layer "
-                     f"<code>{_esc(g.first_layer)}</code></p>")
-        if bars and bars.get(g.group):
-            parts.append(bars[g.group])
-        if g.declined:
-            items = "".join(f"<li>{count} of {n}: {_esc(reason)}</li>" for reason, count in g.declined)
-            parts.append(f"<details><summary>declined rules ({len(g.declined)} reasons)</summary>"
-                         f"<ul>{items}</ul></details>")
-        table = table_html([{"layer": layer, "rule": rule, "declined": why} for layer, rule, why in g.layers])
-        parts.append(f"<details><summary>per-layer reasons ({n} layers)</summary>{table}</details></div>")
-    return "".join(parts)
-
-
 def _edits_panel(p, registration: str) -> Panel:
-    from kvexplore.rendering.html import message_html, page_bars_html, table_html
+    from kvexplore.editing.plan_edits import plan_edits
+    from kvexplore.editing.validation import check_kv_cache_groups
+    from kvexplore.rendering.editing import (
+        edit_groups,
+        edits_panel_html,
+        edits_panel_text,
+    )
+    from kvexplore.rendering.html import page_bars_html
 
-    parts_text: list[str] = []
-    parts_html: list[str] = []
+    verdicts = check_kv_cache_groups(p.kv_cache_config)
     try:
-        from kvexplore.editing.validation import check_kv_cache_groups
-
-        verdicts = check_kv_cache_groups(p.kv_cache_config)
-        parts_text.append("validation:\n" + verdicts.to_string(index=False))
-        parts_html.append("<details open><summary><b>validation</b></summary>"
-                          + table_html(verdicts) + "</details>")
-    except ImportError as exc:
-        msg = f"validation unavailable: kvexplore.editing.validation could not be imported ({exc})"
-        parts_text.append(msg)
-        parts_html.append(message_html(msg, "warning"))
-    try:
-        from kvexplore.editing.plan_edits import plan_edits
-        from kvexplore.rendering.layouts import page_layout
-
         result = plan_edits(p, registration)
-        groups = edit_groups(result.report)
-        summary = result.summary() if hasattr(result, "summary") else f"{len(result)} layers"
-        positions = {info.name: i for i, info in enumerate(p.layers)}
-        bars = {}
-        for g in groups:
-            if g.first_layer in positions:
-                lay = page_layout(p, positions[g.first_layer], registration=registration, edited=result)
-                bars[g.group] = page_bars_html(lay)
-        parts_text.append(f"edits ({registration}): {summary}\n" + "\n".join(g.text() for g in groups))
-        parts_html.append(f"<p><b>edits ({registration})</b>: {_esc(summary)}</p>"
-                          + edit_groups_html(groups, bars))
-        ok = True
     except ValueError as exc:
-        msg = f"edits ({registration}) rejected: {exc}"
-        parts_text.append(msg)
-        parts_html.append(message_html(msg))
-        ok = False
-    return Panel("edits", "\n".join(parts_text), "".join(parts_html), ok=ok)
+        error = f"edits ({registration}) rejected: {exc}"
+        return Panel("edits", edits_panel_text(verdicts, registration, error=error),
+                     edits_panel_html(verdicts, registration, error=error), ok=False)
+    groups = edit_groups(result.report)
+    positions = {info.name: i for i, info in enumerate(p.layers)}
+    bars = {g.group: page_bars_html(edited_layout(p, positions[g.first_layer], 0, registration))
+            for g in groups if g.first_layer in positions}
+    summary = result.summary()
+    return Panel("edits", edits_panel_text(verdicts, registration, summary, groups),
+                 edits_panel_html(verdicts, registration, summary, groups, bars))
 
 
 # ---------------------------------------------------------------------------
@@ -728,62 +609,18 @@ class Comparison:
     def __repr__(self) -> str:
         return self.text()
 
-    def table_html(self) -> str:
-        """The compared quantities; a changed row is marked (``kvx-diff``,
-        a highlighted B cell and a marker)."""
-        la, lb = self.labels()
-        head = (f"<tr><th></th><th>section</th><th>quantity</th><th>A: {_esc(la)}</th>"
-                f"<th>B: {_esc(lb)}</th></tr>")
-        body = []
-        for r in self.rows:
-            if r.differs:
-                body.append(f'<tr class="kvx-diff" style="background:#fff3c4"><td>&#8800;</td>'
-                            f"<td>{_esc(r.section)}</td><td><b>{_esc(r.quantity)}</b></td>"
-                            f"<td>{_esc(r.a)}</td>"
-                            f'<td class="kvx-changed" style="background:#ffd966"><b>{_esc(r.b)}</b></td></tr>')
-            else:
-                body.append(f"<tr><td></td><td>{_esc(r.section)}</td><td>{_esc(r.quantity)}</td>"
-                            f"<td>{_esc(r.a)}</td><td>{_esc(r.b)}</td></tr>")
-        return (f'<table class="kvx-table kvx-compare"><thead>{head}</thead>'
-                f"<tbody>{''.join(body)}</tbody></table>")
-
-    def callouts_html(self) -> str:
-        from kvexplore.rendering.html import message_html
-
-        lines = self.page_map_callouts()
-        if not lines:
-            return message_html("page maps: the compared numbers are the same", "info")
-        return message_html("page maps differ in:\n" + "\n".join(lines), "warning")
-
-    def html(self) -> str:
-        """Errors, the page-map callouts, both page maps' bars side by side, the table."""
-        from kvexplore.rendering.html import message_html
-
-        parts = [f"<p><b>{len(self.differences)}</b> of {len(self.rows)} compared quantities differ</p>"]
-        for side, st in (("A", self.a), ("B", self.b)):
-            if st.error:
-                parts.append(message_html(f"{side}: {st.error}"))
-        parts.append(self.callouts_html())
-        cols = []
-        for side, st, label in (("A", self.a, self.labels()[0]), ("B", self.b, self.labels()[1])):
-            cols.append(f'<div style="flex:1;min-width:0"><p><b>{side}</b>: {_esc(label)}</p>'
-                        f"{_page_bars(st)}</div>")
-        parts.append(f'<div class="kvx-compare-maps" style="display:flex;gap:12px">{"".join(cols)}</div>')
-        parts.append(self.table_html())
-        return f'<div class="kvx-comparison">{"".join(parts)}</div>'
-
     def _repr_html_(self) -> str:
-        return self.html()
+        from kvexplore.rendering.html import comparison_html
+
+        return comparison_html(self, _page_bars(self.a), _page_bars(self.b))
 
 
 def _page_layout_of(st: ExplorerState):
     if st.plan is None:
         return None
-    from kvexplore.rendering.layouts import page_layout
-
     try:
-        return page_layout(st.plan, st._layer(), block=_as_int("block", st.controls["block"]),
-                           registration=st.controls["registration"], edited=True)
+        return edited_layout(st.plan, st._layer(), _as_int("block", st.controls["block"]),
+                             st.controls["registration"])
     except ValueError:
         return None
 
@@ -834,12 +671,6 @@ def compare(a_controls: Mapping[str, Any] | ExplorerState,
     return Comparison(a, b, rows)
 
 
-def _esc(text: str) -> str:
-    from html import escape
-
-    return escape(text)
-
-
 def _offload_panel(p) -> Panel:
     from kvexplore.rendering.html import message_html, pre_html
 
@@ -865,13 +696,11 @@ __all__ = [
     "describe_error",
     "CompareRow",
     "Comparison",
-    "EditGroup",
     "ExplorerState",
     "PANELS",
     "PLAN_CONTROLS",
     "Panel",
     "choices",
     "compare",
-    "edit_groups",
     "figure_png",
 ]

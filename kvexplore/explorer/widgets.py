@@ -37,6 +37,7 @@ In a notebook::
 
 from __future__ import annotations
 
+from html import escape
 from typing import Any
 
 import ipywidgets as widgets
@@ -49,6 +50,7 @@ from kvexplore.explorer.state import (
     compare,
 )
 from kvexplore.planning.models import DEFAULT_MODEL
+from kvexplore.rendering.html import comparison_summary_html, comparison_table_html
 
 _TITLES = {
     "status": "status",
@@ -223,7 +225,7 @@ class Explorer(widgets.VBox):
         if self.figure_toggle.value:
             for caption, png in self.state.edit_group_pngs():
                 image = widgets.Image(value=png, format="png")
-                children += [widgets.HTML(f"<b>{_escape(caption)}</b>"), image]
+                children += [widgets.HTML(f"<b>{escape(caption)}</b>"), image]
         self.edit_figures.children = children
 
     # -- text form ---------------------------------------------------------------
@@ -318,25 +320,16 @@ class Compare(widgets.VBox):
         self.comparison = c
 
         la, lb = c.labels()
-        errors = "".join(_error_html(ValueError(f"{side}: {st.error}"))
-                         for side, st in (("A", c.a), ("B", c.b)) if st.error)
-        self.summary.value = (f"<p><b>{len(c.differences)}</b> of {len(c.rows)} compared quantities differ</p>"
-                              + errors + c.callouts_html())
+        self.summary.value = comparison_summary_html(c)
         for i, (st, label) in enumerate(((c.a, la), (c.b, lb))):
             png = st.page_map_png()
-            self.captions[i].value = f"<b>{'AB'[i]}</b>: {_escape(label)}"
+            self.captions[i].value = f"<b>{'AB'[i]}</b>: {escape(label)}"
             if png:
                 self.figures[i].value = png
                 self.figures[i].layout.display = ""
             else:
                 self.figures[i].layout.display = "none"
-        self.table.value = c.table_html()
-
-
-def _escape(text: str) -> str:
-    from html import escape
-
-    return escape(text)
+        self.table.value = comparison_table_html(c)
 
 
 def _css_class(kind: str, name: str) -> str:

@@ -1,81 +1,40 @@
 """Rendering: layouts as data (``layouts``), and every result's text, HTML
 (``html``) and matplotlib figures (``figures``).
 
-:func:`render` is the rendering half of the display protocol of
-:mod:`kvexplore.display`: ``RENDERERS`` maps a result type's name to the
-module and function names of its three forms.  Imported on first use, so
-``import kvexplore`` does not pull in matplotlib.
+Importing this package registers each result class's three forms with the
+display protocol's ``singledispatch`` functions
+(:func:`kvexplore.display.text_form`, :func:`~kvexplore.display.html_form`,
+:func:`~kvexplore.display.figure_form`).  matplotlib is imported only when a
+figure is drawn.
 """
 
 from __future__ import annotations
 
-import importlib
+from kvexplore.capacity_planning import CapacityReport
+from kvexplore.display import figure_form, html_form, text_form
+from kvexplore.editing.roundtrip import RoundTripReport
+from kvexplore.editing.rules import EditResult
+from kvexplore.offloading.config import OffloadResult
+from kvexplore.offloading.sizing import ChunkSizes, HostSizing
+from kvexplore.planning.planner import Plan
+from kvexplore.rendering import capacity, editing, figures, html, layouts, offload, text
 
-from kvexplore.errors import KVExploreError
-
-#: type name -> {form: "module:function"}; the function takes the result.
-RENDERERS: dict[str, dict[str, str]] = {
-    "Plan": {
-        "text": "kvexplore.rendering.text:plan_text",
-        "html": "kvexplore.rendering.html:plan_html",
-        "figure": "kvexplore.rendering.layouts:plan_figure",
-    },
-    "PageLayout": {
-        "text": "kvexplore.rendering.layouts:layout_text",
-        "html": "kvexplore.rendering.html:page_layout_html",
-        "figure": "kvexplore.rendering.figures:page_figure",
-    },
-    "BufferLayout": {
-        "text": "kvexplore.rendering.layouts:layout_text",
-        "html": "kvexplore.rendering.html:buffer_layout_html",
-        "figure": "kvexplore.rendering.figures:buffer_figure",
-    },
-    "CapacityReport": {
-        "text": "kvexplore.rendering.capacity:capacity_text",
-        "html": "kvexplore.rendering.capacity:capacity_html",
-        "figure": "kvexplore.rendering.capacity:capacity_figure",
-    },
-    "HostSizing": {
-        "text": "kvexplore.rendering.capacity:host_text",
-        "html": "kvexplore.rendering.capacity:host_html",
-        "figure": "kvexplore.rendering.capacity:host_figure",
-    },
-    "ChunkSizes": {
-        "text": "kvexplore.rendering.capacity:chunks_text",
-        "html": "kvexplore.rendering.capacity:chunks_html",
-        "figure": "kvexplore.rendering.capacity:chunks_figure",
-    },
-    "OffloadResult": {
-        "text": "kvexplore.rendering.offload:offload_text",
-        "html": "kvexplore.rendering.offload:offload_html",
-        "figure": "kvexplore.rendering.offload:offload_figure",
-    },
+FORMS = {
+    Plan: (text.plan_text, html.plan_html, layouts.plan_figure),
+    layouts.PageLayout: (layouts.page_layout_text, html.page_layout_html, figures.page_figure),
+    layouts.BufferLayout: (layouts.buffer_layout_text, html.buffer_layout_html,
+                           figures.buffer_figure),
+    CapacityReport: (capacity.capacity_text, capacity.capacity_html, capacity.capacity_figure),
+    HostSizing: (capacity.host_text, capacity.host_html, capacity.host_figure),
+    ChunkSizes: (capacity.chunks_text, capacity.chunks_html, capacity.chunks_figure),
+    OffloadResult: (offload.offload_text, offload.offload_html, offload.offload_figure),
+    EditResult: (editing.edit_result_text, editing.edit_result_html, editing.edit_result_figure),
+    RoundTripReport: (editing.roundtrip_text, editing.roundtrip_html, editing.roundtrip_figure),
 }
 
-RENDERERS["EditResult"] = {
-    "text": "kvexplore.rendering.editing:edit_result_text",
-    "html": "kvexplore.rendering.editing:edit_result_html",
-    "figure": "kvexplore.rendering.editing:edit_result_figure",
-}
-RENDERERS["RoundTripReport"] = {
-    "text": "kvexplore.rendering.editing:roundtrip_text",
-    "html": "kvexplore.rendering.editing:roundtrip_html",
-    "figure": "kvexplore.rendering.editing:roundtrip_figure",
-}
+for _cls, (_text, _html, _figure) in FORMS.items():
+    text_form.register(_cls, _text)
+    html_form.register(_cls, _html)
+    figure_form.register(_cls, _figure)
 
-
-def render(form: str, obj):
-    """``form`` of ``obj``: looked up by the names of ``type(obj)``'s classes."""
-    for cls in type(obj).__mro__:
-        entry = RENDERERS.get(cls.__name__)
-        if entry is None:
-            continue
-        target = entry.get(form)
-        if target is None:
-            break
-        module, func = target.split(":")
-        return getattr(importlib.import_module(module), func)(obj)
-    raise KVExploreError(
-        f"{type(obj).__name__} has no {form!r} form; expected one of the types "
-        f"{sorted(RENDERERS)}"
-    )
+__all__ = ["FORMS"]

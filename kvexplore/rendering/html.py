@@ -210,7 +210,61 @@ def buffer_layout_html(layout) -> str:
     return f'<div class="kvx-buffer-map">{"".join(bars)}{pre_html(layout.text())}</div>'
 
 
+def comparison_table_html(comparison) -> str:
+    """The compared quantities of a :class:`~kvexplore.explorer.state.Comparison`;
+    a changed row is marked (``kvx-diff``, a highlighted B cell and a marker)."""
+    la, lb = comparison.labels()
+    head = (f"<tr><th></th><th>section</th><th>quantity</th><th>A: {escape(la)}</th>"
+            f"<th>B: {escape(lb)}</th></tr>")
+    body = []
+    for r in comparison.rows:
+        cells = f"<td>{escape(r.section)}</td>"
+        if r.differs:
+            body.append(f'<tr class="kvx-diff" style="background:#fff3c4"><td>&#8800;</td>{cells}'
+                        f"<td><b>{escape(r.quantity)}</b></td><td>{escape(r.a)}</td>"
+                        f'<td class="kvx-changed" style="background:#ffd966"><b>{escape(r.b)}</b></td></tr>')
+        else:
+            body.append(f"<tr><td></td>{cells}<td>{escape(r.quantity)}</td>"
+                        f"<td>{escape(r.a)}</td><td>{escape(r.b)}</td></tr>")
+    return (f'<table class="kvx-table kvx-compare"><thead>{head}</thead>'
+            f"<tbody>{''.join(body)}</tbody></table>")
+
+
+def comparison_callouts_html(comparison) -> str:
+    """The page-map numbers that differ between the two sides, as one message."""
+    lines = comparison.page_map_callouts()
+    if not lines:
+        return message_html("page maps: the compared numbers are the same", "info")
+    return message_html("page maps differ in:\n" + "\n".join(lines), "warning")
+
+
+def comparison_summary_html(comparison) -> str:
+    """How many compared quantities differ, each side's error, the callouts."""
+    n = len(comparison.differences)
+    parts = [f"<p><b>{n}</b> of {len(comparison.rows)} compared quantities differ</p>"]
+    for side, st in (("A", comparison.a), ("B", comparison.b)):
+        if st.error:
+            parts.append(message_html(f"{side}: {st.error}"))
+    parts.append(comparison_callouts_html(comparison))
+    return "".join(parts)
+
+
+def comparison_html(comparison, bars_a: str = "", bars_b: str = "") -> str:
+    """:func:`comparison_summary_html`, both page maps' bars side by side
+    (``bars_a`` / ``bars_b``: :func:`page_bars_html` of each side), the table."""
+    parts = [comparison_summary_html(comparison)]
+    cols = [f'<div style="flex:1;min-width:0"><p><b>{side}</b>: {escape(label)}</p>{bars}</div>'
+            for side, label, bars in zip("AB", comparison.labels(), (bars_a, bars_b), strict=True)]
+    parts.append(f'<div class="kvx-compare-maps" style="display:flex;gap:12px">{"".join(cols)}</div>')
+    parts.append(comparison_table_html(comparison))
+    return f'<div class="kvx-comparison">{"".join(parts)}</div>'
+
+
 __all__ = [
+    "comparison_callouts_html",
+    "comparison_html",
+    "comparison_summary_html",
+    "comparison_table_html",
     "buffer_layout_html",
     "message_html",
     "page_bars_html",

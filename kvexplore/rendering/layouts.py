@@ -174,57 +174,6 @@ class PageLayout(Displayable):
     def labels(self) -> list[str]:
         return [s.label for s in self.segments]
 
-    def text(self) -> str:
-        """Deterministic text form (offsets, never addresses or timings)."""
-        lines = [
-            f"page map: {self.layer} (layer position {self.position}, {self.kind}, "
-            f"group {self.group}, {self.spec})",
-            f"plan: {self.plan_label}",
-            f"registration: {self.registration} (layout {self.layout})",
-        ]
-        lines += [f"  view: {v}" for v in self.views]
-        if self.kernel_pages > 1:
-            kp = self.real_bytes // self.kernel_pages
-            shape = (
-                f"{self.kernel_pages} kernel pages x {fmt_bytes(kp)} (kernel block "
-                f"{self.kernel_block_size} of a {self.block_size}-token block)"
-            )
-        else:
-            shape = f"1 page for a {self.block_size}-token block"
-        pad = (
-            f", padding {fmt_bytes(self.padding_bytes)} "
-            f"({100 * self.padding_bytes / self.page_bytes:.2f}%)"
-            if self.padding_bytes
-            else ""
-        )
-        lines.append(f"page: {fmt_bytes(self.page_bytes)} = {shape}{pad}")
-        lines.append(
-            f"block {self.block}: page starts at byte {self.page_offset:,} of {self.buffer}"
-        )
-        lines.append(_segment_table(self.segments, self.page_bytes))
-        if self.cells:
-            lines.append(f"kernel page 0 interior (memory order): {self.cells_note}")
-            lines.append(_segment_table(self.cells, None))
-        for note in self.notes:
-            lines.append(f"note: {note}")
-        if self.edited is not None:
-            e = self.edited
-            lines.append("")
-            if e.shape is None:
-                lines.append(f"edited view: {e.note}")
-            else:
-                lines.append(
-                    f"edited view ({e.rule or 'no rule: registered object unchanged'}): "
-                    f"per block {list(e.shape)} {e.dtype}, strides {e.stride} elements"
-                    + (f"; {e.note}" if e.note else "")
-                )
-                lines.append("  coordinate              start        end       size  falls on (registered)")
-                for seg, falls in zip(e.segments, e.falls_on, strict=True):
-                    lines.append(
-                        f"  {seg.label:<20} {seg.start:>10,} {seg.end:>10,} {seg.size:>10,}  {falls}"
-                    )
-        return "\n".join(lines)
-
     def __repr__(self) -> str:
         return self.text()
 
@@ -248,6 +197,74 @@ def _segment_table(segments: Sequence[Segment], total: int | None, *, limit: int
             f"{s.dtype:<10} {s.detail}".rstrip()
         )
     return "\n".join(rows)
+
+
+def page_layout_text(layout) -> str:
+    """``PageLayout.text()``: deterministic (offsets, never addresses or timings)."""
+    lines = [
+        f"page map: {layout.layer} (layer position {layout.position}, {layout.kind}, "
+        f"group {layout.group}, {layout.spec})",
+        f"plan: {layout.plan_label}",
+        f"registration: {layout.registration} (layout {layout.layout})",
+    ]
+    lines += [f"  view: {v}" for v in layout.views]
+    if layout.kernel_pages > 1:
+        kp = layout.real_bytes // layout.kernel_pages
+        shape = (
+            f"{layout.kernel_pages} kernel pages x {fmt_bytes(kp)} (kernel block "
+            f"{layout.kernel_block_size} of a {layout.block_size}-token block)"
+        )
+    else:
+        shape = f"1 page for a {layout.block_size}-token block"
+    pad = (
+        f", padding {fmt_bytes(layout.padding_bytes)} "
+        f"({100 * layout.padding_bytes / layout.page_bytes:.2f}%)"
+        if layout.padding_bytes
+        else ""
+    )
+    lines.append(f"page: {fmt_bytes(layout.page_bytes)} = {shape}{pad}")
+    lines.append(
+        f"block {layout.block}: page starts at byte {layout.page_offset:,} of {layout.buffer}"
+    )
+    lines.append(_segment_table(layout.segments, layout.page_bytes))
+    if layout.cells:
+        lines.append(f"kernel page 0 interior (memory order): {layout.cells_note}")
+        lines.append(_segment_table(layout.cells, None))
+    for note in layout.notes:
+        lines.append(f"note: {note}")
+    if layout.edited is not None:
+        e = layout.edited
+        lines.append("")
+        if e.shape is None:
+            lines.append(f"edited view: {e.note}")
+        else:
+            lines.append(
+                f"edited view ({e.rule or 'no rule: registered object unchanged'}): "
+                f"per block {list(e.shape)} {e.dtype}, strides {e.stride} elements"
+                + (f"; {e.note}" if e.note else "")
+            )
+            lines.append("  coordinate              start        end       size  falls on (registered)")
+            for seg, falls in zip(e.segments, e.falls_on, strict=True):
+                lines.append(
+                    f"  {seg.label:<20} {seg.start:>10,} {seg.end:>10,} {seg.size:>10,}  {falls}"
+                )
+    return "\n".join(lines)
+
+
+def buffer_layout_text(layout) -> str:
+    """``BufferLayout.text()``: each buffer's segments and the block zoom."""
+    lines = [
+        f"buffer map: {layout.plan_label}",
+        f"registration: {layout.registration} (layout {layout.layout}), {layout.num_blocks} blocks",
+    ]
+    for r in layout.rows:
+        lines.append(f"{r.name}: {fmt_bytes(r.size)} at offset {r.offset:,}; {r.detail}")
+        lines.append(_segment_table(r.segments, None, limit=6))
+    if layout.block_zoom:
+        lines.append(f"zoom: {layout.zoom_label}")
+        lines.append(_segment_table(layout.block_zoom, None, limit=6))
+    lines += [f"note: {n}" for n in layout.notes]
+    return "\n".join(lines)
 
 
 def _tensor_text(t) -> str:
@@ -541,11 +558,6 @@ def _rule_of(result, name: str):
     return rule if isinstance(rule, str) else None
 
 
-def layout_text(layout) -> str:
-    """The text form of a page or buffer layout (``layout.text()``)."""
-    return layout.text()
-
-
 def page_map_text(plan, layer: int | str = 0, **kwargs) -> str:
     """Text form of :func:`page_map` (same arguments)."""
     return page_layout(plan, layer, **kwargs).text()
@@ -620,20 +632,6 @@ class BufferLayout(Displayable):
 
     def labels(self) -> list[str]:
         return [r.name for r in self.rows]
-
-    def text(self) -> str:
-        lines = [
-            f"buffer map: {self.plan_label}",
-            f"registration: {self.registration} (layout {self.layout}), {self.num_blocks} blocks",
-        ]
-        for r in self.rows:
-            lines.append(f"{r.name}: {fmt_bytes(r.size)} at offset {r.offset:,}; {r.detail}")
-            lines.append(_segment_table(r.segments, None, limit=6))
-        if self.block_zoom:
-            lines.append(f"zoom: {self.zoom_label}")
-            lines.append(_segment_table(self.block_zoom, None, limit=6))
-        lines += [f"note: {n}" for n in self.notes]
-        return "\n".join(lines)
 
     def __repr__(self) -> str:
         return self.text()

@@ -53,18 +53,16 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from types import MappingProxyType
 from typing import Any
 
 import pandas as pd
 
 from kvexplore.display import Displayable
 from kvexplore.errors import KVExploreError
-from kvexplore.layout import cdiv, check_int, jsonable
+from kvexplore.layout import FrozenDict, cdiv, check_int, jsonable
 from kvexplore.memo import per_plan
 from kvexplore.planning.planner import Plan, plan
 
-GiB = 1 << 30
 MiB = 1 << 20
 
 #: Non-torch memory vLLM's profile measures after its start-up snapshot (CUDA
@@ -176,7 +174,7 @@ class CapacityReport(Displayable):
     kv_cache_memory: int
     kv_cache_memory_given: bool
     estimated: tuple[str, ...]
-    sources: MappingProxyType = field(repr=False, compare=False)
+    sources: FrozenDict = field(repr=False, compare=False)
     bytes_per_block: int
     num_blocks: int
     max_model_len: int
@@ -314,9 +312,9 @@ class CapacityReport(Displayable):
         return pd.DataFrame(rows, columns=["quantity", "value"])
 
     @cached_property
-    def derivation(self) -> MappingProxyType:
+    def derivation(self) -> FrozenDict:
         """How each number came about, by name."""
-        return MappingProxyType(_derivation(self))
+        return FrozenDict(_derivation(self))
 
     def explain(self) -> str:
         """Every number with its rule and inputs, one line each."""
@@ -589,7 +587,7 @@ def capacity(
         kv_cache_memory=int(available),
         kv_cache_memory_given=given_kv is not None,
         estimated=tuple(estimated),
-        sources=MappingProxyType(sources),
+        sources=FrozenDict(sources),
         bytes_per_block=f.pool_bytes,
         num_blocks=v["num_blocks"],
         max_model_len=int(mml),

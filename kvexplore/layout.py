@@ -23,6 +23,49 @@ from typing import Any
 
 from kvexplore.errors import KVExploreError
 
+#: One gibibyte, in bytes.
+GiB = 1 << 30
+
+
+class FrozenDict(dict):
+    """kvexplore's one read-only mapping: a ``dict`` (so ``==``, JSON,
+    ``dataclasses.asdict`` and vLLM code that expects a dict all work) whose
+    mutators raise ``TypeError``.  ``dict(d)`` is a mutable copy; ``copy`` and
+    ``deepcopy`` give plain dicts.
+
+    >>> d = FrozenDict(a=1)
+    >>> d["b"] = 2
+    Traceback (most recent call last):
+    ...
+    TypeError: FrozenDict is read-only; copy it with dict(...) to change it
+    """
+
+    __slots__ = ()
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError(
+            f"{type(self).__name__} is read-only; copy it with dict(...) to change it"
+        )
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __copy__(self) -> dict:
+        return dict(self)
+
+    def __deepcopy__(self, memo) -> dict:
+        import copy
+
+        return copy.deepcopy(dict(self), memo)
+
+    def __reduce__(self):
+        return (dict, (dict(self),))
+
+
+def element_size(dtype) -> int:
+    """Bytes per element of a ``torch.dtype`` (``torch.bfloat16`` -> 2)."""
+    return dtype.itemsize
+
 
 def cdiv(a: int, b: int) -> int:
     """Ceiling division, as vLLM's ``vllm.utils.math_utils.cdiv``."""

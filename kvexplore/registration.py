@@ -30,6 +30,14 @@ from kvexplore.memo import per_plan
 REGISTRATIONS = ("unified", "legacy")
 
 
+def check_registration_name(registration) -> None:
+    """Refuse a ``registration`` that is not one of :data:`REGISTRATIONS`."""
+    if registration not in REGISTRATIONS:
+        raise KVExploreError(
+            f"registration={registration!r} is invalid; expected one of {list(REGISTRATIONS)}"
+        )
+
+
 def _device(device) -> torch.device:
     try:
         dev = torch.device(device)
@@ -42,10 +50,7 @@ def _device(device) -> torch.device:
 
 def allocate(plan, *, device="cpu", registration: str = "unified"):
     """``{layer_name: tensor or [conv_state, ssm_state]}`` for ``plan``."""
-    if registration not in REGISTRATIONS:
-        raise KVExploreError(
-            f"registration={registration!r} is invalid; expected one of {list(REGISTRATIONS)}"
-        )
+    check_registration_name(registration)
     dev = _device(device)
     if registration == "unified":
         from vllm.v1.worker.utils import allocate_kv_cache
@@ -142,10 +147,7 @@ def registered_views(plan, registration: str = "unified") -> dict:
     real shapes, strides and storage offsets but no memory: a page map of a
     16.9 MB page costs nothing to inspect.
     """
-    if registration not in REGISTRATIONS:
-        raise KVExploreError(
-            f"registration={registration!r} is invalid; expected one of {list(REGISTRATIONS)}"
-        )
+    check_registration_name(registration)
 
     def build():
         try:

@@ -21,4 +21,4 @@ fi
 python3 -m pip install -q -e ".[test]"
 export MPLBACKEND=Agg
 exec python3 -m pytest -q -p no:cacheprovider \
-  tests notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg "$@"
+  --doctest-modules tests kvexplore notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg "$@"

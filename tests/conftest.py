@@ -1,4 +1,5 @@
-"""Shared test setup: headless matplotlib, quiet vLLM logs, GPU marker."""
+"""Shared test setup: headless matplotlib, quiet vLLM logs, GPU marker, and
+the plans many test modules read (planned once per session)."""
 
 import logging
 import os
@@ -20,3 +21,22 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+QWEN = "Qwen/Qwen3.5-0.8B"
+
+
+@pytest.fixture(scope="session")
+def qwen_a100():
+    """Qwen3.5-0.8B on an A100 with every default: block 544, 16 blocks."""
+    import kvexplore
+
+    return kvexplore.plan(QWEN, gpu="A100")
+
+
+@pytest.fixture(scope="session")
+def qwen_a100_flashinfer():
+    """The same on FLASHINFER: attention kernel block 32, 17 kernel pages."""
+    import kvexplore
+
+    return kvexplore.plan(QWEN, gpu="A100", attention_backend="FLASHINFER")

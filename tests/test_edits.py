@@ -328,9 +328,9 @@ def test_edit_result_is_frozen_and_hands_out_copies(qwen_unified):
         result.report = None
     with pytest.raises(FrozenInstanceError):
         result.counts = {}
-    with pytest.raises(TypeError, match="EditResult is frozen"):
+    with pytest.raises(TypeError, match="EditResult is read-only"):
         result["model.layers.0.0"] = caches["model.layers.0.0"]
-    with pytest.raises(TypeError, match="EditResult is frozen"):
+    with pytest.raises(TypeError, match="EditResult is read-only"):
         result.pop("model.layers.0.0")
     handed_out = result.report
     handed_out.loc[0, "rule"] = "tampered"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import doctest
 import json
 
 import pandas as pd
@@ -366,8 +365,3 @@ def test_to_dict_handles_non_json_extra_values():
     d = json.loads(json.dumps(r.to_dict()))
     assert d["extra_config"]["t"] == [1, 2]
     assert d["extra_config"]["obj"].startswith("<object object")
-
-
-def test_module_doctests():
-    result = doctest.testmod(kvexplore.offloading.config)
-    assert result.attempted > 0 and result.failed == 0

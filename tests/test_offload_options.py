@@ -27,11 +27,6 @@ QWEN = "Qwen/Qwen3.5-0.8B"
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 
 
-@pytest.fixture(scope="module")
-def qwen():
-    return kvexplore.plan(QWEN, gpu="A100")
-
-
 # -- OffloadOptions ------------------------------------------------------------------
 
 
@@ -71,15 +66,15 @@ def test_bad_option_values_name_value_and_expectation(kw, facts):
         assert fact in str(info.value), (fact, str(info.value))
 
 
-def test_bad_option_names_are_kvexplore_errors(qwen):
+def test_bad_option_names_are_kvexplore_errors(qwen_a100):
     with pytest.raises(KVExploreError, match=r"unknown offload option 'pipline_parallel_size'; expected one of \["):
         OffloadOptions.from_kwargs(pipline_parallel_size=2)
     with pytest.raises(KVExploreError, match="unknown offload option 'tp'.*'pipeline_parallel_size'"):
-        offload_config(qwen, tp=2)
+        offload_config(qwen_a100, tp=2)
     with pytest.raises(KVExploreError, match="unknown offload option 'rnak'"):
         OffloadOptions().replace(rnak=1)
     with pytest.raises(KVExploreError, match="expected an OffloadOptions or None"):
-        offload_config(qwen, {"rank": 0})
+        offload_config(qwen_a100, {"rank": 0})
 
 
 def test_options_are_frozen_and_extra_config_is_a_private_copy():
@@ -96,21 +91,21 @@ def test_options_are_frozen_and_extra_config_is_a_private_copy():
         o.replace(rank=-2)
 
 
-def test_options_object_and_keywords_agree(qwen):
+def test_options_object_and_keywords_agree(qwen_a100):
     o = OffloadOptions(extra_config={"blocks_per_chunk": 2}, data_parallel_size=2, data_parallel_rank=1)
-    a = offload_config(qwen, o)
-    b = offload_config(qwen, extra_config={"blocks_per_chunk": 2}, data_parallel_size=2, data_parallel_rank=1)
+    a = offload_config(qwen_a100, o)
+    b = offload_config(qwen_a100, extra_config={"blocks_per_chunk": 2}, data_parallel_size=2, data_parallel_rank=1)
     assert a.config == b.config and a.explain() == b.explain()
     # keywords override the options object
-    c = offload_config(qwen, o, extra_config={"blocks_per_chunk": 3})
+    c = offload_config(qwen_a100, o, extra_config={"blocks_per_chunk": 3})
     assert c.config.cache.blocks_per_chunk == 3 and c.options.data_parallel_rank == 1
 
 
 # -- the derivation ----------------------------------------------------------------------
 
 
-def test_derive_returns_values_with_their_rules(qwen):
-    d = derive(qwen, OffloadOptions(extra_config={"block_size": 1088}))
+def test_derive_returns_values_with_their_rules(qwen_a100):
+    d = derive(qwen_a100, OffloadOptions(extra_config={"block_size": 1088}))
     assert isinstance(d, Derivation)
     assert d.blocks_per_chunk == Derived(2, "extra_config['block_size'] 1088 // 544 tokens per block")
     assert [t.value for t in d.tokens_per_block] == [544, 544, 544, 544]
@@ -144,16 +139,16 @@ def test_library_code_never_changes_the_environment():
 # -- the result ----------------------------------------------------------------------------
 
 
-def test_result_cannot_be_mutated(qwen):
-    r = offload_config(qwen, extra_config={"block_size": 1088})
+def test_result_cannot_be_mutated(qwen_a100):
+    r = offload_config(qwen_a100, extra_config={"block_size": 1088})
     for name in ("config", "options", "plan", "derivation"):
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(r, name, None)
     with pytest.raises(dataclasses.FrozenInstanceError):
         r.config.cache.blocks_per_chunk = 3
-    with pytest.raises(KVExploreError, match="cannot be changed"):
+    with pytest.raises(TypeError, match="read-only"):
         r.config.extra_config["block_size"] = 544
-    with pytest.raises(KVExploreError, match="cannot be changed"):
+    with pytest.raises(TypeError, match="read-only"):
         r.config.extra_config.update(canonical_layout=True)
     assert r.config.extra_config == {"block_size": 1088}
     assert isinstance(r.rows(), tuple)
@@ -161,8 +156,8 @@ def test_result_cannot_be_mutated(qwen):
     assert json.loads(json.dumps(dataclasses.asdict(r.config)))["extra_config"] == {"block_size": 1088}
 
 
-def test_text_html_and_figure(qwen):
-    r = offload_config(qwen, extra_config={"blocks_per_chunk": 2})
+def test_text_html_and_figure(qwen_a100):
+    r = offload_config(qwen_a100, extra_config={"blocks_per_chunk": 2})
     assert isinstance(r, kvexplore.display.Displayable)
     assert r.text() == r.explain()
     assert r.text().splitlines()[0].startswith("groups = (0, 1, 2, 3): 4 of 4 KV cache groups")
@@ -229,14 +224,3 @@ def test_cli_sweep_offload_axes(capsys):
     rows = json.loads(capsys.readouterr().out)
     assert [r["nnodes_within_dp"] for r in rows] == [1, 2, 1, 2]
     assert [r["blocks_per_chunk"] for r in rows] == [2, 2, 1, 1]
-
-
-def test_module_doctests():
-    import doctest
-
-    import kvexplore.offloading.derive
-    import kvexplore.offloading.options
-
-    for module in (kvexplore.offloading.options, kvexplore.offloading.derive):
-        result = doctest.testmod(module)
-        assert result.attempted > 0 and result.failed == 0, module.__name__

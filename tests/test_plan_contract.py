@@ -21,38 +21,34 @@ from kvexplore.registration import registered_views
 QWEN = "Qwen/Qwen3.5-0.8B"
 
 
-@pytest.fixture(scope="module")
-def qwen():
-    return kvexplore.plan(QWEN, gpu="A100")
-
-
-def test_plan_is_frozen(qwen):
+def test_plan_is_frozen(qwen_a100):
     with pytest.raises(dataclasses.FrozenInstanceError):
-        qwen.gpu = None
+        qwen_a100.gpu = None
     with pytest.raises(TypeError):
-        qwen.layer_specs["x"] = None  # a read-only mapping
+        qwen_a100.layer_specs["x"] = None  # a read-only mapping
 
 
-def test_callers_cannot_change_a_shared_plan(qwen):
+def test_callers_cannot_change_a_shared_plan():
+    qwen_a100 = kvexplore.plan(QWEN, gpu="A100")
     again = kvexplore.plan(QWEN, gpu="A100")
-    assert again is qwen  # the same cached object
-    qwen.cache_config.block_size = 16
-    qwen.vllm_config.cache_config.block_size = 16
-    qwen.model_config.max_model_len = 7
-    qwen.parallel_config.tensor_parallel_size = 8
-    cfg = qwen.kv_cache_config
+    assert again is qwen_a100  # the same cached object
+    qwen_a100.cache_config.block_size = 16
+    qwen_a100.vllm_config.cache_config.block_size = 16
+    qwen_a100.model_config.max_model_len = 7
+    qwen_a100.parallel_config.tensor_parallel_size = 8
+    cfg = qwen_a100.kv_cache_config
     cfg.num_blocks = 1
     cfg.kv_cache_groups[0].layer_names.append("not.a.layer")
     cfg.kv_cache_tensors[0].layers.clear()
     with pytest.raises(AttributeError):
-        qwen.groups[0].layer_names.clear()  # a tuple
+        qwen_a100.groups[0].layer_names.clear()  # a tuple
     with pytest.raises(dataclasses.FrozenInstanceError):
-        qwen.groups[0].kernel_block_size = 1
-    table = qwen.group_table
+        qwen_a100.groups[0].kernel_block_size = 1
+    table = qwen_a100.group_table
     table.loc[0, "layers"] = 99
-    summary = qwen.summary
+    summary = qwen_a100.summary
     summary.loc[0, "value"] = "changed"
-    inputs = qwen.inputs
+    inputs = qwen_a100.inputs
     inputs["tensor_parallel_size"] = 4
     # hand arithmetic from the config: 24 layers, 6 per group, 544 tokens on an A100
     assert again.block_size == 544 and again.cache_config.block_size == 544
@@ -67,21 +63,21 @@ def test_callers_cannot_change_a_shared_plan(qwen):
     assert again.explain() == kvexplore.plan(QWEN, gpu="A100").explain()
 
 
-def test_callers_cannot_change_the_hf_config_a_plan_was_built_from(qwen):
+def test_callers_cannot_change_the_hf_config_a_plan_was_built_from(qwen_a100):
     """The HF config objects belong to the build every plan of one model and
     GPU shares; what a caller reaches of them is a copy."""
-    mc = qwen.model_config
+    mc = qwen_a100.model_config
     assert mc.hf_text_config is mc.hf_config.text_config  # the copy keeps vLLM's sharing
     mc.hf_text_config.num_hidden_layers = 3
     mc.hf_text_config.layer_types.clear()
-    qwen.vllm_config.model_config.hf_config.text_config.full_attention_interval = 1
-    config = qwen.model.config
+    qwen_a100.vllm_config.model_config.hf_config.text_config.full_attention_interval = 1
+    config = qwen_a100.model.config
     config["text_config"]["full_attention_interval"] = 1
     # from the config by hand: 24 layers, every 4th full attention, 6 per group
     text = kvexplore.plan(QWEN, gpu="A100").model_config.hf_text_config
     assert text.num_hidden_layers == 24 and len(text.layer_types) == 24
     assert text.full_attention_interval == 4
-    assert qwen.model.config["text_config"]["full_attention_interval"] == 4
+    assert qwen_a100.model.config["text_config"]["full_attention_interval"] == 4
     sibling = kvexplore.plan(QWEN, gpu="A100", num_blocks=7)  # same build, new plan
     assert [len(g.layer_names) for g in sibling.groups] == [6, 6, 6, 6]
     assert sibling.block_size == 544 and sibling.num_blocks == 7
@@ -158,14 +154,14 @@ def test_mla_backend_for_a_non_mla_model():
     assert "Llama-3.1-8B" in text
 
 
-def test_allocate_bad_inputs(qwen):
+def test_allocate_bad_inputs(qwen_a100):
     with pytest.raises(kvexplore.KVExploreError, match="device='tpu9' is not a torch device"):
-        qwen.allocate("tpu9")
+        qwen_a100.allocate("tpu9")
     with pytest.raises(kvexplore.KVExploreError, match=r"registration='weird' is invalid; expected one of \['unified', 'legacy'\]"):
-        qwen.allocate("cpu", registration="weird")
+        qwen_a100.allocate("cpu", registration="weird")
 
 
-def test_the_plan_hands_allocate_and_capacity_to_their_stages(qwen):
+def test_the_plan_hands_allocate_and_capacity_to_their_stages(qwen_a100):
     small = kvexplore.plan(QWEN, gpu="A100", num_blocks=2)
     from kvexplore.registration import allocate
 
@@ -174,7 +170,7 @@ def test_the_plan_hands_allocate_and_capacity_to_their_stages(qwen):
     layer = "language_model.model.layers.0.linear_attn"
     assert via_plan[layer].shape == direct[layer].shape == (2, 1, 1, 1_085_440)
     # 0.5 of 80 GiB minus weights etc.: the same report as the stage's function
-    assert qwen.capacity(0.5).num_blocks == kvexplore.capacity(qwen, gpu_memory_utilization=0.5).num_blocks
+    assert qwen_a100.capacity(0.5).num_blocks == kvexplore.capacity(qwen_a100, gpu_memory_utilization=0.5).num_blocks
 
 
 def test_allocate_cuda_where_there_is_none_or_some():

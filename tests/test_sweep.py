@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
 import importlib
 import json
 
@@ -161,8 +160,3 @@ def test_no_axes_is_one_row():
     df = sweep(QWEN, gpu="A100")
     assert len(df) == 1
     assert df.tokens_per_block[0] == (544, 544, 544, 544)
-
-
-def test_module_doctests():
-    result = doctest.testmod(sweep_module)
-    assert result.attempted > 0 and result.failed == 0

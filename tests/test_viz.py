@@ -13,16 +13,6 @@ from kvexplore.rendering.segments import MAX_DRAWN_SEGMENTS
 QWEN = "Qwen/Qwen3.5-0.8B"
 
 
-@pytest.fixture(scope="module")
-def fi():
-    return kvexplore.plan(QWEN, attention_backend="FLASHINFER", gpu="A100")
-
-
-@pytest.fixture(scope="module")
-def fa():
-    return kvexplore.plan(QWEN, gpu="A100")
-
-
 class _Seg:
     def __init__(self, label):
         self.label = label
@@ -43,12 +33,12 @@ def _rects(fig):
     return out
 
 
-def _texts(fig):
+def _axes_texts(fig):
     return [t.get_text() for ax in fig.axes for t in ax.texts]
 
 
-def test_mamba_page_is_conv_ssm_pad(fi):
-    lay = viz.page_layout(fi, 0)
+def test_mamba_page_is_conv_ssm_pad(qwen_a100_flashinfer):
+    lay = viz.page_layout(qwen_a100_flashinfer, 0)
     assert [(s.label, s.start, s.size, s.dtype) for s in lay.segments] == [
         ("conv", 0, 36864, "bfloat16"),
         ("ssm", 36864, 1048576, "float32"),
@@ -57,16 +47,16 @@ def test_mamba_page_is_conv_ssm_pad(fi):
     assert lay.page_bytes == 1114112 and lay.padding_bytes == 28672
 
 
-def test_mamba_page_same_bytes_in_both_registrations(fi):
-    uni = viz.page_layout(fi, 0, registration="unified")
-    leg = viz.page_layout(fi, 0, registration="legacy")
+def test_mamba_page_same_bytes_in_both_registrations(qwen_a100_flashinfer):
+    uni = viz.page_layout(qwen_a100_flashinfer, 0, registration="unified")
+    leg = viz.page_layout(qwen_a100_flashinfer, 0, registration="legacy")
     assert uni.segments == leg.segments
     assert "[16, 1, 1, 1085440] int8, strides (1114112, 1085440, 1085440, 1)" in uni.views[0]
     assert leg.views[1].startswith("[16, 16, 128, 128] float32")
 
 
-def test_attention_unified_flashinfer_17_kernel_pages(fi):
-    lay = viz.page_layout(fi, 3)
+def test_attention_unified_flashinfer_17_kernel_pages(qwen_a100_flashinfer):
+    lay = viz.page_layout(qwen_a100_flashinfer, 3)
     assert lay.kernel_block_size == 32 and lay.kernel_pages == 17
     assert [s.label for s in lay.segments] == [f"K|V p{p}" for p in range(17)]
     assert {s.size for s in lay.segments} == {65536}
@@ -76,22 +66,22 @@ def test_attention_unified_flashinfer_17_kernel_pages(fi):
     assert "token stride 2,048 B, head stride 1,024 B" in lay.cells_note
 
 
-def test_attention_legacy_kv_dim_second(fi):
-    lay = viz.page_layout(fi, 3, registration="legacy")
+def test_attention_legacy_kv_dim_second(qwen_a100_flashinfer):
+    lay = viz.page_layout(qwen_a100_flashinfer, 3, registration="legacy")
     labels = [s.label for s in lay.segments]
     assert labels[:4] == ["K p0", "V p0", "K p1", "V p1"] and len(labels) == 34
     assert lay.segments[1].start == 32768 and lay.segments[2].start == 65536
 
 
-def test_flash_attn_is_one_page(fa):
-    lay = viz.page_layout(fa, 3)
+def test_flash_attn_is_one_page(qwen_a100):
+    lay = viz.page_layout(qwen_a100, 3)
     assert lay.kernel_block_size == 544 and lay.kernel_pages == 1
     assert [s.label for s in lay.segments] == ["K|V p0"]
     assert "1 page for a 544-token block" in lay.text()
 
 
-def test_edited_view_coordinates_fall_on_bytes(fi):
-    lay = viz.page_layout(fi, 3, edited=True)
+def test_edited_view_coordinates_fall_on_bytes(qwen_a100_flashinfer):
+    lay = viz.page_layout(qwen_a100_flashinfer, 3, edited=True)
     e = lay.edited
     assert e.rule == "subpaged-attention-view"
     assert e.shape == (2, 544, 1, 512) and e.stride == (278528, 512, 512, 1)
@@ -99,25 +89,25 @@ def test_edited_view_coordinates_fall_on_bytes(fi):
         ("[0, :, :, :]", 0, 557056), ("[1, :, :, :]", 557056, 557056)]
     # synthetic "K" half [0] covers K|V kernel pages 0-8, page 8 only half
     assert e.falls_on[0] == "K|V p0-8 (K|V p8: 32768 of 65536 B)"
-    leg = viz.page_layout(fi, 3, registration="legacy", edited=True).edited
+    leg = viz.page_layout(qwen_a100_flashinfer, 3, registration="legacy", edited=True).edited
     assert leg.falls_on == ("K p0-8, V p0-7", "V p8-16, K p9-16")
 
 
-def test_edited_mamba_unified_row(fi):
-    e = viz.page_layout(fi, 0, edited=True).edited
+def test_edited_mamba_unified_row(qwen_a100_flashinfer):
+    e = viz.page_layout(qwen_a100_flashinfer, 0, edited=True).edited
     assert e.rule == "mamba-unified-view" and e.shape == (544, 1, 2000)
     assert e.segments[0].size == 544 * 2000
     assert e.falls_on[0] == "conv, ssm, pad (pad: 2560 of 28672 B)"
 
 
-def test_block_offset_and_text_is_deterministic(fi):
-    a = viz.page_map_text(fi, 3, block=2, edited=True)
-    assert a == viz.page_map_text(fi, 3, block=2, edited=True)
+def test_block_offset_and_text_is_deterministic(qwen_a100_flashinfer):
+    a = viz.page_map_text(qwen_a100_flashinfer, 3, block=2, edited=True)
+    assert a == viz.page_map_text(qwen_a100_flashinfer, 3, block=2, edited=True)
     assert "block 2: page starts at byte 2,228,224 of the backing buffer" in a
     assert "0x" not in a
 
 
-def test_mla_page(fa):
+def test_mla_page(qwen_a100):
     ds = kvexplore.plan("deepseek-ai/DeepSeek-V3", gpu="A100")
     lay = viz.page_layout(ds, 0)
     assert lay.kind == "mla_attention"
@@ -140,31 +130,31 @@ def test_sliding_window_page_is_labelled():
     (-1, r"layer=-1 is out of range"),
     ("nope", r"layer 'nope' is not a KV-cache layer"),
 ])
-def test_bad_layer(fi, bad, match):
+def test_bad_layer(qwen_a100_flashinfer, bad, match):
     with pytest.raises(KVExploreError, match=match):
-        viz.page_layout(fi, bad)
+        viz.page_layout(qwen_a100_flashinfer, bad)
 
 
-def test_bad_block_and_registration(fi):
+def test_bad_block_and_registration(qwen_a100_flashinfer):
     with pytest.raises(ValueError, match=r"block=16 is out of range; expected 0..15"):
-        viz.page_layout(fi, 0, block=16)
+        viz.page_layout(qwen_a100_flashinfer, 0, block=16)
     with pytest.raises(ValueError, match=r"registration='new' is invalid"):
-        viz.page_map(fi, 0, registration="new")
+        viz.page_map(qwen_a100_flashinfer, 0, registration="new")
 
 
-def test_page_map_figure_segments(fi):
-    fig = viz.page_map(fi, 3, edited=True)
+def test_page_map_figure_segments(qwen_a100_flashinfer):
+    fig = viz.page_map(qwen_a100_flashinfer, 3, edited=True)
     labels = [r.get_label() for r in _rects(fig)]
     assert sum(label.startswith("K|V p") for label in labels) == 17
     assert sum(label.startswith("K t") for label in labels) == 4
     assert labels.count("[0, :, :, :]") == 1 and labels.count("[1, :, :, :]") == 1
-    fig = viz.page_map(fi, 3, registration="legacy")
+    fig = viz.page_map(qwen_a100_flashinfer, 3, registration="legacy")
     labels = [r.get_label() for r in _rects(fig)]
     assert sum(label.startswith("K p") for label in labels) == 17
     assert sum(label.startswith("V p") for label in labels) == 17
-    fig = viz.page_map(fi, 0)
+    fig = viz.page_map(qwen_a100_flashinfer, 0)
     assert [r.get_label() for r in _rects(fig)] == ["conv", "ssm", "pad"]
-    assert {"ssm"} <= set(_texts(fig))
+    assert {"ssm"} <= set(_axes_texts(fig))
 
 
 def test_figure_rectangles_are_capped():
@@ -177,8 +167,8 @@ def test_figure_rectangles_are_capped():
     assert "..." in [r.get_label() for r in rects]
 
 
-def test_buffer_map_unified_overlay(fi):
-    lay = viz.buffer_layout(fi)
+def test_buffer_map_unified_overlay(qwen_a100_flashinfer):
+    lay = viz.buffer_layout(qwen_a100_flashinfer)
     assert lay.labels() == [
         "tensor 0 (group 0, MambaSpec)", "tensor 1 (group 1, MambaSpec)",
         "tensor 2 (group 2, MambaSpec)", "tensor 3 (group 3, FullAttentionSpec)"]
@@ -187,17 +177,17 @@ def test_buffer_map_unified_overlay(fi):
     assert "padding 28,672 B at the end of each page" in row.detail
     assert any("overlay one backing buffer" in n for n in lay.notes)
     assert [s.label for s in lay.block_zoom[:2]] == ["b0", "pad"]
-    text = viz.buffer_map_text(fi)
+    text = viz.buffer_map_text(qwen_a100_flashinfer)
     assert "layer_stride 17,825,792 B, block_stride 1,114,112 B" in text
-    fig = viz.buffer_map(fi)
+    fig = viz.buffer_map(qwen_a100_flashinfer)
     assert sum(r.get_label() == "pad" for r in _rects(fig)) == 8
 
 
-def test_buffer_map_legacy(fi):
-    lay = viz.buffer_layout(fi, registration="legacy")
+def test_buffer_map_legacy(qwen_a100_flashinfer):
+    lay = viz.buffer_layout(qwen_a100_flashinfer, registration="legacy")
     assert len(lay.rows) == 6 and lay.rows[0].size == 16 * 1114112
     assert "shared by g0:L0, g1:L1, g2:L2, g3:L3" in lay.rows[0].detail
-    text = viz.buffer_map_text(fi, registration="legacy")
+    text = viz.buffer_map_text(qwen_a100_flashinfer, registration="legacy")
     assert "... 10 more segments with the same stride" in text
 
 
@@ -208,7 +198,7 @@ def test_sweep_heatmap_numeric_and_bool():
     assert text.splitlines()[0] == "block over dcp (rows) x tp (columns)"
     assert viz.sweep_table(df, "tp", "dcp", "ok").to_numpy().tolist() == [[1, 0], [1, 1]]
     fig = viz.sweep_heatmap(df, "tp", "dcp", "ok")
-    assert sorted(_texts(fig)) == ["0", "1", "1", "1"]
+    assert sorted(_axes_texts(fig)) == ["0", "1", "1", "1"]
 
 
 def test_sweep_heatmap_names_the_model_and_gpu_it_holds_fixed():
@@ -238,8 +228,8 @@ def test_sweep_heatmap_errors():
         viz.sweep_heatmap_text(df, "tp", "dcp", "v")
 
 
-def test_plan_html_escapes_and_has_tables(fi):
-    html = fi._repr_html_()
+def test_plan_html_escapes_and_has_tables(qwen_a100_flashinfer):
+    html = qwen_a100_flashinfer._repr_html_()
     assert html.count("<table") == 2 and "derivation" in html
     assert "544 = 16 x cdiv(1085440, 16 x 2048)" in html
 

@@ -305,15 +305,6 @@ def test_text_form(ex):
     assert text == ex.text()
 
 
-def test_state_doctests():
-    import doctest
-
-    import kvexplore.explorer.state as state
-
-    result = doctest.testmod(state)
-    assert result.attempted >= 8 and result.failed == 0, result
-
-
 def test_a_control_change_builds_its_page_layout_once(monkeypatch):
     import kvexplore.rendering.layouts as layouts
 

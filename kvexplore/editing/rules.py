@@ -72,7 +72,7 @@ from kvexplore.editing.validation import (
     validate_kv_cache_groups,
 )
 from kvexplore.errors import KVExploreError
-from kvexplore.layout import dtype_name
+from kvexplore.layout import FrozenDict, dtype_name
 
 __all__ = [
     "DEFAULT_EDITS",
@@ -833,14 +833,15 @@ def _block_bytes(value: object, num_blocks: int | None) -> int | None:
     return sum(t.numel() * t.element_size() for t in tensors) // num_blocks
 
 
-class EditResult(Displayable, dict):
+class EditResult(Displayable, FrozenDict):
     """The edited ``{layer_name: value}`` dict, plus what happened per layer.
 
     It *is* the new dict (edited layers re-viewed, the others the very same
     objects as in the input), so it can be handed on wherever the plain result
     of LMCache's ``apply_kv_cache_group_edits`` would go.  It is frozen: no
-    item or attribute can be set, so the views and the report that describes
-    them cannot drift apart (``dict(result)`` is a mutable copy).
+    item or attribute can be set (``TypeError`` / ``FrozenInstanceError``), so
+    the views and the report that describes them cannot drift apart
+    (``dict(result)`` is a mutable copy; ``copy`` keeps the very views).
 
     ``report`` (a new DataFrame on every access) has one row per layer:
     group, layer, spec kind, the rule that matched (or ``None``), why every
@@ -867,14 +868,6 @@ class EditResult(Displayable, dict):
         object.__setattr__(self, "_note", str(note))
 
     # -- frozen ------------------------------------------------------------
-    def _frozen(self, *args, **kwargs):
-        raise TypeError(
-            "EditResult is frozen; copy it with dict(result) to change layers"
-        )
-
-    __setitem__ = __delitem__ = _frozen
-    clear = pop = popitem = setdefault = update = __ior__ = _frozen
-
     def __setattr__(self, name: str, value: object) -> None:
         raise FrozenInstanceError(f"cannot assign to field {name!r} of EditResult")
 

@@ -129,7 +129,7 @@ def choices() -> dict[str, list]:
     }
 
 
-def _as_int(name: str, value: Any, *, auto: bool = False) -> int | None:
+def _control_int(name: str, value: Any, *, auto: bool = False) -> int | None:
     """``'544'`` -> 544; ``'auto'``/``''``/None -> None when ``auto``."""
     if auto and (value is None or (isinstance(value, str) and value.strip().lower() in ("", "auto"))):
         return None
@@ -189,11 +189,11 @@ class ExplorerState:
         caching = c["enable_prefix_caching"]
         return {
             "gpu": c["gpu"],
-            "tensor_parallel_size": _as_int("tensor_parallel_size", c["tensor_parallel_size"]),
-            "decode_context_parallel_size": _as_int(
+            "tensor_parallel_size": _control_int("tensor_parallel_size", c["tensor_parallel_size"]),
+            "decode_context_parallel_size": _control_int(
                 "decode_context_parallel_size", c["decode_context_parallel_size"]
             ),
-            "block_size": _as_int("block_size", c["block_size"], auto=True),
+            "block_size": _control_int("block_size", c["block_size"], auto=True),
             "kv_cache_dtype": c["kv_cache_dtype"],
             "dtype": c["dtype"],
             "attention_backend": None if backend in (None, "auto") else backend,
@@ -235,7 +235,7 @@ class ExplorerState:
             new["edits"] = _message_panel("edits", self.error)
         try:
             layer = self._layer()
-            block = _as_int("block", self.controls["block"])
+            block = _control_int("block", self.controls["block"])
             key = ("page_map", layer, block, registration)
             new["page_map"] = self._memoised(key, lambda: _page_map_panel(p, layer, block, registration))
         except Exception as exc:
@@ -292,7 +292,7 @@ class ExplorerState:
             return None
         from kvexplore.rendering.layouts import page_map
 
-        return page_map(self.plan, self._layer(), block=_as_int("block", self.controls["block"]),
+        return page_map(self.plan, self._layer(), block=_control_int("block", self.controls["block"]),
                         registration=self.controls["registration"], edited=True)
 
     def page_map_png(self, layer: int | None = None, block: int | None = None) -> bytes | None:
@@ -313,7 +313,7 @@ class ExplorerState:
                     return None
                 layer = self._layer()
             if block is None:
-                block = _as_int("block", self.controls["block"])
+                block = _control_int("block", self.controls["block"])
         except ValueError:
             return None
         key = ("png", layer, block, registration)
@@ -619,7 +619,7 @@ def _page_layout_of(st: ExplorerState):
     if st.plan is None:
         return None
     try:
-        return edited_layout(st.plan, st._layer(), _as_int("block", st.controls["block"]),
+        return edited_layout(st.plan, st._layer(), _control_int("block", st.controls["block"]),
                              st.controls["registration"])
     except ValueError:
         return None

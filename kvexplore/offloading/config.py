@@ -56,7 +56,7 @@ from vllm.v1.kv_offload.config import (
 
 from kvexplore.display import Displayable
 from kvexplore.errors import KVExploreError
-from kvexplore.layout import jsonable
+from kvexplore.layout import FrozenDict, jsonable
 from kvexplore.offloading.derive import (
     Derivation,
     OffloadConfigError,
@@ -72,34 +72,6 @@ from kvexplore.planning.planner import Plan
 
 #: Keywords of :func:`offload_config` besides the plan: the option names.
 OFFLOAD_KEYWORDS = OffloadOptions.names()
-
-
-class ReadOnlyDict(dict):
-    """A ``dict`` that refuses changes: ``OffloadingConfig.extra_config`` as a
-    result hands it out.  Still a ``dict``, so ``dataclasses.asdict``, JSON and
-    ``==`` against vLLM's own config work as on a plain one."""
-
-    __slots__ = ()
-
-    def _refuse(self, *args, **kwargs):
-        raise KVExploreError(
-            "this extra_config belongs to an OffloadResult and cannot be changed; "
-            "expected a new offload_config(plan, extra_config=...) call"
-        )
-
-    __setitem__ = __delitem__ = __ior__ = _refuse
-    clear = pop = popitem = setdefault = update = _refuse
-
-    def __copy__(self) -> dict:
-        return dict(self)
-
-    def __deepcopy__(self, memo) -> dict:
-        import copy
-
-        return copy.deepcopy(dict(self), memo)
-
-    def __reduce__(self):
-        return (dict, (dict(self),))
 
 
 class FieldRow(NamedTuple):
@@ -277,7 +249,7 @@ def build_config(p: Plan, o: OffloadOptions, d: Derivation):
         groups=groups,
         worker_kv_bytes_per_block=d.worker_kv_bytes_per_block.value,
         enable_kv_cache_events=o.enable_kv_cache_events,
-        extra_config=ReadOnlyDict(o.extra_config),
+        extra_config=FrozenDict(o.extra_config),
         engine_id=o.engine_id,
         model=OffloadingModelConfig(name=p.served_model, dtype=d.dtype.value, max_model_len=p.max_model_len),
         cache=OffloadingCacheConfig(
@@ -343,7 +315,6 @@ __all__ = [
     "OffloadConfigError",
     "OffloadOptions",
     "OffloadResult",
-    "ReadOnlyDict",
     "build_config",
     "offload_config",
 ]

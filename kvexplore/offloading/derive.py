@@ -289,7 +289,7 @@ def tokens_per_hash(p: Plan) -> Derived:
     return h
 
 
-def _as_int(name: str, value) -> int:
+def _extra_int(name: str, value) -> int:
     """``int(value)`` as vLLM applies it to ``kv_connector_extra_config`` entries."""
     try:
         return int(value)
@@ -314,7 +314,7 @@ def blocks_per_chunk(extra: Mapping[str, Any], group_ids: tuple[int, ...], tpb: 
             code="both_chunk_keys",
         )
     if bpc_raw is not None:
-        bpc = _as_int("blocks_per_chunk", bpc_raw)
+        bpc = _extra_int("blocks_per_chunk", bpc_raw)
         if bpc <= 0:
             raise OffloadConfigError(
                 f"extra_config['blocks_per_chunk']={bpc_raw!r} is invalid; expected an "
@@ -324,7 +324,7 @@ def blocks_per_chunk(extra: Mapping[str, Any], group_ids: tuple[int, ...], tpb: 
         return Derived(bpc, f"extra_config['blocks_per_chunk'] = {bpc_raw!r}")
     if tok_raw is None:
         return Derived(1, "default: extra_config has neither 'block_size' nor 'blocks_per_chunk'")
-    tokens = _as_int("block_size", tok_raw)
+    tokens = _extra_int("block_size", tok_raw)
     unique = sorted(set(tpb))
     if len(unique) != 1:
         raise OffloadConfigError(

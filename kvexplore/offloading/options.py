@@ -20,11 +20,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 from kvexplore.errors import KVExploreError
-from kvexplore.layout import check_int
+from kvexplore.layout import FrozenDict, check_int
 
 #: ``--distributed-executor-backend`` values vLLM accepts by name.
 EXECUTOR_BACKENDS = ("mp", "uni", "ray", "external_launcher")
@@ -34,7 +33,7 @@ MULTI_NODE_BACKENDS = (None, "mp", "uni", "external_launcher")
 
 DEFAULT_ENGINE_ID = "kvexplore"
 
-_EMPTY: Mapping[str, Any] = MappingProxyType({})
+_EMPTY: Mapping[str, Any] = FrozenDict({})
 
 
 def _help(text: str, **more: Any) -> dict[str, Any]:
@@ -94,7 +93,7 @@ class OffloadOptions:
                 "{'block_size': 1088} or {'blocks_per_chunk': 2} (kv_connector_extra_config)"
             )
         elif extra is not _EMPTY:  # a private, read-only copy
-            extra = MappingProxyType(dict(extra)) if extra else _EMPTY
+            extra = FrozenDict(dict(extra)) if extra else _EMPTY
         object.__setattr__(self, "extra_config", extra)
         for name, minimum in _MINIMUMS:
             value = getattr(self, name)

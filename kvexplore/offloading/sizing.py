@@ -38,13 +38,12 @@ import math
 import mmap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
 
 import pandas as pd
 
 from kvexplore.display import Displayable
 from kvexplore.errors import KVExploreError
-from kvexplore.layout import cdiv, check_int
+from kvexplore.layout import FrozenDict, cdiv, check_int
 from kvexplore.offloading.config import OffloadResult
 
 #: ``SharedOffloadRegion.BLOCK_SIZE_ALIGNMENT`` (``mmap.PAGESIZE``) on this host.
@@ -85,7 +84,7 @@ class HostSizing(Displayable):
     host_bytes_per_block: float
     host_bytes_per_token: float
     gpu_bytes_per_token_one_group: float
-    derivation: MappingProxyType = field(repr=False, compare=False)
+    derivation: FrozenDict = field(repr=False, compare=False)
 
     @property
     def naive_tokens(self) -> int:
@@ -201,7 +200,7 @@ def host_sizing(
         host_bytes_per_block=aligned / bpc,
         host_bytes_per_token=host_per_token,
         gpu_bytes_per_token_one_group=gpu_per_token,
-        derivation=MappingProxyType(d),
+        derivation=FrozenDict(d),
     )
 
 
@@ -219,7 +218,7 @@ class ChunkSizes(Displayable):
     hybrid_block_size: int
     group_block_sizes: tuple[int, ...]
     valid: tuple[int, ...]
-    checked: MappingProxyType
+    checked: FrozenDict
     rule: str
 
     def is_valid(self, chunk_size: int) -> bool:
@@ -276,7 +275,7 @@ def lmcache_chunk_sizes(
         hybrid_block_size=hybrid,
         group_block_sizes=sizes,
         valid=tuple(hybrid * k for k in range(1, count + 1)),
-        checked=MappingProxyType(checked),
+        checked=FrozenDict(checked),
         rule=rule,
     )
 

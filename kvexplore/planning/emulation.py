@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import os
 import sys
 import threading
@@ -72,7 +73,27 @@ CUDA_GATED_MODULES = (
 )
 
 _LOCK = threading.RLock()
-_state: dict = {"gpu": None, "cls": None, "codes": None}
+_state: dict = {"gpu": None, "cls": None, "codes": None, "log_level": logging.ERROR}
+
+
+def vllm_log_level(level: int | None = None) -> int:
+    """The level at which vLLM's own log records show while kvexplore runs
+    vLLM's code (``logging.ERROR`` unless set; the CLI's ``--verbose`` sets
+    ``logging.INFO``).  Returns the level in force after the call."""
+    if level is not None:
+        _state["log_level"] = int(level)
+    return _state["log_level"]
+
+
+@contextlib.contextmanager
+def _vllm_logs_at(level: int) -> Iterator[None]:
+    logger = logging.getLogger("vllm")
+    before = logger.level
+    logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
 
 
 def _cuda_platform_module():
@@ -283,7 +304,8 @@ def emulate(gpu: GPU, *, meta_tensors: bool = True) -> Iterator[None]:
             _clear_capability_caches()
             _state["gpu"] = gpu
         meta = _DeviceTensorsOnMeta() if meta_tensors else contextlib.nullcontext()
-        with patch_attributes(pairs), patch_attributes(_fa_utils_cuda_names()), meta:
+        with patch_attributes(pairs), patch_attributes(_fa_utils_cuda_names()), meta, \
+                _vllm_logs_at(vllm_log_level()):
             yield
 
 
@@ -310,4 +332,5 @@ def _fa_utils_cuda_names() -> list:
     return pairs
 
 
-__all__ = ["CUDA_GATED_DECISIONS", "CUDA_GATED_MODULES", "emulate", "patch_attributes"]
+__all__ = ["CUDA_GATED_DECISIONS", "CUDA_GATED_MODULES", "emulate", "patch_attributes",
+           "vllm_log_level"]

@@ -44,14 +44,13 @@ import re
 import traceback
 from dataclasses import dataclass, field
 from functools import cached_property
-from types import MappingProxyType
 from typing import Any
 
 import pandas as pd
 
 from kvexplore.display import Displayable
 from kvexplore.errors import KVExploreError
-from kvexplore.layout import jsonable, leaf_specs, real_page_bytes
+from kvexplore.layout import FrozenDict, GiB, jsonable, leaf_specs, real_page_bytes
 from kvexplore.planning.derivation import plan_derivation, smallest_kernel_block
 from kvexplore.planning.gpus import DEFAULT_GPU, GPU, resolve_gpu
 from kvexplore.planning.inputs import MEMORY_KEYWORDS, engine_kwargs, plan_request
@@ -66,8 +65,6 @@ from kvexplore.planning.models import (
     catalog_names,
     load_model_config,
 )
-
-GiB = 1 << 30
 
 #: Blocks allocated when neither ``num_blocks`` nor ``kv_cache_memory_bytes``
 #: is given: small enough to allocate any catalog model on a laptop.
@@ -249,9 +246,9 @@ class Plan(Displayable):
     gpu: GPU
     request: tuple = field(repr=False)
     layers: tuple[LayerInfo, ...] = field(repr=False)
-    layer_specs: MappingProxyType = field(repr=False)
-    layer_classes: MappingProxyType = field(repr=False)
-    layer_backends: MappingProxyType = field(repr=False)
+    layer_specs: FrozenDict = field(repr=False)
+    layer_classes: FrozenDict = field(repr=False)
+    layer_backends: FrozenDict = field(repr=False)
     groups: tuple[GroupInfo, ...] = field(repr=False)
     tensors: tuple[TensorInfo, ...] = field(repr=False)
     num_blocks: int
@@ -277,7 +274,7 @@ class Plan(Displayable):
     head_size: int
     backend: type | None = field(repr=False)
     admission: Admission | None = field(repr=False)
-    decisions: MappingProxyType = field(repr=False)
+    decisions: FrozenDict = field(repr=False)
     weight_bytes: int = field(repr=False)
     kv_cache_size_tokens: int
     max_concurrency: float
@@ -374,9 +371,9 @@ class Plan(Displayable):
         return self.padding_bytes_per_block / self.bytes_per_block if self.bytes_per_block else 0.0
 
     @cached_property
-    def derivation(self) -> MappingProxyType:
+    def derivation(self) -> FrozenDict:
         """How each size and GPU-dependent decision came about, by name."""
-        return MappingProxyType(plan_derivation(self))
+        return FrozenDict(plan_derivation(self))
 
     def group_rows(self) -> list[dict[str, Any]]:
         """:attr:`group_table` as a list of dicts."""

@@ -30,15 +30,14 @@ KV cache).
 from __future__ import annotations
 
 import contextlib
-import logging
 import socket
 import threading
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
 import torch
 
+from kvexplore.layout import FrozenDict
 from kvexplore.planning.emulation import emulate, patch_attributes
 from kvexplore.planning.gpus import GPU
 
@@ -61,12 +60,12 @@ class BuiltModel:
 
     vllm_config: Any
     gpu: GPU
-    layer_specs: MappingProxyType
-    layer_classes: MappingProxyType
-    backends: MappingProxyType
+    layer_specs: FrozenDict
+    layer_classes: FrozenDict
+    backends: FrozenDict
     groups: tuple
     requested_block_size: int | None
-    decisions: MappingProxyType
+    decisions: FrozenDict
     weight_bytes: int
 
 
@@ -113,6 +112,7 @@ def _parallel_groups(vc):
 
 
 def _engine_config(model_dir: str, kwargs: dict):
+    from vllm.config.logging import LoggingConfig
     from vllm.engine.arg_utils import EngineArgs
 
     args = EngineArgs(
@@ -120,6 +120,8 @@ def _engine_config(model_dir: str, kwargs: dict):
         tokenizer=model_dir,
         skip_tokenizer_init=True,
         load_format="dummy",
+        # the process's logging stays as it is (kvexplore sets the level it runs vLLM at)
+        logging_config=LoggingConfig(configure_logging=False),
         **kwargs,
     )
     return args.create_engine_config()
@@ -236,40 +238,34 @@ def build_model(
     from vllm.config import set_current_vllm_config
     from vllm.platforms import current_platform
 
-    vllm_logger = logging.getLogger("vllm")
-    level = vllm_logger.level
-    vllm_logger.setLevel(logging.ERROR)
     record: dict = {}
-    try:
-        with emulate(gpu):
-            vc = _engine_config(model_dir, engine_kwargs)
-            requested_block = vc.cache_config.block_size
-            user_block = vc.cache_config.user_specified_block_size
-            with set_current_vllm_config(vc), _parallel_groups(vc):
-                model, weight_bytes = _build_layers(vc)
-                with patch_attributes(_alignment_recorder(current_platform, record)):
-                    current_platform.update_block_size_for_backend(vc)
-                specs = _runner_specs(vc)
-                ctx = vc.compilation_config.static_forward_context
-                backends = {name: ctx[name].get_attn_backend() for name in specs
-                            if hasattr(ctx[name], "get_attn_backend")}
-                groups = _resolved_groups(vc, specs, kv_cache_layout)
-                decisions = _layer_decisions(vc, model, specs, record)
-                classes = {name: type(ctx[name]).__name__ for name in specs}
-                # Nothing later reads the layers; the specs hold what they decided.
-                ctx.clear()
-                del model
-    finally:
-        vllm_logger.setLevel(level)
+    with emulate(gpu):
+        vc = _engine_config(model_dir, engine_kwargs)
+        requested_block = vc.cache_config.block_size
+        user_block = vc.cache_config.user_specified_block_size
+        with set_current_vllm_config(vc), _parallel_groups(vc):
+            model, weight_bytes = _build_layers(vc)
+            with patch_attributes(_alignment_recorder(current_platform, record)):
+                current_platform.update_block_size_for_backend(vc)
+            specs = _runner_specs(vc)
+            ctx = vc.compilation_config.static_forward_context
+            backends = {name: ctx[name].get_attn_backend() for name in specs
+                        if hasattr(ctx[name], "get_attn_backend")}
+            groups = _resolved_groups(vc, specs, kv_cache_layout)
+            decisions = _layer_decisions(vc, model, specs, record)
+            classes = {name: type(ctx[name]).__name__ for name in specs}
+            # Nothing later reads the layers; the specs hold what they decided.
+            ctx.clear()
+            del model
     return BuiltModel(
         vllm_config=vc,
         gpu=gpu,
-        layer_specs=MappingProxyType(dict(specs)),
-        layer_classes=MappingProxyType(classes),
-        backends=MappingProxyType(backends),
+        layer_specs=FrozenDict(dict(specs)),
+        layer_classes=FrozenDict(classes),
+        backends=FrozenDict(backends),
         groups=tuple(groups),
         requested_block_size=None if user_block else requested_block,
-        decisions=MappingProxyType(decisions),
+        decisions=FrozenDict(decisions),
         weight_bytes=weight_bytes,
     )
 

@@ -46,8 +46,8 @@ from typing import Any
 from kvexplore.display import Displayable
 from kvexplore.editing.plan_edits import plan_edits
 from kvexplore.errors import KVExploreError
-from kvexplore.layout import dtype_name, state_names
-from kvexplore.registration import registered_views
+from kvexplore.layout import dtype_name, element_size, state_names
+from kvexplore.registration import check_registration_name, registered_views
 from kvexplore.rendering.figures import pages_figure, sweep_figure
 from kvexplore.rendering.segments import (
     ZOOM_BLOCKS,
@@ -56,26 +56,11 @@ from kvexplore.rendering.segments import (
     overlap_summary,
 )
 
-REGISTRATIONS = ("unified", "legacy")
-
 #: Cells of kernel page 0 listed in the interleave zoom.
 MAX_CELLS = 8
 #: Coordinates along the first per-block dim of an edited view listed one by one.
 MAX_EDIT_COORDS = 16
 
-
-
-def _itemsize(dtype) -> int:
-    import torch
-
-    return torch.empty((), dtype=dtype).element_size()
-
-
-def _check_registration(registration: str) -> None:
-    if registration not in REGISTRATIONS:
-        raise KVExploreError(
-            f"registration={registration!r} is invalid; expected one of {list(REGISTRATIONS)}"
-        )
 
 
 # ---------------------------------------------------------------------------
@@ -297,7 +282,7 @@ def page_layout(
     1,048,576 B fp32 ``(16, 128, 128)``, ``pad`` 28,672 B (2.57 % of the
     1,114,112-byte page).
     """
-    _check_registration(registration)
+    check_registration_name(registration)
     position, info = resolve_layer(plan, layer)
     num_blocks = plan.num_blocks
     if isinstance(block, bool) or not isinstance(block, int) or not 0 <= block < num_blocks:
@@ -389,7 +374,7 @@ def _mamba_segments(spec, tensors, block: int, page: int, registration: str):
     segs: list[Segment] = []
     cursor = 0
     for label, shape, dtype in zip(names, spec.shapes, spec.dtypes, strict=True):
-        size = math.prod(shape) * _itemsize(dtype)
+        size = math.prod(shape) * element_size(dtype)
         segs.append(Segment(label, cursor, size, dtype_name(dtype), f"{tuple(shape)}"))
         cursor += size
     if cursor < page:
@@ -653,7 +638,7 @@ def buffer_layout(plan, *, registration: str = "unified") -> BufferLayout:
     one group at a time.  Legacy: one buffer per layer position ``j`` of
     ``page x num_blocks`` bytes, shared by layer ``j`` of every group.
     """
-    _check_registration(registration)
+    check_registration_name(registration)
     groups = plan.groups
     nb = plan.num_blocks
     rows: list[BufferRow] = []

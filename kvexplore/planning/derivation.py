@@ -147,8 +147,32 @@ def _kernel_line(p, g) -> str:
             f"{kb}-token block runs unsplit (1 kernel page per block)")
 
 
-def plan_derivation(p) -> dict[str, str]:
-    """Every size and GPU-dependent decision of plan ``p``, by name."""
+def _drafter_line(p, bare) -> str:
+    d = p.drafter
+    out = d.text()
+    draft = [g.index for g in p.groups if any(n in d.layer_names for n in g.layer_names)]
+    if draft:
+        out += f"; in group(s) {draft}"
+    if bare is None:
+        return out
+    changes = []
+    for what, before, after in (
+        ("KV cache groups (layers each)", [len(g.layer_names) for g in bare.groups],
+         [len(g.layer_names) for g in p.groups]),
+        ("block_size", bare.block_size, p.block_size),
+        ("mamba_page_size_padded", bare.mamba_page_size_padded, p.mamba_page_size_padded),
+        ("bytes_per_block", bare.bytes_per_block, p.bytes_per_block),
+        ("blocks one request pins", sum(bare.blocks_per_request), sum(p.blocks_per_request)),
+    ):
+        if before != after:
+            changes.append(f"{what} {before} -> {after}")
+    return out + "; against no drafter: " + ("; ".join(changes) or "nothing changes")
+
+
+def plan_derivation(p, bare=None) -> dict[str, str]:
+    """Every size and GPU-dependent decision of plan ``p``, by name; ``bare``
+    is the same plan without its ``speculative_config`` (what the drafter
+    changes is stated against it)."""
     gpu = p.gpu
     out = {"gpu": (f"{gpu.name}: {gpu.device_name}, compute capability "
                    f"{gpu.compute_capability}, CUDA runtime {gpu.cuda_runtime_major} "
@@ -169,13 +193,14 @@ def plan_derivation(p) -> dict[str, str]:
     for g in p.groups:
         if g.layer_names and hasattr(g.spec, "num_kv_heads"):
             out[f"kernel_block_size[{g.index}]"] = _kernel_line(p, g)
-    spec = p.inputs["speculative_config"]
-    if spec is not None and p.mamba_page_size is not None:
-        n = spec.get("num_speculative_tokens")
-        out["num_speculative_blocks"] = (
-            f"{n}: Mamba state slots for {n} draft tokens ({spec.get('method')}); the "
-            "drafter's own layers are not built by kvexplore"
-        )
+    if p.drafter is not None:
+        out["drafter"] = _drafter_line(p, bare)
+        if p.mamba_page_size is not None:
+            n = p.drafter.num_speculative_tokens
+            out["num_speculative_blocks"] = (
+                f"{n}: Mamba state slots for {n} draft tokens ({p.drafter.method}, "
+                "MambaSpec.num_speculative_blocks)"
+            )
     if p.admission is not None:
         out["admission"] = p.admission.text()
     return out

@@ -140,9 +140,25 @@ def _speculative_config(value: Any) -> str | None:
         ) from None
 
 
+def _draft_model(spec: Mapping | None):
+    """The :class:`~kvexplore.planning.models.ModelSource` of a speculative
+    config's draft ``model`` (a catalog id, ``config.json``, directory or hub
+    id, as ``plan()``'s ``model``), or None: the request is keyed by the draft
+    config's content, and vLLM reads it from the materialised directory."""
+    if not spec or spec.get("model") is None:
+        return None
+    from kvexplore.planning.models import load_model_config
+
+    try:
+        return load_model_config(spec["model"])
+    except KVExploreError as exc:
+        raise KVExploreError(f"speculative_config['model']={spec['model']!r}: {exc}") from None
+
+
 def plan_request(**kwargs: Any) -> tuple[tuple[str, Any], ...]:
     """Checked, normalised ``plan()`` keywords (every name of
-    :data:`PLAN_DEFAULTS`, in order) as a hashable tuple."""
+    :data:`PLAN_DEFAULTS`, in order, then ``draft_model``: the draft config a
+    ``speculative_config`` names, see :func:`_draft_model`) as a hashable tuple."""
     unknown = [k for k in kwargs if k not in PLAN_DEFAULTS]
     if unknown:
         raise KVExploreError(
@@ -176,6 +192,7 @@ def plan_request(**kwargs: Any) -> tuple[tuple[str, Any], ...]:
         "kv_cache_layout": as_choice("kv_cache_layout", r["kv_cache_layout"],
                                      KV_CACHE_LAYOUTS, allow_none=True),
     }
+    out["draft_model"] = _draft_model(r["speculative_config"])
     if out["num_blocks"] is not None and out["kv_cache_memory_bytes"] is not None:
         raise KVExploreError(
             f"give num_blocks ({out['num_blocks']}) or kv_cache_memory_bytes "
@@ -194,7 +211,11 @@ def engine_kwargs(request: Mapping[str, Any]) -> dict[str, Any]:
         if request[name] is not None:
             kw[name] = request[name]
     if request["speculative_config"] is not None:
-        kw["speculative_config"] = json.loads(request["speculative_config"])
+        spec = json.loads(request["speculative_config"])
+        draft = request.get("draft_model")
+        if draft is not None:
+            spec["model"] = str(draft.config_dir)
+        kw["speculative_config"] = spec
     return kw
 
 

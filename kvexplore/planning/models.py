@@ -312,12 +312,28 @@ MAMBA = "mamba"
 
 @dataclass(frozen=True)
 class LayerInfo:
-    """One KV-cache-bearing layer: vLLM's layer name and what kind it is."""
+    """One KV-cache-bearing layer: vLLM's layer name and what kind it is.
+
+    ``kind`` is kvexplore's name for the spec (:data:`MAMBA`, :data:`FULL`,
+    ...); ``mixer`` says which state layer a Mamba spec holds, from its
+    ``mamba_type`` (``"short_conv"`` for LFM2's conv layers, ``"gdn_attn"``,
+    ``"mamba2"``, ...; None for attention); ``is_draft`` marks the layers a
+    speculative config's drafter adds.
+    """
 
     index: int
     name: str
     kind: str
     sliding_window: int | None = None
+    mixer: str | None = None
+    is_draft: bool = False
+
+    @property
+    def label(self) -> str:
+        """``"mamba (short_conv)"``, ``"full_attention, draft"``: the kind with
+        what a reader needs next to it."""
+        extra = [x for x in (self.mixer, "draft" if self.is_draft else None) if x]
+        return f"{self.kind} ({', '.join(extra)})" if extra else self.kind
 
 
 __all__ = [

@@ -50,10 +50,24 @@ import pandas as pd
 
 from kvexplore.display import Displayable
 from kvexplore.errors import KVExploreError
-from kvexplore.layout import FrozenDict, GiB, jsonable, leaf_specs, real_page_bytes
+from kvexplore.layout import (
+    FrozenDict,
+    GiB,
+    cdiv,
+    jsonable,
+    leaf_specs,
+    real_page_bytes,
+)
+from kvexplore.planning.admission import Admission, kv_cache_config_with_admission
 from kvexplore.planning.derivation import plan_derivation, smallest_kernel_block
+from kvexplore.planning.drafter import Drafter
 from kvexplore.planning.gpus import DEFAULT_GPU, GPU, resolve_gpu
-from kvexplore.planning.inputs import MEMORY_KEYWORDS, engine_kwargs, plan_request
+from kvexplore.planning.inputs import (
+    MEMORY_KEYWORDS,
+    PLAN_DEFAULTS,
+    engine_kwargs,
+    plan_request,
+)
 from kvexplore.planning.models import (
     CROSS,
     FULL,
@@ -69,73 +83,6 @@ from kvexplore.planning.models import (
 #: Blocks allocated when neither ``num_blocks`` nor ``kv_cache_memory_bytes``
 #: is given: small enough to allocate any catalog model on a laptop.
 DEFAULT_NUM_BLOCKS = 16
-
-
-# ---------------------------------------------------------------------------
-# Admission
-# ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class Admission:
-    """vLLM's start-up verdict on the cache: can it serve one request of
-    ``max_model_len`` tokens? (``kv_cache_planning.py:
-    _check_enough_kv_cache_memory``, called by ``get_kv_cache_configs``).
-
-    ``message`` is vLLM's own error text when it would refuse to start, and
-    ``estimated_max_model_len`` the estimate that message quotes
-    (``_estimate_max_model_len_from_groups``, a binary search run on first
-    access). ``auto_fit_from`` is the model's length when
-    ``max_model_len=-1`` made vLLM shrink it to fit.
-    """
-
-    ok: bool
-    max_model_len: int
-    needed_bytes: int
-    available_bytes: int
-    auto_fit_from: int | None = None
-    _estimate: Any = field(default=None, repr=False, compare=False)
-    _check: Any = field(default=None, repr=False, compare=False)
-
-    @cached_property
-    def estimated_max_model_len(self) -> int | None:
-        if self.ok or self._estimate is None or self.available_bytes <= 0:
-            return None
-        est = self._estimate(self.available_bytes)
-        return est if est > 0 else None
-
-    @cached_property
-    def message(self) -> str | None:
-        if self.ok:
-            return None
-        estimate = self.estimated_max_model_len or 0
-        try:
-            self._check(
-                self.available_bytes, lambda: self.needed_bytes, self.max_model_len,
-                lambda _available: estimate,
-            )
-        except ValueError as exc:
-            return " ".join(str(exc).split())
-        return None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok, "max_model_len": self.max_model_len,
-            "needed_bytes": self.needed_bytes, "available_bytes": self.available_bytes,
-            "estimated_max_model_len": self.estimated_max_model_len,
-            "auto_fit_from": self.auto_fit_from, "message": self.message,
-        }
-
-    def text(self) -> str:
-        if self.ok:
-            out = (
-                f"admitted: one request of max_model_len={self.max_model_len:,} needs "
-                f"{self.needed_bytes:,} B of the {self.available_bytes:,} B the cache holds"
-            )
-            if self.auto_fit_from is not None:
-                out += f" (auto-fit reduced max_model_len from {self.auto_fit_from:,})"
-            return out
-        return f"refused by vLLM 0.33 at start-up: {self.message}"
 
 
 # ---------------------------------------------------------------------------
@@ -199,6 +146,12 @@ def _spec_dtypes(spec) -> str:
     if dtypes is not None:
         return "/".join(str(d).removeprefix("torch.") for d in dtypes)
     return str(getattr(spec, "dtype", "")).removeprefix("torch.")
+
+
+def _mixer(spec) -> str | None:
+    """A Mamba spec's ``mamba_type`` in lower case (``"short_conv"``), else None."""
+    mamba_type = getattr(spec, "mamba_type", None)
+    return str(getattr(mamba_type, "name", mamba_type)).lower() if mamba_type else None
 
 
 def layer_kind(spec) -> str:
@@ -280,6 +233,8 @@ class Plan(Displayable):
     max_concurrency: float
     kv_tp_replicas: int = 1
     prefix_match_unit: int | None = None
+    drafter: Drafter | None = None
+    blocks_per_request: tuple[int, ...] = ()
     mla_dims: tuple[int, int] | None = None
     kv_cache_layout_name: str = ""
     _vllm_config: Any = field(repr=False)
@@ -289,7 +244,8 @@ class Plan(Displayable):
     @property
     def inputs(self) -> dict[str, Any]:
         """The keyword arguments this plan was made with (a new dict)."""
-        out = {"gpu": self.gpu.name, **dict(self.request)}
+        out = {"gpu": self.gpu.name,
+               **{k: v for k, v in self.request if k in PLAN_DEFAULTS}}
         if out["speculative_config"] is not None:
             out["speculative_config"] = json.loads(out["speculative_config"])
         return out
@@ -372,8 +328,15 @@ class Plan(Displayable):
 
     @cached_property
     def derivation(self) -> FrozenDict:
-        """How each size and GPU-dependent decision came about, by name."""
-        return FrozenDict(plan_derivation(self))
+        """How each size and GPU-dependent decision came about, by name (with a
+        drafter, also what it changes against the same plan without one)."""
+        bare = None
+        if self.drafter is not None:
+            try:
+                bare = self.replace(speculative_config=None)
+            except KVExploreError:
+                bare = None
+        return FrozenDict(plan_derivation(self, bare))
 
     def group_rows(self) -> list[dict[str, Any]]:
         """:attr:`group_table` as a list of dicts."""
@@ -475,7 +438,7 @@ class Plan(Displayable):
 
 
 def clear_plan_cache() -> None:
-    """Forget cached plans and built models (benchmarks measure uncached planning)."""
+    """Forget cached plans and built models (the next ``plan()`` builds again)."""
     _cached_plan.cache_clear()
     _cached_build.cache_clear()
 
@@ -541,7 +504,7 @@ def _cached_plan(src: ModelSource, gpu: GPU, request: tuple) -> Plan:
     built = _cached_build(src, gpu, build_request)
     try:
         return _plan_from_build(src, gpu, request, built)
-    except (KVExploreError, ImportError):
+    except KVExploreError:
         raise
     except Exception as exc:  # vLLM's own checks carry the numbers
         raise vllm_error(src, gpu, exc, r) from exc
@@ -554,7 +517,7 @@ def _cached_build(src: ModelSource, gpu: GPU, build_request: tuple):
     r = dict(build_request)
     try:
         return build_model(str(src.config_dir), gpu, engine_kwargs(r), r["kv_cache_layout"])
-    except (KVExploreError, ImportError):
+    except KVExploreError:
         raise
     except Exception as exc:  # vLLM and transformers raise many types
         raise vllm_error(src, gpu, exc, r) from exc
@@ -589,8 +552,11 @@ def vllm_error(src: ModelSource, gpu: GPU, exc: BaseException, r: dict) -> KVExp
     msg = re.sub(r"\s*\[type=value_error, input_value=.*?input_type=\w+\]", "", msg)
     if len(msg) > 900:
         msg = msg[:900] + " ..."
+    shown = {k: v for k, v in r.items() if k != "draft_model"}
+    if r.get("speculative_config"):
+        shown["speculative_config"] = json.loads(r["speculative_config"])
     given = ", ".join(
-        f"{k}={v!r}" for k, v in r.items()
+        f"{k}={v!r}" for k, v in shown.items()
         if k not in ("num_blocks", "kv_cache_memory_bytes") and v is not None
         and _DEFAULTS.get(k) != v
     )
@@ -640,40 +606,6 @@ def _plan_vllm_config(src: ModelSource, built, r: dict):
         r["num_blocks"] or (None if r["kv_cache_memory_bytes"] else DEFAULT_NUM_BLOCKS)
     )
     return vc
-
-
-def _kv_cache_config(vc, built, r: dict):
-    """``get_kv_cache_configs`` as the engine core calls it, keeping the verdict
-    of its admission check instead of raising it."""
-    from vllm.v1.core import kv_cache_planning as kcp
-
-    from kvexplore.planning.emulation import emulate, patch_attributes
-
-    seen: list[Admission] = []
-    original = kcp._check_enough_kv_cache_memory
-    before = vc.model_config.max_model_len
-
-    def check(available, get_needed, max_model_len, estimate):
-        needed = get_needed()
-        seen.append(
-            Admission(
-                ok=needed <= available and available > 0, max_model_len=max_model_len,
-                needed_bytes=needed, available_bytes=available,
-                _estimate=estimate, _check=original,
-            )
-        )
-
-    specs = dict(built.layer_specs)
-    memory = r["kv_cache_memory_bytes"] or 1  # num_gpu_blocks_override decides
-    with emulate(built.gpu, meta_tensors=False), patch_attributes(
-        [(kcp, "_check_enough_kv_cache_memory", check)]
-    ):
-        cfg = kcp.get_kv_cache_configs(vc, [specs], [memory], list(built.groups))[0]
-    cfg.kv_cache_layout = vc.cache_config.kv_cache_layout
-    admission = seen[0] if seen else None
-    if admission is not None and vc.model_config.max_model_len != before:
-        admission = dataclasses.replace(admission, auto_fit_from=before)
-    return cfg, admission
 
 
 def _kernel_block_sizes(kv_cache_config, built) -> list[int]:
@@ -795,12 +727,15 @@ def _plan_from_build(src: ModelSource, gpu: GPU, request: tuple, built) -> Plan:
 
     r = dict(request)
     vc = _plan_vllm_config(src, built, r)
-    cfg, admission = _kv_cache_config(vc, built, r)
+    cfg, admission = kv_cache_config_with_admission(vc, built, r["kv_cache_memory_bytes"])
     kernel_block_sizes = tuple(int(k) for k in _kernel_block_sizes(cfg, built))
     tokens, concurrency = get_kv_cache_capacity(vc, cfg)
+    pins = tuple(cdiv(g.kv_cache_spec.max_memory_usage_bytes(vc), g.kv_cache_spec.page_size_bytes)
+                 for g in cfg.kv_cache_groups)
     specs = built.layer_specs
     layers = tuple(
-        LayerInfo(i, name, layer_kind(spec), getattr(spec, "sliding_window", None))
+        LayerInfo(i, name, layer_kind(spec), getattr(spec, "sliding_window", None),
+                  _mixer(spec), bool(getattr(spec, "is_draft", False)))
         for i, (name, spec) in enumerate(specs.items())
     )
     tensors = tuple(TensorInfo(int(t.size), tuple(t.layers), int(t.layer_stride),
@@ -812,7 +747,8 @@ def _plan_from_build(src: ModelSource, gpu: GPU, request: tuple, built) -> Plan:
         num_blocks=int(cfg.num_blocks), kernel_block_sizes=kernel_block_sizes,
         admission=admission, decisions=built.decisions, weight_bytes=built.weight_bytes,
         kv_cache_size_tokens=int(tokens), max_concurrency=float(concurrency),
-        kv_tp_replicas=int(cfg.kv_tp_replicas), _vllm_config=vc, _kv_cache_config=cfg,
+        kv_tp_replicas=int(cfg.kv_tp_replicas), drafter=built.drafter, blocks_per_request=pins,
+        _vllm_config=vc, _kv_cache_config=cfg,
         **_config_facts(vc, built), **_layout_facts(vc, built),
     )
 

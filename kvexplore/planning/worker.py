@@ -10,7 +10,8 @@ named GPU's emulation (:mod:`kvexplore.planning.emulation`):
    ``torch.device("meta")``: no weights and no device memory.  The layers
    register themselves in ``compilation_config.static_forward_context``, and
    decide what they decide on the device (attention backend, GDN prefill
-   kernel, prefill checkpoint alignment).
+   kernel, prefill checkpoint alignment).  A speculative config's drafter is
+   built next to it by vLLM's speculator (:mod:`kvexplore.planning.drafter`).
 3. ``current_platform.update_block_size_for_backend`` (the executor runs it
    right after ``load_model``): the block size and the Mamba page padding.
 4. The model runner's ``get_kv_cache_spec`` (Model Runner V2:
@@ -38,6 +39,7 @@ from typing import Any
 import torch
 
 from kvexplore.layout import FrozenDict
+from kvexplore.planning.drafter import Drafter, build_drafter, draft_specs
 from kvexplore.planning.emulation import emulate, patch_attributes
 from kvexplore.planning.gpus import GPU
 
@@ -54,7 +56,9 @@ class BuiltModel:
     attention layer to its selected backend class; ``decisions`` holds the
     GPU-dependent choices the layers made (``gdn_prefill_backend``, and
     ``prefill_checkpoint_alignment`` from vLLM's
-    ``get_mamba_prefill_checkpoint_alignment``).  The built layers themselves
+    ``get_mamba_prefill_checkpoint_alignment``); ``drafter`` what a
+    ``speculative_config`` adds (:mod:`kvexplore.planning.drafter`), whose
+    layers are in ``layer_specs`` too.  The built layers themselves
     are released (``static_forward_context`` is emptied) once these are read.
     """
 
@@ -67,6 +71,7 @@ class BuiltModel:
     requested_block_size: int | None
     decisions: FrozenDict
     weight_bytes: int
+    drafter: Drafter | None = None
 
 
 def _free_port() -> int:
@@ -245,9 +250,11 @@ def build_model(
         user_block = vc.cache_config.user_specified_block_size
         with set_current_vllm_config(vc), _parallel_groups(vc):
             model, weight_bytes = _build_layers(vc)
+            drafter = build_drafter(vc, model)
             with patch_attributes(_alignment_recorder(current_platform, record)):
                 current_platform.update_block_size_for_backend(vc)
-            specs = _runner_specs(vc)
+            specs = draft_specs(_runner_specs(vc), drafter,
+                                vc.parallel_config.decode_context_parallel_size)
             ctx = vc.compilation_config.static_forward_context
             backends = {name: ctx[name].get_attn_backend() for name in specs
                         if hasattr(ctx[name], "get_attn_backend")}
@@ -267,6 +274,7 @@ def build_model(
         requested_block_size=None if user_block else requested_block,
         decisions=FrozenDict(decisions),
         weight_bytes=weight_bytes,
+        drafter=drafter,
     )
 
 

@@ -1,0 +1,118 @@
+"""vLLM's start-up verdict on a KV cache: can it serve one request of
+``max_model_len`` tokens?
+
+:func:`kv_cache_config_with_admission` runs the engine core's
+``get_kv_cache_configs`` (``vllm/v1/core/kv_cache_planning.py``) and keeps the
+verdict of its ``_check_enough_kv_cache_memory`` as an :class:`Admission`
+instead of raising it, so a plan that vLLM would refuse still shows its
+layout, with vLLM's own refusal message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from kvexplore.planning.emulation import emulate, patch_attributes
+
+
+@dataclass(frozen=True, kw_only=True)
+class Admission:
+    """vLLM's start-up verdict on the cache: can it serve one request of
+    ``max_model_len`` tokens? (``kv_cache_planning.py:
+    _check_enough_kv_cache_memory``, called by ``get_kv_cache_configs``).
+
+    ``message`` is vLLM's own error text when it would refuse to start, and
+    ``estimated_max_model_len`` the estimate that message quotes
+    (``_estimate_max_model_len_from_groups``, a binary search run on first
+    access). ``auto_fit_from`` is the model's length when
+    ``max_model_len=-1`` made vLLM shrink it to fit.
+    """
+
+    ok: bool
+    max_model_len: int
+    needed_bytes: int
+    available_bytes: int
+    auto_fit_from: int | None = None
+    _estimate: Any = field(default=None, repr=False, compare=False)
+    _check: Any = field(default=None, repr=False, compare=False)
+
+    @cached_property
+    def estimated_max_model_len(self) -> int | None:
+        if self.ok or self._estimate is None or self.available_bytes <= 0:
+            return None
+        est = self._estimate(self.available_bytes)
+        return est if est > 0 else None
+
+    @cached_property
+    def message(self) -> str | None:
+        if self.ok:
+            return None
+        estimate = self.estimated_max_model_len or 0
+        try:
+            self._check(
+                self.available_bytes, lambda: self.needed_bytes, self.max_model_len,
+                lambda _available: estimate,
+            )
+        except ValueError as exc:
+            return " ".join(str(exc).split())
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok, "max_model_len": self.max_model_len,
+            "needed_bytes": self.needed_bytes, "available_bytes": self.available_bytes,
+            "estimated_max_model_len": self.estimated_max_model_len,
+            "auto_fit_from": self.auto_fit_from, "message": self.message,
+        }
+
+    def text(self) -> str:
+        if self.ok:
+            out = (
+                f"admitted: one request of max_model_len={self.max_model_len:,} needs "
+                f"{self.needed_bytes:,} B of the {self.available_bytes:,} B the cache holds"
+            )
+            if self.auto_fit_from is not None:
+                out += f" (auto-fit reduced max_model_len from {self.auto_fit_from:,})"
+            return out
+        return f"refused by vLLM 0.33 at start-up: {self.message}"
+
+
+def kv_cache_config_with_admission(vc, built, kv_cache_memory_bytes: int | None):
+    """``get_kv_cache_configs`` as the engine core calls it on the build's
+    specs and groups, keeping the verdict of its admission check
+    (:class:`Admission`) instead of raising it.  Without
+    ``kv_cache_memory_bytes`` the config's ``num_gpu_blocks_override``
+    decides the block count.  Returns ``(KVCacheConfig, Admission | None)``."""
+    from vllm.v1.core import kv_cache_planning as kcp
+
+    seen: list[Admission] = []
+    original = kcp._check_enough_kv_cache_memory
+    before = vc.model_config.max_model_len
+
+    def check(available, get_needed, max_model_len, estimate):
+        needed = get_needed()
+        seen.append(
+            Admission(
+                ok=needed <= available and available > 0, max_model_len=max_model_len,
+                needed_bytes=needed, available_bytes=available,
+                _estimate=estimate, _check=original,
+            )
+        )
+
+    specs = dict(built.layer_specs)
+    memory = kv_cache_memory_bytes or 1  # num_gpu_blocks_override decides
+    with emulate(built.gpu, meta_tensors=False), patch_attributes(
+        [(kcp, "_check_enough_kv_cache_memory", check)]
+    ):
+        cfg = kcp.get_kv_cache_configs(vc, [specs], [memory], list(built.groups))[0]
+    cfg.kv_cache_layout = vc.cache_config.kv_cache_layout
+    admission = seen[0] if seen else None
+    if admission is not None and vc.model_config.max_model_len != before:
+        admission = dataclasses.replace(admission, auto_fit_from=before)
+    return cfg, admission
+
+
+__all__ = ["Admission", "kv_cache_config_with_admission"]

@@ -1,0 +1,132 @@
+"""The drafter of a speculative deployment, built by vLLM 0.33's own speculator code.
+
+Model Runner V2 (``vllm/v1/worker/gpu/model_runner.py``) builds the speculator
+next to the target model: ``init_speculator`` (``vllm/v1/worker/gpu/spec_decode/
+__init__.py``) picks the speculator class for ``speculative_config.method``,
+and ``DraftModelSpeculator.load_model`` (``spec_decode/speculator.py``) records
+the target's attention layers, calls ``load_draft_model`` (MTP and EAGLE:
+``eagle/utils.py: load_eagle_model``; a draft model: ``standalone_ar``) and
+marks every attention layer that appeared ``is_draft_layer``.  The runner's
+``get_kv_cache_spec`` then gives those layers KV cache like any other layer
+(``replace(spec, is_draft=True)``), so they join the groups, the tensors and
+the pool.
+
+:func:`build_drafter` runs exactly that on the meta device, with one
+difference: vLLM's model loader builds the draft model with its own
+``create_model`` but loads no weights (``BaseModelLoader.load_model`` is
+answered on the meta device, as the target's build is).  Methods whose
+speculator is not a ``DraftModelSpeculator`` (``ngram``, ``suffix``, ...)
+add no layers; the plan says so.
+
+Qwen3.5-0.8B with ``{"method": "mtp", "num_speculative_tokens": 3}``: its
+config's ``mtp_num_hidden_layers: 1`` gives one draft attention layer,
+``mtp.layers.0.self_attn.attn`` (``Qwen3_5MTP``), 2 KV heads x 256.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+import torch
+
+from kvexplore.planning.emulation import patch_attributes
+
+
+@dataclass(frozen=True)
+class Drafter:
+    """What a ``speculative_config`` adds to the deployment.
+
+    ``speculator`` is vLLM's speculator class (``MTPSpeculator``,
+    ``EagleSpeculator``, ``StandaloneARSpeculator``, ...) or ``None`` when the
+    method builds no model; ``architecture`` the draft model's; ``layer_names``
+    the attention layers it adds (vLLM's names, each ``is_draft``);
+    ``weight_bytes`` the parameter bytes of the draft model that the target
+    does not already hold (a shared embedding or LM head counts once);
+    ``dcp_size`` the decode context parallel size it runs at.
+    """
+
+    method: str
+    num_speculative_tokens: int
+    speculator: str | None
+    architecture: str | None
+    layer_names: tuple[str, ...]
+    weight_bytes: int
+    dcp_size: int
+
+    @property
+    def adds_layers(self) -> bool:
+        return bool(self.layer_names)
+
+    def text(self) -> str:
+        """One line: the method, its speculator and the layers it adds."""
+        head = f"{self.method} x {self.num_speculative_tokens} draft tokens"
+        if self.speculator is None:
+            return f"{head}: no draft model, so no KV cache layers are added"
+        return (f"{head}: vLLM's {self.speculator} builds {self.architecture}, "
+                f"{len(self.layer_names)} draft attention layer(s) "
+                f"({', '.join(self.layer_names[:3])}{' ...' if len(self.layer_names) > 3 else ''})")
+
+
+def _meta_loader_patch() -> list:
+    """vLLM's model loaders build the draft on the meta device, loading nothing."""
+    from vllm.model_executor.model_loader.base_loader import BaseModelLoader
+    from vllm.utils.torch_utils import set_default_torch_dtype
+
+    def load_model(self, vllm_config, model_config, prefix=""):
+        with set_default_torch_dtype(model_config.dtype), torch.device("meta"):
+            return self.create_model(vllm_config=vllm_config, model_config=model_config,
+                                     prefix=prefix)
+
+    return [(BaseModelLoader, "load_model", load_model)]
+
+
+def _natural(name: str) -> list:
+    """``"m.layers.10.attn"`` after ``"m.layers.9.attn"``: numbers compare as numbers."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def _own_parameter_bytes(draft: torch.nn.Module, target: torch.nn.Module) -> int:
+    shared = {id(p) for p in target.parameters()}
+    return sum(p.numel() * p.element_size() for p in draft.parameters() if id(p) not in shared)
+
+
+def build_drafter(vc, target: torch.nn.Module) -> Drafter | None:
+    """The drafter of ``vc.speculative_config``, built next to ``target`` as
+    Model Runner V2 builds it; ``None`` without a speculative config.  Runs
+    inside the build's emulation, parallel groups and ``set_current_vllm_config``."""
+    spec = vc.speculative_config
+    if spec is None:
+        return None
+    none = Drafter(spec.method, int(spec.num_speculative_tokens), None, None, (), 0,
+                   int(vc.parallel_config.decode_context_parallel_size))
+    if spec.use_ngram() or not vc.use_v2_model_runner:
+        return none
+    from vllm.v1.worker.gpu.spec_decode import init_speculator
+    from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
+
+    with patch_attributes(_meta_loader_patch()):
+        speculator = init_speculator(vc, torch.device("meta"), None)
+        if not isinstance(speculator, DraftModelSpeculator):
+            return replace(none, speculator=type(speculator).__name__)
+        speculator.load_model(target)
+    return replace(
+        none,
+        speculator=type(speculator).__name__,
+        architecture=(spec.draft_model_config.architectures or [None])[0],
+        layer_names=tuple(sorted(speculator.draft_attn_layer_names, key=_natural)),
+        weight_bytes=_own_parameter_bytes(speculator.model, target),
+        dcp_size=int(speculator.dcp_size),
+    )
+
+
+def draft_specs(specs: dict, drafter: Drafter | None, target_dcp: int) -> dict:
+    """``GPUModelRunner.get_kv_cache_spec`` of Model Runner V2: a draft running
+    at DCP 1 under a DCP target keeps a replicated cache (``dcp_sharded=False``)."""
+    if drafter is None or not (drafter.dcp_size == 1 and target_dcp > 1):
+        return specs
+    return {name: replace(s, dcp_sharded=False) if name in drafter.layer_names else s
+            for name, s in specs.items()}
+
+
+__all__ = ["Drafter", "build_drafter", "draft_specs"]

@@ -1,6 +1,6 @@
 """Registered KV caches: what a KV connector's ``register_kv_caches`` receives.
 
-Two eras (GUIDE section 2):
+Two eras:
 
 ``unified`` (vLLM >= 0.26, the pinned 0.33): vLLM's own
 ``vllm/v1/worker/utils.py: allocate_kv_cache`` allocates one int8 backing
@@ -10,7 +10,7 @@ Qwen3.5-0.8B, 64 blocks, ``LBNHC``, kernel block 32 (FLASHINFER): a GDN layer
 is ``[64, 1, 1, 1085440]`` int8, strides ``(1114112, 1085440, 1085440, 1)``;
 an attention layer ``[1088, 2, 32, 512]`` bf16, strides ``(32768, 512, 1024, 1)``.
 
-``legacy`` (vLLM < 0.26, what seed 000's two rules were written for): each
+``legacy`` (vLLM < 0.26, what LMCache's first two edit rules were written for): each
 ``KVCacheTensor`` is shared by one layer of every group; an attention layer is
 ``[num_kernel_pages, 2, kernel_block, heads, head_size]`` (K/V dim second,
 kernel pages contiguous inside a logical block); a Mamba layer is
@@ -26,6 +26,7 @@ import torch
 
 from kvexplore.errors import KVExploreError
 from kvexplore.memo import per_plan
+from kvexplore.planning.planner import Plan
 
 REGISTRATIONS = ("unified", "legacy")
 
@@ -48,9 +49,39 @@ def _device(device) -> torch.device:
     return dev
 
 
+#: The largest allocation a tensor can describe (torch sizes are int64 bytes).
+MAX_ALLOCATION_BYTES = (1 << 63) - 1
+
+
+def check_allocatable(plan) -> None:
+    """Refuse what cannot be allocated, naming it: not a plan, no blocks, or
+    a backing allocation beyond what a tensor can hold."""
+    if not isinstance(plan, Plan):
+        raise KVExploreError(
+            f"plan is a {type(plan).__name__} ({plan!r:.60}); expected a kvexplore.Plan "
+            "(kvexplore.plan(model, ...))"
+        )
+    if plan.num_blocks < 1:
+        raise KVExploreError(
+            f"the plan has num_blocks={plan.num_blocks}: there is nothing to allocate; "
+            "expected num_blocks >= 1 (give num_blocks or more kv_cache_memory_bytes)"
+        )
+    total = max((t.offset + t.size for t in plan.tensors), default=0)
+    if total > MAX_ALLOCATION_BYTES:
+        raise KVExploreError(
+            f"the plan's backing allocation is {total:,} B (block_size={plan.block_size:,}, "
+            f"num_blocks={plan.num_blocks:,}); expected at most {MAX_ALLOCATION_BYTES:,} B, "
+            "what a tensor can hold"
+        )
+
+
 def allocate(plan, *, device="cpu", registration: str = "unified"):
-    """``{layer_name: tensor or [conv_state, ssm_state]}`` for ``plan``."""
+    """``{layer_name: tensor or [conv_state, ssm_state]}`` for ``plan``.
+
+    Raises ``KVExploreError`` for an unknown ``registration`` or ``device``, and
+    for what cannot be allocated (:func:`check_allocatable`)."""
     check_registration_name(registration)
+    check_allocatable(plan)
     dev = _device(device)
     if registration == "unified":
         from vllm.v1.worker.utils import allocate_kv_cache

@@ -37,15 +37,27 @@ def backend_names() -> tuple[str, ...]:
     return tuple(AttentionBackendEnum.__members__)
 
 
+#: Name prefixes of the backends of vLLM's other platforms (CPU, ROCm, XPU):
+#: vLLM's CUDA platform does not refuse them by name, but they do not run there.
+OTHER_PLATFORMS = ("CPU_", "ROCM_", "XPU_", "AMX_")
+
+
 def validate_backend_name(name) -> str:
-    """``name`` if vLLM's ``AttentionBackendEnum`` has it; a clear error if not."""
+    """``name`` if vLLM's ``AttentionBackendEnum`` has it and it is not another
+    platform's backend (:data:`OTHER_PLATFORMS`); a clear error if not."""
     names = backend_names()
     if not isinstance(name, str) or name.upper() not in names:
         raise KVExploreError(
             f"unknown attention_backend {name!r}; expected one of vLLM 0.33's "
             f"AttentionBackendEnum names: {list(names)}"
         )
+    if name.upper().startswith(OTHER_PLATFORMS):
+        cuda = [n for n in names if not n.startswith(OTHER_PLATFORMS)]
+        raise KVExploreError(
+            f"attention_backend={name!r} is a backend of vLLM's CPU, ROCm or XPU platform, "
+            f"not of the NVIDIA GPUs kvexplore answers for; expected one of {cuda}"
+        )
     return name.upper()
 
 
-__all__ = ["COMMON_BACKENDS", "backend_names", "validate_backend_name"]
+__all__ = ["COMMON_BACKENDS", "OTHER_PLATFORMS", "backend_names", "validate_backend_name"]

@@ -58,6 +58,18 @@ def _gdn_line(p, gdn: str) -> str:
             "qwen_gdn_linear_attn.py: _resolve_gdn_prefill_backend)")
 
 
+def _mode_line(p) -> str:
+    asked = p.inputs["mamba_cache_mode"]
+    caching = "on" if p.enable_prefix_caching else "off"
+    if asked is None:
+        return (f"{p.mamba_cache_mode!r}: vLLM's default for this model with prefix caching "
+                f"{caching} (models/config.py: MambaModelConfig)")
+    if asked != p.mamba_cache_mode:
+        return (f"{p.mamba_cache_mode!r}, not the requested {asked!r}: vLLM sets it with "
+                f"prefix caching {caching} (models/config.py: MambaModelConfig)")
+    return f"{p.mamba_cache_mode!r}: as requested"
+
+
 def _checkpoint_line(p, checkpoint) -> str:
     if p.mamba_cache_mode != "align":
         return (f"not used: mamba_cache_mode={p.mamba_cache_mode!r} "
@@ -183,6 +195,7 @@ def plan_derivation(p, bare=None) -> dict[str, str]:
     if gdn is not None:
         out["gdn_prefill_backend"] = _gdn_line(p, gdn)
     if p.mamba_page_size is not None:
+        out["mamba_cache_mode"] = _mode_line(p)
         out["prefill_checkpoint_alignment"] = _checkpoint_line(
             p, p.decisions.get("prefill_checkpoint_alignment"))
     out["block_size"] = _block_line(p)

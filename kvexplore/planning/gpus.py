@@ -126,6 +126,23 @@ def _parse_capability(text: str) -> tuple[int, int] | None:
     return None
 
 
+def _checked(gpu: GPU) -> GPU:
+    """A custom :class:`GPU` must have a capability of the table's cards (the
+    ones kvexplore emulates) and positive memory and SM counts."""
+    known = sorted({g.compute_capability for g in _GPUS})
+    if gpu.compute_capability not in known:
+        raise KVExploreError(
+            f"gpu={gpu!r}: compute capability {gpu.compute_capability} cannot be emulated; "
+            f"expected one of the capabilities of kvexplore.gpus() ({', '.join(known)})"
+        )
+    for name in ("memory_gib", "sm_count", "cuda_runtime_major"):
+        value = getattr(gpu, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise KVExploreError(f"gpu={gpu!r}: {name}={value!r} is invalid; expected an "
+                                 "integer >= 1")
+    return gpu
+
+
 def resolve_gpu(gpu: str | GPU) -> GPU:
     """The :class:`GPU` for a name (``"H100"``, ``"rtx 4090"``) or a compute
     capability (``"9.0"``, ``"sm90"``: the first card of the table with it).
@@ -135,7 +152,7 @@ def resolve_gpu(gpu: str | GPU) -> GPU:
     answers for devices whose facts it holds.
     """
     if isinstance(gpu, GPU):
-        return gpu
+        return _checked(gpu)
     if not isinstance(gpu, str) or not gpu.strip():
         raise KVExploreError(
             f"gpu={gpu!r} is invalid; expected a GPU name ({', '.join(g.name for g in _GPUS)}) "

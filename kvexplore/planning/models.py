@@ -12,7 +12,6 @@ from a re-implementation.
 
 from __future__ import annotations
 
-import copy
 import difflib
 import hashlib
 import json
@@ -189,13 +188,35 @@ _TMP_DIR: tempfile.TemporaryDirectory | None = None
 
 def _tmp_root() -> Path:
     """One temporary directory per process for the ``config.json`` files vLLM
-    reads, created on first use under a lock; removed when the process exits
-    (``TemporaryDirectory``'s finalizer)."""
+    reads, created on first use under a lock.  It is removed when the process
+    exits normally (``TemporaryDirectory``'s finalizer) and on SIGTERM, when
+    SIGTERM still has its default action (:func:`_remove_on_sigterm`)."""
     global _TMP_DIR
     with _TMP_LOCK:
         if _TMP_DIR is None:
             _TMP_DIR = tempfile.TemporaryDirectory(prefix="kvexplore-configs-")
+            _remove_on_sigterm(_TMP_DIR)
         return Path(_TMP_DIR.name)
+
+
+def _remove_on_sigterm(tmp: tempfile.TemporaryDirectory) -> None:
+    """SIGTERM's default action ends the process without running finalizers;
+    while that default is in force (and only from the main thread), remove
+    ``tmp`` first, then end the process the default way."""
+    import os
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def remove_then_terminate(signum, frame):
+        tmp.cleanup()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, remove_then_terminate)
 
 
 def _materialise(name: str, config: dict[str, Any]) -> ModelSource:
@@ -228,11 +249,11 @@ def load_model_config(source: Any) -> ModelSource:
     if isinstance(source, ModelSource):
         return source
     if isinstance(source, Mapping):
-        config = _decode_special_floats(copy.deepcopy(dict(source)))
+        config = _decode_special_floats(json_ready(source, "config"))
         _check_transformers_format(config, "the config dict")
         return _materialise("<dict>", config)
     if hasattr(source, "to_dict") and hasattr(source, "model_type"):
-        config = _decode_special_floats(copy.deepcopy(source.to_dict()))
+        config = _decode_special_floats(json_ready(source.to_dict(), "config"))
         if not config.get("architectures"):
             archs = getattr(source, "architectures", None)
             if archs:
@@ -250,7 +271,7 @@ def load_model_config(source: Any) -> ModelSource:
     files = _catalog_files()
     if source in files:
         config = _decode_special_floats(
-            _json_load(files[source].read_text(), f"catalog file for {source}")
+            _json_load(_read_text(files[source]), f"catalog file for {source}")
         )
         src = _materialise(source, config)
     else:
@@ -258,7 +279,7 @@ def load_model_config(source: Any) -> ModelSource:
         if path.is_dir():
             path = path / "config.json"
         if path.is_file():
-            config = _decode_special_floats(_json_load(path.read_text(), str(path)))
+            config = _decode_special_floats(_json_load(_read_text(path), str(path)))
             _check_transformers_format(config, str(path))
             src = _materialise(source, config)
         elif _looks_like_path(source):
@@ -279,21 +300,85 @@ def _looks_like_path(source: str) -> bool:
     )
 
 
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise KVExploreError(
+            f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); expected a "
+            "Hugging Face config.json"
+        ) from None
+    except OSError as exc:
+        raise KVExploreError(f"{path} cannot be read ({exc.strerror}); expected a readable "
+                             "config.json") from None
+
+
+def json_ready(value: Any, where: str, _seen: tuple = ()) -> Any:
+    """A deep copy of ``value`` as JSON data: dict keys as strings, tuples as
+    lists, a ``torch.dtype`` by its name (``"bfloat16"``, as ``to_dict``
+    writes it), numpy scalars unwrapped.  Anything else, or a container that
+    holds itself, is refused naming where (``config['x'][0]``)."""
+    if isinstance(value, (str, bool, int, float)) or value is None:
+        return value
+    if id(value) in _seen:
+        raise KVExploreError(f"{where} holds itself; expected a tree of JSON values")
+    if isinstance(value, Mapping):
+        seen = (*_seen, id(value))
+        return {str(k): json_ready(v, f"{where}[{k!r}]", seen) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        seen = (*_seen, id(value))
+        return [json_ready(v, f"{where}[{i}]", seen) for i, v in enumerate(value)]
+    text = str(value)
+    if text.startswith("torch."):
+        return text.removeprefix("torch.")
+    if hasattr(value, "item") and hasattr(value, "dtype"):
+        return json_ready(value.item(), where, _seen)
+    raise KVExploreError(
+        f"{where}={value!r} is a {type(value).__name__}; expected JSON values (str, "
+        "number, bool, None, lists and dicts of them) as in a config.json"
+    )
+
+
+def _hub_reachable(timeout: float = 2.0) -> str | None:
+    """None when the Hugging Face hub can be fetched from, else why not."""
+    import socket
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return "HF_HUB_OFFLINE is set"
+    host = constants.ENDPOINT.split("://", 1)[-1].split("/", 1)[0]
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+    except OSError as exc:
+        return f"{host} cannot be reached ({exc.strerror or type(exc).__name__})"
+    return None
+
+
 def _from_hub(repo_id: str, files: Mapping[str, Path]) -> ModelSource:
+    """``config.json`` of a hub repository: the local hub cache first, then the
+    hub itself when it can be reached (no retries while offline)."""
+    from huggingface_hub import hf_hub_download
+
     close = difflib.get_close_matches(repo_id, list(files), n=3, cutoff=0.4)
     hint = f" Close catalog matches: {close}." if close else ""
     try:
-        from huggingface_hub import hf_hub_download
-
-        local = hf_hub_download(repo_id, "config.json")
-    except Exception as exc:
-        raise KVExploreError(
-            f"unknown model {repo_id!r}: it is not in the bundled catalog and "
-            f"could not be fetched from the Hugging Face hub "
-            f"({type(exc).__name__}).{hint} See kvexplore.catalog() for the "
-            "bundled models, or pass a path to a config.json."
-        ) from None
-    config = _decode_special_floats(_json_load(Path(local).read_text(), local))
+        local = hf_hub_download(repo_id, "config.json", local_files_only=True)
+    except Exception:
+        offline = _hub_reachable()
+        why = offline or "the hub has no such repository or file"
+        try:
+            if offline:
+                raise OSError(offline)
+            local = hf_hub_download(repo_id, "config.json")
+        except Exception as exc:
+            why = offline or type(exc).__name__
+            raise KVExploreError(
+                f"unknown model {repo_id!r}: it is not in the bundled catalog and could not "
+                f"be fetched from the Hugging Face hub ({why}).{hint} See kvexplore.catalog() "
+                "for the bundled models, or pass a path to a config.json."
+            ) from None
+    config = _decode_special_floats(_json_load(_read_text(Path(local)), local))
     _check_transformers_format(config, f"hub config of {repo_id}")
     return _materialise(repo_id, config)
 

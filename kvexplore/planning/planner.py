@@ -726,6 +726,11 @@ def _plan_from_build(src: ModelSource, gpu: GPU, request: tuple, built) -> Plan:
     from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity
 
     r = dict(request)
+    if not built.layer_specs:
+        raise KVExploreError(
+            f"{src.name} ({src.architecture}) registers no KV-cache layer with vLLM 0.33 "
+            "(e.g. num_hidden_layers=0); expected at least one attention or state layer"
+        )
     vc = _plan_vllm_config(src, built, r)
     cfg, admission = kv_cache_config_with_admission(vc, built, r["kv_cache_memory_bytes"])
     kernel_block_sizes = tuple(int(k) for k in _kernel_block_sizes(cfg, built))

@@ -8,6 +8,9 @@
    ``resolve_kv_cache_layout``, ``get_global_kv_cache_groups``,
    ``get_kv_cache_configs``), both under the
    same GPU emulation; wall time and peak RSS of each process, and the ratio.
+   The speculative row plans Qwen3.5-0.8B with MTP: vLLM's side then also
+   builds the drafter (``init_speculator`` + ``DraftModelSpeculator.load_model``,
+   the draft created on the meta device).
 2. In one process: a repeated plan (cache hit), a plan that changes only
    ``num_blocks`` / ``max_model_len`` (the built model is reused), a plan that
    needs a new build (new TP), medians.
@@ -26,7 +29,8 @@ OURS = r"""
 import json, resource, sys, time
 t = time.perf_counter()
 import kvexplore
-p = kvexplore.plan(sys.argv[1], gpu=sys.argv[2], num_blocks=64)
+spec = json.loads(sys.argv[3]) if len(sys.argv) > 3 else None
+p = kvexplore.plan(sys.argv[1], gpu=sys.argv[2], num_blocks=64, speculative_config=spec)
 dt = time.perf_counter() - t
 print(json.dumps({"s": dt, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "block_size": p.block_size}))
@@ -50,14 +54,26 @@ from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
 from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
 from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
 d = str(load_model_config(sys.argv[1]).config_dir)
+spec = json.loads(sys.argv[3]) if len(sys.argv) > 3 else None
 with emulate(resolve_gpu(sys.argv[2])):
     vc = EngineArgs(model=d, tokenizer=d, skip_tokenizer_init=True, load_format="dummy",
-                    num_gpu_blocks_override=64).create_engine_config()
+                    num_gpu_blocks_override=64, speculative_config=spec).create_engine_config()
     with set_current_vllm_config(vc):
         ps.init_distributed_environment(1, 0, "tcp://127.0.0.1:29533", 0, "gloo")
         ps.initialize_model_parallel(1, 1)
         with set_default_torch_dtype(vc.model_config.dtype), torch.device("meta"):
-            initialize_model(vc, model_class=get_model_architecture(vc.model_config)[0])
+            model = initialize_model(vc, model_class=get_model_architecture(vc.model_config)[0])
+        if spec is not None:
+            from vllm.model_executor.model_loader.base_loader import BaseModelLoader
+            from vllm.v1.worker.gpu.spec_decode import init_speculator
+
+            def load_model(self, vllm_config, model_config, prefix=""):
+                with set_default_torch_dtype(model_config.dtype), torch.device("meta"):
+                    return self.create_model(vllm_config=vllm_config, model_config=model_config,
+                                             prefix=prefix)
+
+            BaseModelLoader.load_model = load_model
+            init_speculator(vc, torch.device("meta"), None).load_model(model)
         current_platform.update_block_size_for_backend(vc)
         specs = get_kv_cache_spec(vc)
         layouts = [m.name for m in get_supported_kv_cache_layouts(get_current_attn_backends(vc))]
@@ -73,11 +89,13 @@ print(json.dumps({"s": dt, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru
 """
 
 DEFAULT_MODELS = ("Qwen/Qwen3.5-0.8B", "nvidia/Nemotron-H-56B-Base-8K", "meta-llama/Llama-3.1-8B-Instruct")
+#: The speculative row: Qwen3.5-0.8B with its MTP layer as the drafter.
+SPECULATIVE = ("Qwen/Qwen3.5-0.8B", {"method": "mtp", "num_speculative_tokens": 3})
 
 
-def fresh(code: str, model: str, gpu: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", code, model, gpu], capture_output=True,
-                         text=True, check=True)
+def fresh(code: str, model: str, gpu: str, spec: dict | None = None) -> dict:
+    argv = [sys.executable, "-c", code, model, gpu] + ([json.dumps(spec)] if spec else [])
+    out = subprocess.run(argv, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -105,12 +123,14 @@ def main():
     print(f"{'model':40s} {'plan() s':>9s} {'vLLM s':>8s} {'ratio':>6s} "
           f"{'plan() MB':>10s} {'vLLM MB':>8s}  block")
     ratios = []
-    for name in models:
-        a = fresh(OURS, name, args.gpu)
-        b = fresh(VLLM, name, args.gpu)
+    rows = [(name, None) for name in models] + [SPECULATIVE]
+    for name, spec in rows:
+        a = fresh(OURS, name, args.gpu, spec)
+        b = fresh(VLLM, name, args.gpu, spec)
         assert a["block_size"] == b["block_size"], (name, a, b)
         ratios.append(a["s"] / b["s"])
-        print(f"{name:40s} {a['s']:9.2f} {b['s']:8.2f} {a['s'] / b['s']:5.2f}x "
+        label = name + (f" + {spec['method']} x{spec['num_speculative_tokens']}" if spec else "")
+        print(f"{label:40s} {a['s']:9.2f} {b['s']:8.2f} {a['s'] / b['s']:5.2f}x "
               f"{a['rss_mb']:10.0f} {b['rss_mb']:8.0f}  {a['block_size']}")
     print(f"median ratio plan()/vLLM: {statistics.median(ratios):.2f}x (goal <= 1.2x; peak goal <= 1536 MB)")
 

@@ -39,7 +39,7 @@ def per_plan(plan: Any, key: Hashable, build: Callable[[], T]) -> T:
 
 
 def keys(plan: Any) -> list:
-    """The keys memoised for ``plan`` so far (for benchmarks and tooling)."""
+    """The keys memoised for ``plan`` so far."""
     if plan is None:
         return []
     with _LOCK:

@@ -46,16 +46,18 @@ def test_hybrid_align_is_accepted():
     assert table["kind"].tolist() == ["mamba", "full_attention"]
 
 
-@pytest.mark.parametrize("mode", ["none", "all"])
-def test_mamba_not_align_is_rejected(mode):
-    cfg = config([(["g0"], qwen_gdn(mode)), (["a3"], qwen_attn())], 4)
+def test_mamba_none_is_rejected_and_all_is_accepted():
+    # LMCache 0.5.6: only 'align' and 'all' keep reusable state snapshots
+    cfg = config([(["g0"], qwen_gdn("none")), (["a3"], qwen_attn())], 4)
     with pytest.raises(
-        ValueError, match=rf"group 0 \(mamba\).*mamba_cache_mode='{mode}'"
+        ValueError, match=r"group 0 \(mamba\).*mamba_cache_mode='none'; expected 'align' or 'all'"
     ):
         validate_kv_cache_groups(cfg)
     table = check_kv_cache_groups(cfg)
     assert table["verdict"].tolist() == ["rejected", "accepted"]
-    assert "expected 'align'" in table["reason"][0]
+    every = config([(["g0"], qwen_gdn("all")), (["a3"], qwen_attn())], 4)
+    assert validate_kv_cache_groups(every) is None
+    assert check_kv_cache_groups(every)["verdict"].tolist() == ["accepted", "accepted"]
 
 
 def test_every_offending_group_is_listed_in_one_error():

@@ -21,7 +21,7 @@ disjoint inputs, so the order only matters for your own rule lists):
 ``subpaged-mla-attention-view`` unified  MLA kernel pages -> logical pages
 =============================  ========  ===========================================
 
-Worked numbers (Qwen3.5-0.8B, TP 1, 64 blocks; GUIDE section 4): a GDN page is
+Worked numbers (Qwen3.5-0.8B, TP 1, 64 blocks): a GDN page is
 1,085,440 B of state padded to 1,114,112 B; an attention block is 544 tokens;
 the kernel pages at 32 tokens, so one block is 17 kernel pages.
 
@@ -97,7 +97,7 @@ __all__ = [
 RegisteredKVCache: TypeAlias = torch.Tensor | list[torch.Tensor]
 
 # The page is opaque bytes, so one synthetic head holding a whole K- or V-half
-# slab is enough; head_size' is derived to fill the page (seed 000).
+# slab is enough; head_size' is derived to fill the page (as LMCache does).
 _SYNTHETIC_NUM_HEADS = 1
 
 # Standard-paged (non-MLA) attention kinds the sub-paged edit may re-view.
@@ -402,10 +402,10 @@ class MambaPageViewEdit(_ReasonedEdit):
     for a Qwen3.5-0.8B GDN layer, all views into one padded page per block
     laid out ``conv | ssm | pad`` (36,864 + 1,048,576 + 28,672 = 1,114,112 B).
     A page is one state snapshot, which for caching behaves like one block of
-    a sliding-window layer, so seed 000 re-views the *whole* page from the
+    a sliding-window layer, so LMCache re-views the *whole* page from the
     conv state's base as ``[64, 2, 544, 1, 512]`` in the conv dtype.
 
-    Invariants (seed 000 plus what it takes for the whole page to be this
+    Invariants (LMCache's, plus what it takes for the whole page to be this
     layer's): one tensor per ``MambaSpec.shapes`` entry (2 for Mamba2/GDN,
     1 for a short-conv layer), conv state at a page base, every state's
     ``stride(0)`` one page, states back to back, and the page factors into
@@ -564,7 +564,7 @@ class SubpagedAttentionViewEdit(_ReasonedEdit):
                 f"legacy attention tensor has shape {tuple(kv_cache.shape)}; "
                 "expected 2 (K, V) in dim 1"
             )
-        # Rank 5 keeps seed 000's logical-order guard: a permuted legacy HND
+        # Rank 5 keeps LMCache's logical-order guard: a permuted legacy HND
         # tensor would otherwise be re-viewed and misread downstream.
         ordered, num_blocks = _regroup_kernel_pages(
             kv_cache,

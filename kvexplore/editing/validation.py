@@ -1,16 +1,14 @@
 """Which KV-cache groups a KV connector can serve, as an error or as data.
 
 LMCache decides this once, at registration time, in
-``validate_kv_cache_groups`` (``lmcache/integration/vllm/kv_cache_group_edits.py``)
-before it re-views any tensor.  kvexplore mirrors the earlier version of that
-function (seed 000) exactly:
+``validate_kv_cache_groups`` (``lmcache/integration/vllm/kv_cache_group_edits.py``,
+LMCache 0.5.6) before it re-views any tensor.  kvexplore mirrors its rules:
 
 * a ``CrossAttentionSpec`` group (encoder-decoder, e.g. Whisper) is rejected:
   its blocks hold encoder output, not a prefix of the prompt;
-* a ``MambaSpec`` group whose ``mamba_cache_mode`` is not ``"align"`` is
-  rejected: with ``"none"`` vLLM keeps one running state per request, so no
-  block is a reusable snapshot of a prefix (LMCache 0.5.6 also lets ``"all"``
-  through; seed 000 does not, and kvexplore follows the seed);
+* a ``MambaSpec`` group whose ``mamba_cache_mode`` is neither ``"align"`` nor
+  ``"all"`` is rejected: with ``"none"`` vLLM keeps one running state per
+  request, so no block is a reusable snapshot of a prefix;
 * specs that declare slot compression (``tokens_per_state > 1`` in vLLM 0.33,
   ``compress_ratio > 1`` before it, ``tq_slot_size > 0``) are *accepted*:
   LMCache serves them on a separate compression path and the edits skip them.
@@ -59,8 +57,8 @@ __all__ = [
 ACCEPTED = "accepted"
 REJECTED = "rejected"
 
-#: The only Mamba cache mode seed 000 accepts.
-_ALIGN = "align"
+#: The Mamba cache modes LMCache's validate_kv_cache_groups accepts.
+SNAPSHOT_MODES = ("align", "all")
 
 _COLUMNS = ["group", "kind", "verdict", "reason"]
 
@@ -95,7 +93,7 @@ def _require_config(kv_cache_config: object) -> KVCacheConfig:
 
 
 def _judge_leaf(spec: KVCacheSpec) -> tuple[str, str]:
-    """(verdict, reason) for one leaf spec, by seed 000's rules."""
+    """(verdict, reason) for one leaf spec, by LMCache's rules."""
     kind = get_kv_cache_spec_kind(spec)
     if kind == KVCacheSpecKind.CROSS_ATTENTION:
         return REJECTED, (
@@ -104,12 +102,12 @@ def _judge_leaf(spec: KVCacheSpec) -> tuple[str, str]:
         )
     if kind == KVCacheSpecKind.MAMBA:
         mode = getattr(spec, "mamba_cache_mode", "none")
-        if mode != _ALIGN:
+        if mode not in SNAPSHOT_MODES:
             return REJECTED, (
-                f"MambaSpec with mamba_cache_mode={mode!r}; expected 'align' "
-                "(only 'align' keeps a reusable state snapshot per block)"
+                f"MambaSpec with mamba_cache_mode={mode!r}; expected 'align' or 'all' "
+                "(only these keep reusable state snapshots per block)"
             )
-        return ACCEPTED, "MambaSpec with mamba_cache_mode='align'"
+        return ACCEPTED, f"MambaSpec with mamba_cache_mode={mode!r}"
     if declares_slot_compression(spec):
         ratio = getattr(spec, "tokens_per_state", None)
         if not (isinstance(ratio, (int, Fraction)) and ratio > 1):
@@ -163,9 +161,10 @@ def check_kv_cache_groups(kv_cache_config: KVCacheConfig | None) -> pd.DataFrame
 def validate_kv_cache_groups(kv_cache_config: KVCacheConfig | None) -> None:
     """Raise one ``ValueError`` naming every group a connector cannot serve.
 
-    Mirrors seed 000's ``validate_kv_cache_groups``: ``None`` passes (callers
+    Mirrors LMCache's ``validate_kv_cache_groups``: ``None`` passes (callers
     without a config validate again at registration), cross-attention groups
-    and non-``align`` Mamba groups are rejected, slot-compressed specs pass.
+    and Mamba groups in ``mamba_cache_mode="none"`` are rejected,
+    slot-compressed specs pass.
     Every problem is collected first so a user fixes them in one round.
 
     Raises:
@@ -182,7 +181,6 @@ def validate_kv_cache_groups(kv_cache_config: KVCacheConfig | None) -> None:
         )
         raise KVExploreError(
             f"{len(bad)} KV-cache group(s) cannot be served by an LMCache-style "
-            f"connector: {listed}. See seed 000 / LMCache "
-            "lmcache/integration/vllm/kv_cache_group_edits.py "
-            "(validate_kv_cache_groups)."
+            f"connector: {listed} (LMCache's validate_kv_cache_groups, "
+            "lmcache/integration/vllm/kv_cache_group_edits.py)."
         )

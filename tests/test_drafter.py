@@ -150,3 +150,20 @@ def test_bad_speculative_configs_quote_vllm(model, spec, expected):
         kvexplore.plan(model, gpu="H100", speculative_config=spec)
     for text in expected:
         assert text in str(info.value)
+
+
+def test_an_eagle_head_with_its_own_config():
+    head = config_of("yuhuili/EAGLE-LLaMA3-Instruct-8B")
+    target = config_of("meta-llama/Llama-3.1-8B-Instruct")
+    p = kvexplore.plan("meta-llama/Llama-3.1-8B-Instruct", gpu="H100", speculative_config={
+        "method": "eagle", "model": "yuhuili/EAGLE-LLaMA3-Instruct-8B",
+        "num_speculative_tokens": 3})
+    drafts = [i for i in p.layers if i.is_draft]
+    assert len(drafts) == head["num_hidden_layers"] == 1
+    # EAGLE's layer is numbered after the target's decoder layers
+    assert drafts[0].name == f"model.layers.{target['num_hidden_layers']}.self_attn.attn"
+    spec = p.layer_specs[drafts[0].name]
+    assert spec.num_kv_heads == head["num_key_value_heads"]
+    assert spec.head_size == head["hidden_size"] // head["num_attention_heads"]
+    assert p.drafter.speculator == "EagleSpeculator"
+    assert [list(g.layer_names) for g in p.groups] == grouping_by_vllm(p)

@@ -2,19 +2,13 @@
 
 :class:`ExplorerState` holds the control values (what the widget's controls
 show), builds the plan with :func:`kvexplore.plan` and renders every panel to
-text and HTML.  :mod:`kvexplore.explorer.widgets` is a thin ipywidgets layer over it;
-tests drive this class (or the widget's controls) without a browser.
-
-Why a separate class: the widget must never show a traceback and must stay
-usable after a bad value, and each control change must cost well under 100 ms.
-So every user error (``KVExploreError``, a ``ValueError``) becomes a message
-in the ``status`` panel, panels are memoised by exactly the inputs they read
-(the page map by ``(plan, layer, block, registration)``, the summary by the
-plan alone ...), and :meth:`ExplorerState.set` reports which panels changed so
-the widget re-renders only those.  Figures are PNG bytes memoised the same
-way (:meth:`ExplorerState.page_map_png`), the edits panel is a per-group
-summary (:func:`edit_groups`), and :func:`compare` sets two states side by
-side with every differing quantity marked.
+text and HTML; :mod:`kvexplore.explorer.widgets` is a thin ipywidgets layer
+over it, and tests drive it without a browser.  Every user error
+(``KVExploreError``, a ``ValueError``) becomes a message in the ``status``
+panel, never a traceback; panels and PNG figures are memoised per plan by
+exactly the inputs they read (:func:`kvexplore.memo.per_plan`), and
+:meth:`ExplorerState.set` reports which panels changed.  :func:`compare` sets
+two states side by side with every differing quantity marked.
 
 >>> s = ExplorerState("Qwen/Qwen3.5-0.8B")
 >>> s.plan.block_size  # on the default GPU, an H100
@@ -36,12 +30,25 @@ from __future__ import annotations
 import io
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
+import torch
+from vllm.config.cache import CacheDType
+
+from kvexplore.editing.plan_edits import plan_edits
+from kvexplore.editing.roundtrip import verify_roundtrip
+from kvexplore.editing.rules import apply_kv_cache_group_edits
+from kvexplore.editing.validation import check_kv_cache_groups
 from kvexplore.errors import KVExploreError
 from kvexplore.memo import per_plan
-from kvexplore.planning.gpus import DEFAULT_GPU
-from kvexplore.planning.models import DEFAULT_MODEL
+from kvexplore.offloading.config import offload_config
+from kvexplore.planning.backends import COMMON_BACKENDS
+from kvexplore.planning.gpus import DEFAULT_GPU, gpus
+from kvexplore.planning.inputs import MAMBA_CACHE_MODES, MODEL_DTYPES
+from kvexplore.planning.models import DEFAULT_MODEL, catalog_names
+from kvexplore.planning.planner import plan as make_plan
+from kvexplore.registration import REGISTRATIONS
+from kvexplore.rendering import editing, figures, html, layouts
 
 #: Controls and their defaults ("auto" = let vLLM choose).
 CONTROL_DEFAULTS: dict[str, Any] = {
@@ -60,29 +67,17 @@ CONTROL_DEFAULTS: dict[str, Any] = {
     "block": 0,
 }
 
-#: Controls that change the plan (the rest only pick what to look at).
-PLAN_CONTROLS = (
-    "model",
-    "gpu",
-    "tensor_parallel_size",
-    "decode_context_parallel_size",
-    "block_size",
-    "kv_cache_dtype",
-    "dtype",
-    "attention_backend",
-    "mamba_cache_mode",
-    "enable_prefix_caching",
-)
+#: Controls that pick what to look at; the others (:data:`PLAN_CONTROLS`) change the plan.
+VIEW_CONTROLS = ("registration", "layer", "block")
+PLAN_CONTROLS = tuple(k for k in CONTROL_DEFAULTS if k not in VIEW_CONTROLS)
 
 PANELS = ("status", "summary", "memory", "page_map", "edits", "offload", "live")
 
-#: Blocks exercised by the live round-trip on CPU (all blocks on CUDA): a
-#: CPU round-trip of all 16 blocks of Qwen3.5-0.8B takes about 10 s.
+#: Blocks exercised by the live round-trip on CPU (all blocks on CUDA).
 CPU_ROUNDTRIP_BLOCKS = 2
 #: The live panel refuses CPU allocations above this many bytes.
 MAX_CPU_ALLOCATION = 8 << 30
-#: Resolution of the Explorer's PNG page maps: a 10-inch figure is 720 px
-#: wide at 72 dpi, and Agg's cost grows with the pixels it fills.
+#: Resolution of the Explorer's PNG page maps (a 10-inch figure is 720 px wide).
 FIGURE_DPI = 72
 
 
@@ -99,23 +94,11 @@ class Panel:
 
 
 def _message_panel(name: str, text: str, level: str = "error") -> Panel:
-    from kvexplore.rendering.html import message_html
-
-    return Panel(name, text, message_html(text, level), ok=False)
+    return Panel(name, text, html.message_html(text, level), ok=False)
 
 
 def choices() -> dict[str, list]:
     """Options for the dropdown controls, from kvexplore's and vLLM's lists."""
-    from typing import get_args
-
-    from vllm.config.cache import CacheDType
-
-    from kvexplore.planning.backends import COMMON_BACKENDS
-    from kvexplore.planning.gpus import gpus
-    from kvexplore.planning.inputs import MAMBA_CACHE_MODES, MODEL_DTYPES
-    from kvexplore.planning.models import catalog_names
-    from kvexplore.registration import REGISTRATIONS
-
     return {
         "model": catalog_names(),
         "gpu": gpus().gpu.tolist(),
@@ -147,6 +130,19 @@ def _control_int(name: str, value: Any, *, auto: bool = False) -> int | None:
     return parsed
 
 
+def _auto(value: Any) -> Any:
+    """None (let vLLM choose) for ``'auto'``, else ``value``."""
+    return None if value in (None, "auto") else value
+
+
+def _check_controls(names) -> None:
+    unknown = [k for k in names if k not in CONTROL_DEFAULTS]
+    if unknown:
+        raise KVExploreError(
+            f"unknown Explorer control(s) {unknown}; expected {list(CONTROL_DEFAULTS)}"
+        )
+
+
 class ExplorerState:
     """Controls -> plan -> panels, without any widget.
 
@@ -154,18 +150,14 @@ class ExplorerState:
     panels whose content changed.  ``panels[name]`` is a :class:`Panel`;
     ``error`` is the last user error (None when the controls are valid);
     ``plan`` the current plan (None after an error that prevents planning).
+    An unknown control name raises ``KVExploreError``.
     """
 
     def __init__(self, model: Any = DEFAULT_MODEL, **controls: Any) -> None:
-        unknown = [k for k in controls if k not in CONTROL_DEFAULTS]
-        if unknown:
-            raise KVExploreError(
-                f"unknown Explorer control(s) {unknown}; expected {list(CONTROL_DEFAULTS)}"
-            )
+        _check_controls(controls)
         self.controls: dict[str, Any] = {**CONTROL_DEFAULTS, **controls, "model": model}
         self.panels: dict[str, Panel] = {}
         self.error: str | None = None
-        self.note: str | None = None
         self.plan = None
         self._live_key = None
         self.refresh()
@@ -173,20 +165,13 @@ class ExplorerState:
     # -- control handling ----------------------------------------------------
     def set(self, **changes: Any) -> tuple[str, ...]:
         """Apply control changes; return the panels that changed (in PANELS order)."""
-        unknown = [k for k in changes if k not in CONTROL_DEFAULTS]
-        if unknown:
-            raise KVExploreError(
-                f"unknown Explorer control(s) {unknown}; expected {list(CONTROL_DEFAULTS)}"
-            )
+        _check_controls(changes)
         self.controls.update(changes)
         return self.refresh()
 
     def plan_kwargs(self) -> dict[str, Any]:
         """``kvexplore.plan`` keywords from the controls (raises on bad values)."""
         c = self.controls
-        mode = c["mamba_cache_mode"]
-        backend = c["attention_backend"]
-        caching = c["enable_prefix_caching"]
         return {
             "gpu": c["gpu"],
             "tensor_parallel_size": _control_int("tensor_parallel_size", c["tensor_parallel_size"]),
@@ -196,9 +181,9 @@ class ExplorerState:
             "block_size": _control_int("block_size", c["block_size"], auto=True),
             "kv_cache_dtype": c["kv_cache_dtype"],
             "dtype": c["dtype"],
-            "attention_backend": None if backend in (None, "auto") else backend,
-            "mamba_cache_mode": None if mode in (None, "auto") else mode,
-            "enable_prefix_caching": None if caching in (None, "auto") else caching,
+            "attention_backend": _auto(c["attention_backend"]),
+            "mamba_cache_mode": _auto(c["mamba_cache_mode"]),
+            "enable_prefix_caching": _auto(c["enable_prefix_caching"]),
         }
 
     def _memoised(self, key: tuple, build: Callable[[], Any]) -> Any:
@@ -212,7 +197,6 @@ class ExplorerState:
         before = dict(self.panels)
         new: dict[str, Panel] = {}
         self.error = None
-        self.note = None
         try:
             self.plan = self._plan()
         except Exception as exc:  # user errors and anything vLLM raised
@@ -234,15 +218,13 @@ class ExplorerState:
             self.error = describe_error(exc)
             new["edits"] = _message_panel("edits", self.error)
         try:
-            layer = self._layer()
-            block = _control_int("block", self.controls["block"])
+            layer, block = self._view()
             key = ("page_map", layer, block, registration)
             new["page_map"] = self._memoised(key, lambda: _page_map_panel(p, layer, block, registration))
         except Exception as exc:
             self.error = describe_error(exc)
             new["page_map"] = _message_panel("page_map", self.error)
-        live_key = (p, registration)  # plans compare by identity
-        if self._live_key == live_key and "live" in before:
+        if self._live_key == (p, registration) and "live" in before:  # plans compare by identity
             new["live"] = before["live"]
         else:
             new["live"] = Panel("live", "live tensors: not run for this configuration (press Run)",
@@ -250,10 +232,7 @@ class ExplorerState:
         if self.error:
             new["status"] = _message_panel("status", self.error)
         else:
-            text = f"{p!r}" + (f"\n{self.note}" if self.note else "")
-            from kvexplore.rendering.html import message_html
-
-            new["status"] = Panel("status", text, message_html(text, "info"))
+            new["status"] = Panel("status", f"{p!r}", html.message_html(f"{p!r}", "info"))
         return self._commit(before, new)
 
     def _commit(self, before: dict[str, Panel], new: dict[str, Panel]) -> tuple[str, ...]:
@@ -261,59 +240,39 @@ class ExplorerState:
         return tuple(n for n in PANELS if before.get(n) != new.get(n))
 
     def _plan(self):
-        from kvexplore.planning.planner import plan
-
         kwargs = self.plan_kwargs()
         model = self.controls["model"]
         if isinstance(model, str) and not model.strip():
             raise KVExploreError("model='' is empty; expected a catalog id or a path to a config.json")
-        return plan(model.strip() if isinstance(model, str) else model, **kwargs)
+        return make_plan(model.strip() if isinstance(model, str) else model, **kwargs)
 
     def _layer(self) -> int:
         """Position of the layer control's value: an int position, its text, or a layer name."""
-        from kvexplore.rendering.layouts import resolve_layer
-
         layer = self.controls["layer"]
         if isinstance(layer, str) and layer.strip().lstrip("-").isdigit():
             layer = int(layer.strip())
-        pos, _ = resolve_layer(self.plan, layer)
+        pos, _ = layouts.resolve_layer(self.plan, layer)
         return pos
 
-    def layer_options(self) -> list[tuple[str, int]]:
-        """``(label, position)`` per KV-cache layer of the current plan."""
-        if self.plan is None:
-            return []
-        return [(f"{i}: {info.name} ({info.kind})", i) for i, info in enumerate(self.plan.layers)]
+    def _view(self) -> tuple[int, int]:
+        """``(layer position, block)`` from the view controls (raises on bad values)."""
+        return self._layer(), _control_int("block", self.controls["block"])
 
     # -- figures: PNG bytes, memoised like the panels ------------------------
-    def page_map_figure(self):
-        """Matplotlib page map for the current controls, or None after an error."""
-        if self.plan is None or not self.panels.get("page_map", Panel("", "", "", False)).ok:
-            return None
-        from kvexplore.rendering.layouts import page_map
-
-        return page_map(self.plan, self._layer(), block=_control_int("block", self.controls["block"]),
-                        registration=self.controls["registration"], edited=True)
-
     def page_map_png(self, layer: int | None = None, block: int | None = None) -> bytes | None:
         """The page map (registered and edited rows) as PNG bytes, or None
         after an error.  ``layer``/``block`` default to the controls.
 
-        Drawn once per ``(plan, layer, block, registration)``: plans are
-        immutable and cached, so returning to a view costs a dict lookup,
-        not an Agg draw (tens of milliseconds).
+        Drawn once per ``(plan, layer, block, registration)``
+        (:func:`kvexplore.memo.per_plan`).
         """
-        if self.plan is None:
+        if self.plan is None or (layer is None and not self.panels["page_map"].ok):
             return None
         p = self.plan
         registration = self.controls["registration"]
         try:
-            if layer is None:
-                if not self.panels.get("page_map", Panel("", "", "", False)).ok:
-                    return None
-                layer = self._layer()
-            if block is None:
-                block = _control_int("block", self.controls["block"])
+            layer = self._layer() if layer is None else layer
+            block = _control_int("block", self.controls["block"]) if block is None else block
         except ValueError:
             return None
         key = ("png", layer, block, registration)
@@ -324,12 +283,11 @@ class ExplorerState:
         layer, registered page over the edited view (empty after an error)."""
         if self.plan is None:
             return []
+        positions = {info.name: i for i, info in enumerate(self.plan.layers)}
         out = []
         for gid, group in enumerate(self.plan.groups):
-            if not group.layer_names:
-                continue
-            name = group.layer_names[0]
-            pos = next((i for i, info in enumerate(self.plan.layers) if info.name == name), None)
+            name = group.layer_names[0] if group.layer_names else None
+            pos = positions.get(name)
             if pos is None:
                 continue
             try:
@@ -359,8 +317,6 @@ class ExplorerState:
         return panel
 
     def _run_live(self, device, blocks) -> Panel:
-        import torch
-
         if self.plan is None:
             raise KVExploreError(f"no plan to allocate: {self.error}")
         p = self.plan
@@ -373,29 +329,19 @@ class ExplorerState:
                 f"the KV cache of this plan is {total:,} B; the live panel allocates at most "
                 f"{MAX_CPU_ALLOCATION:,} B on CPU (run on a CUDA machine, or lower num_blocks)"
             )
-        try:
-            from kvexplore.editing.roundtrip import verify_roundtrip
-            from kvexplore.editing.rules import apply_kv_cache_group_edits
-        except ImportError as exc:
-            raise KVExploreError(f"live round-trip unavailable: {exc}") from None
         caches = p.allocate(device, registration=registration)
         edited = apply_kv_cache_group_edits(p.kv_cache_config, caches, kv_layout=p.kv_cache_layout.name)
         if blocks == "default":
             blocks = None if str(device).startswith("cuda") else list(range(min(CPU_ROUNDTRIP_BLOCKS, p.num_blocks)))
         report = verify_roundtrip(p.kv_cache_config, caches, edited, blocks=blocks)
-        table = report.table
-        cols = [c for c in ("group", "layer", "regions", "blocks", "bytes", "ok", "detail") if c in table.columns]
-        device_type = torch.device(device).type
+        table = report.table[editing.ROUNDTRIP_COLUMNS]
         verdict = "OK" if report.ok else f"FAILED on {len(report.failures())} layer(s)"
         chosen = "all blocks" if blocks is None else f"blocks {list(blocks)}"
         head = (f"round-trip {verdict}: {len(table)} layers, {report.bytes_checked:,} bytes "
-                f"on {device_type} ({registration}, {chosen})")
-        text = head + "\n" + (table[cols].to_string(index=False) if len(table) else "(no layers)")
-        from kvexplore.rendering.html import message_html, table_html
-
-        html = message_html(head, "info" if report.ok else "error") + table_html(table[cols])
-        del caches, edited
-        return Panel("live", text, html, ok=bool(report.ok))
+                f"on {torch.device(device).type} ({registration}, {chosen})")
+        text = head + "\n" + (table.to_string(index=False) if len(table) else "(no layers)")
+        body = html.message_html(head, "info" if report.ok else "error") + html.table_html(table)
+        return Panel("live", text, body, ok=bool(report.ok))
 
 
 def describe_error(exc: BaseException) -> str:
@@ -405,18 +351,11 @@ def describe_error(exc: BaseException) -> str:
 
 
 def _live_idle_html() -> str:
-    from kvexplore.rendering.html import message_html
-
-    return message_html(
+    return html.message_html(
         "live tensors: not run for this configuration. Run allocates the registered "
         "caches (CUDA if available, else CPU), applies the edits and runs verify_roundtrip.",
         "info",
     )
-
-
-# ---------------------------------------------------------------------------
-# Panel renderers (pure functions of the plan and view controls)
-# ---------------------------------------------------------------------------
 
 
 def _summary_panel(p) -> Panel:
@@ -425,8 +364,6 @@ def _summary_panel(p) -> Panel:
 
 
 def _memory_panel(p) -> Panel:
-    from kvexplore.rendering.html import pairs_html, table_html
-
     gt = p.group_table
     pairs = [
         ("tokens_per_gib", f"{p.tokens_per_gib:,}"),
@@ -439,33 +376,27 @@ def _memory_panel(p) -> Panel:
     ]
     cols = ["group", "kind", "layers", "page_bytes", "real_page_bytes", "padding_bytes", "padding_share"]
     text = "\n".join(f"{k}: {v}" for k, v in pairs) + "\n" + gt[cols].to_string(index=False)
-    return Panel("memory", text, pairs_html(pairs) + table_html(gt[cols]))
+    return Panel("memory", text, html.pairs_html(pairs) + html.table_html(gt[cols]))
 
 
 def edited_layout(p, layer: int, block: int, registration: str):
     """The page layout of ``layer`` / ``block`` with LMCache's default edits,
     built once per plan and view (the page map panel, its image, the edits
     panel and compare all show this one object)."""
-    from kvexplore.rendering.layouts import page_layout
-
     return per_plan(p, ("page_layout", layer, block, registration),
-                    lambda: page_layout(p, layer, block=block, registration=registration,
-                                        edited=True))
+                    lambda: layouts.page_layout(p, layer, block=block, registration=registration,
+                                                edited=True))
 
 
 def _page_map_panel(p, layer: int, block: int, registration: str) -> Panel:
-    from kvexplore.rendering.html import page_layout_html
-
     lay = edited_layout(p, layer, block, registration)
-    return Panel("page_map", lay.text(), page_layout_html(lay))
+    return Panel("page_map", lay.text(), html.page_layout_html(lay))
 
 
 def _page_map_png(p, layer: int, block: int, registration: str) -> bytes:
-    from kvexplore.rendering.figures import page_figure
-
     # the panel's HTML carries the title and the legend, so the image leaves them out
     lay = edited_layout(p, layer, block, registration)
-    return figure_png(page_figure(lay, title=False, legend_row=False))
+    return figure_png(figures.page_figure(lay, title=False, legend_row=False))
 
 
 def figure_png(fig, dpi: int = FIGURE_DPI) -> bytes:
@@ -477,34 +408,34 @@ def figure_png(fig, dpi: int = FIGURE_DPI) -> bytes:
 
 
 def _edits_panel(p, registration: str) -> Panel:
-    from kvexplore.editing.plan_edits import plan_edits
-    from kvexplore.editing.validation import check_kv_cache_groups
-    from kvexplore.rendering.editing import (
-        edit_groups,
-        edits_panel_html,
-        edits_panel_text,
-    )
-    from kvexplore.rendering.html import page_bars_html
-
     verdicts = check_kv_cache_groups(p.kv_cache_config)
     try:
         result = plan_edits(p, registration)
     except ValueError as exc:
         error = f"edits ({registration}) rejected: {exc}"
-        return Panel("edits", edits_panel_text(verdicts, registration, error=error),
-                     edits_panel_html(verdicts, registration, error=error), ok=False)
-    groups = edit_groups(result.report)
+        return Panel("edits", editing.edits_panel_text(verdicts, registration, error=error),
+                     editing.edits_panel_html(verdicts, registration, error=error), ok=False)
+    groups = editing.edit_groups(result.report)
     positions = {info.name: i for i, info in enumerate(p.layers)}
-    bars = {g.group: page_bars_html(edited_layout(p, positions[g.first_layer], 0, registration))
+    bars = {g.group: html.page_bars_html(edited_layout(p, positions[g.first_layer], 0, registration))
             for g in groups if g.first_layer in positions}
     summary = result.summary()
-    return Panel("edits", edits_panel_text(verdicts, registration, summary, groups),
-                 edits_panel_html(verdicts, registration, summary, groups, bars))
+    return Panel("edits", editing.edits_panel_text(verdicts, registration, summary, groups),
+                 editing.edits_panel_html(verdicts, registration, summary, groups, bars))
 
 
-# ---------------------------------------------------------------------------
-# Compare mode: two settings side by side
-# ---------------------------------------------------------------------------
+def _offload_panel(p) -> Panel:
+    try:
+        result = offload_config(p)
+    except ValueError as exc:
+        msg = f"vLLM's build_offloading_config rejects this plan: {exc}"
+        return Panel("offload", msg, html.message_html(msg), ok=False)
+    # The config names the materialised config directory (a temp path): hide it
+    # so the text form is the same on every run.
+    where = str(p.model.config_dir)
+    text = f"{result!r}\n{result.explain()}".replace(where, "<config_dir>")
+    return Panel("offload", text, html.pre_html(text))
+
 
 #: Page-map numbers compared between the two sides (PageLayout attributes).
 PAGE_MAP_QUANTITIES = ("block_size", "kernel_block_size", "kernel_pages", "page_bytes",
@@ -540,8 +471,7 @@ def _plan_rows(p) -> dict[tuple[str, str], str]:
             "padding_bytes", "dtype", "backend"]
     for rec in p.group_table.to_dict("records"):
         for col in cols:
-            if col in rec:
-                rows[(f"group {rec['group']}", col)] = _value_text(rec[col])
+            rows[(f"group {rec['group']}", col)] = _value_text(rec[col])
     return rows
 
 
@@ -610,26 +540,29 @@ class Comparison:
         return self.text()
 
     def _repr_html_(self) -> str:
-        from kvexplore.rendering.html import comparison_html
-
-        return comparison_html(self, _page_bars(self.a), _page_bars(self.b))
+        return html.comparison_html(self, _page_bars(self.a), _page_bars(self.b))
 
 
 def _page_layout_of(st: ExplorerState):
     if st.plan is None:
         return None
     try:
-        return edited_layout(st.plan, st._layer(), _control_int("block", st.controls["block"]),
-                             st.controls["registration"])
+        return edited_layout(st.plan, *st._view(), st.controls["registration"])
     except ValueError:
         return None
 
 
 def _page_bars(st: ExplorerState) -> str:
-    from kvexplore.rendering.html import page_bars_html
-
     lay = _page_layout_of(st)
-    return page_bars_html(lay) if lay is not None else ""
+    return html.page_bars_html(lay) if lay is not None else ""
+
+
+def _compared_rows(st: ExplorerState) -> dict[tuple[str, str], str]:
+    rows = _plan_rows(st.plan) if st.plan is not None else {}
+    lay = _page_layout_of(st)
+    if lay is not None:
+        rows.update(_page_map_rows(lay))
+    return rows
 
 
 def compare(a_controls: Mapping[str, Any] | ExplorerState,
@@ -659,36 +592,10 @@ def compare(a_controls: Mapping[str, Any] | ExplorerState,
         b = b_controls
     else:
         b = state({**a.controls, **(b_controls or {}), **b_changes})
-    ra = _plan_rows(a.plan) if a.plan is not None else {}
-    rb = _plan_rows(b.plan) if b.plan is not None else {}
-    la, lb = _page_layout_of(a), _page_layout_of(b)
-    if la is not None:
-        ra.update(_page_map_rows(la))
-    if lb is not None:
-        rb.update(_page_map_rows(lb))
+    ra, rb = _compared_rows(a), _compared_rows(b)
     keys = list(dict.fromkeys([*ra, *rb]))
     rows = tuple(CompareRow(sec, q, ra.get((sec, q), "-"), rb.get((sec, q), "-")) for sec, q in keys)
     return Comparison(a, b, rows)
-
-
-def _offload_panel(p) -> Panel:
-    from kvexplore.rendering.html import message_html, pre_html
-
-    try:
-        from kvexplore.offloading.config import offload_config
-    except ImportError as exc:
-        msg = f"offloading config unavailable: kvexplore.offloading.config could not be imported ({exc})"
-        return Panel("offload", msg, message_html(msg, "warning"), ok=False)
-    try:
-        result = offload_config(p)
-    except ValueError as exc:
-        msg = f"vLLM's build_offloading_config rejects this plan: {exc}"
-        return Panel("offload", msg, message_html(msg), ok=False)
-    # The config names the materialised config directory (a temp path): hide it
-    # so the text form is the same on every run.
-    where = str(p.model.config_dir)
-    text = f"{result!r}\n{result.explain()}".replace(where, "<config_dir>")
-    return Panel("offload", text, pre_html(text))
 
 
 __all__ = [
@@ -700,6 +607,7 @@ __all__ = [
     "PANELS",
     "PLAN_CONTROLS",
     "Panel",
+    "VIEW_CONTROLS",
     "choices",
     "compare",
     "figure_png",

@@ -1,30 +1,14 @@
 """The Explorer widget: a thin ipywidgets layer over :class:`ExplorerState`.
 
-``Explorer(model="Qwen/Qwen3.5-0.8B")`` is a ``VBox``: a row of controls
-(model, tensor parallel size, DCP, block size, kv-cache dtype, model dtype,
-attention backend, Mamba cache mode, prefix caching (vLLM turns the Mamba
-cache mode to ``align`` while it is on), registration era, layer, block) and a tab
-per panel (status, plan summary with its derivation, memory, page map
-before/after edits, edit report with validation verdicts, offloading config,
-live tensors).  All logic lives in :class:`kvexplore.explorer.state.ExplorerState`;
-this module only forwards ``.value`` changes to ``state.set`` and copies the
-changed panels' HTML back, so a control change re-renders only what changed.
-
-Nothing here can raise into the notebook: a bad value (a TP that does not
-divide the heads, a config path that does not exist, a layer out of range)
-shows up as a message in the status tab and in the affected panels, and the
-controls stay usable.
-
-Figures are on by default (the "figure" checkbox turns the page map's off):
-the page map is drawn with matplotlib into an ``Image`` as PNG bytes that
-:meth:`ExplorerState.page_map_png` memoises per (plan, layer, block,
-registration), so a view seen before costs no Agg draw.  The edits tab draws
-each group's first layer (registered over edited) when the tab is shown.
-Figures are plain ``matplotlib.figure.Figure`` objects (not pyplot), so
-nothing accumulates.
-
-:class:`Compare` puts two settings side by side (A100 vs H100, TP 1 vs 4,
-``kv_cache_dtype`` auto vs fp8) over :func:`kvexplore.explorer.state.compare`.
+``Explorer(model="Qwen/Qwen3.5-0.8B")`` is a ``VBox``: rows of controls and a
+tab per panel (:data:`~kvexplore.explorer.state.PANELS`).  It forwards
+``.value`` changes to ``state.set`` and copies the changed panels' HTML back;
+a bad value shows up as a message in the status tab and the affected panels,
+never as a traceback, and the controls stay usable.  The page map is drawn
+into an ``Image`` (PNG bytes memoised by :meth:`ExplorerState.page_map_png`;
+the "figure" checkbox turns it off), the edits tab draws each group's first
+layer while it is shown.  :class:`Compare` puts two settings side by side over
+:func:`kvexplore.explorer.state.compare`.
 
 In a notebook::
 
@@ -45,12 +29,18 @@ import ipywidgets as widgets
 from kvexplore.explorer.state import (
     CONTROL_DEFAULTS,
     PANELS,
+    VIEW_CONTROLS,
     ExplorerState,
     choices,
     compare,
+    describe_error,
 )
 from kvexplore.planning.models import DEFAULT_MODEL
-from kvexplore.rendering.html import comparison_summary_html, comparison_table_html
+from kvexplore.rendering.html import (
+    comparison_summary_html,
+    comparison_table_html,
+    message_html,
+)
 
 _TITLES = {
     "status": "status",
@@ -61,6 +51,38 @@ _TITLES = {
     "offload": "offloading",
     "live": "live tensors",
 }
+
+#: The Explorer's controls and their labels, in the order they are built.
+_LABELS = {
+    "model": "model",
+    "tensor_parallel_size": "TP",
+    "decode_context_parallel_size": "DCP",
+    "block_size": "block size",
+    "kv_cache_dtype": "kv-cache dtype",
+    "dtype": "model dtype",
+    "attention_backend": "backend",
+    "mamba_cache_mode": "Mamba cache",
+    "gpu": "GPU",
+    "enable_prefix_caching": "prefix caching",
+    "registration": "registration",
+    "layer": "layer",
+    "block": "block",
+}
+
+
+def _control(name: str, value: Any, label: str, options: dict, **kwargs) -> widgets.Widget:
+    """The widget of one control: an ``IntText`` for a number, a free-text
+    ``Combobox`` for the model and the block size, else a ``Dropdown`` (that
+    offers ``value`` even when it is not one of ``options[name]``)."""
+    if name in ("tensor_parallel_size", "decode_context_parallel_size", "layer", "block"):
+        return widgets.IntText(value=int(value), description=label, **kwargs)
+    if name in ("model", "block_size"):
+        return widgets.Combobox(options=list(options[name]), value=str(value), description=label,
+                                ensure_option=False, continuous_update=False, **kwargs)
+    values = list(options[name])
+    if value not in values:
+        values.append(value)
+    return widgets.Dropdown(options=values, value=value, description=label, **kwargs)
 
 
 class Explorer(widgets.VBox):
@@ -76,37 +98,12 @@ class Explorer(widgets.VBox):
         self.state = ExplorerState(model, **controls)
         opts = choices()
         c = self.state.controls
-        lay = widgets.Layout(width="230px")
-        style = {"description_width": "110px"}
-
-        def dropdown(name, label):
-            options = list(opts[name])
-            if c[name] not in options:
-                options.append(c[name])
-            return widgets.Dropdown(options=options, value=c[name], description=label, layout=lay, style=style)
-
+        kwargs = {"layout": widgets.Layout(width="230px"), "style": {"description_width": "110px"}}
+        wide = {**kwargs, "layout": widgets.Layout(width="470px"),
+                "placeholder": "catalog id or path to config.json"}
         self.controls: dict[str, widgets.Widget] = {
-            "model": widgets.Combobox(
-                options=opts["model"], value=str(c["model"]), description="model",
-                ensure_option=False, continuous_update=False,
-                placeholder="catalog id or path to config.json",
-                layout=widgets.Layout(width="470px"), style=style,
-            ),
-            "tensor_parallel_size": widgets.IntText(value=int(c["tensor_parallel_size"]), description="TP", layout=lay, style=style),
-            "decode_context_parallel_size": widgets.IntText(value=int(c["decode_context_parallel_size"]), description="DCP", layout=lay, style=style),
-            "block_size": widgets.Combobox(
-                options=opts["block_size"], value=str(c["block_size"]), description="block size",
-                ensure_option=False, continuous_update=False, layout=lay, style=style,
-            ),
-            "kv_cache_dtype": dropdown("kv_cache_dtype", "kv-cache dtype"),
-            "dtype": dropdown("dtype", "model dtype"),
-            "attention_backend": dropdown("attention_backend", "backend"),
-            "mamba_cache_mode": dropdown("mamba_cache_mode", "Mamba cache"),
-            "gpu": dropdown("gpu", "GPU"),
-            "enable_prefix_caching": dropdown("enable_prefix_caching", "prefix caching"),
-            "registration": dropdown("registration", "registration"),
-            "layer": widgets.IntText(value=int(c["layer"]), description="layer", layout=lay, style=style),
-            "block": widgets.IntText(value=int(c["block"]), description="block", layout=lay, style=style),
+            name: _control(name, c[name], label, opts, **(wide if name == "model" else kwargs))
+            for name, label in _LABELS.items()
         }
         for name, w in self.controls.items():
             w.observe(self._on_change, names="value")
@@ -127,16 +124,12 @@ class Explorer(widgets.VBox):
         self.panels: dict[str, widgets.HTML] = {name: widgets.HTML() for name in PANELS}
         for name, panel in self.panels.items():
             panel.add_class(_css_class("panel", name))
-        tabs = []
-        for name in PANELS:
-            box: list[widgets.Widget] = [self.panels[name]]
-            if name == "page_map":
-                box = [widgets.HBox([self.figure_toggle, self.layer_label]), self.figure, self.panels[name]]
-            if name == "edits":
-                box = [self.panels[name], self.edit_figures]
-            if name == "live":
-                box = [self.live_button, self.panels[name]]
-            tabs.append(widgets.VBox(box))
+        boxes = {
+            "page_map": [widgets.HBox([self.figure_toggle, self.layer_label]), self.figure, self.panels["page_map"]],
+            "edits": [self.panels["edits"], self.edit_figures],
+            "live": [self.live_button, self.panels["live"]],
+        }
+        tabs = [widgets.VBox(boxes.get(name, [self.panels[name]])) for name in PANELS]
         self.tabs = widgets.Tab(children=tabs, titles=[_TITLES[n] for n in PANELS])
         self.tabs.observe(lambda _change: self._draw_edit_figures(), names="selected_index")
         ctl = self.controls
@@ -152,11 +145,8 @@ class Explorer(widgets.VBox):
 
     # -- event handlers --------------------------------------------------------
     def _on_change(self, change) -> None:
-        name = getattr(change["owner"], "kvexplore_control", None)
-        if name is None:
-            return
         try:
-            changed = self.state.set(**{name: change["new"]})
+            changed = self.state.set(**{change["owner"].kvexplore_control: change["new"]})
         except Exception as exc:  # never a traceback in the notebook
             self.panels["status"].value = _error_html(exc)
             return
@@ -164,12 +154,9 @@ class Explorer(widgets.VBox):
 
     def _on_live(self, _button=None) -> None:
         self.live_button.disabled = True
-        self.panels["live"].value = _info_html("running: allocating, editing, round-tripping ...")
+        self.panels["live"].value = message_html("running: allocating, editing, round-tripping ...", "info")
         try:
-            self.state.run_live()
-        except Exception as exc:  # run_live already turns errors into a panel
-            self.panels["live"].value = _error_html(exc)
-        else:
+            self.state.run_live()  # turns every error into the panel's message
             self.panels["live"].value = self.state.panels["live"].html
         finally:
             self.live_button.disabled = False
@@ -188,8 +175,6 @@ class Explorer(widgets.VBox):
             self._draw_edit_figures()
 
     def _update_layer_label(self) -> None:
-        from html import escape
-
         p = self.state.plan
         if p is None:
             self.layer_label.value = ""
@@ -213,8 +198,7 @@ class Explorer(widgets.VBox):
         self.figure.layout.display = ""
 
     def _draw_edit_figures(self) -> None:
-        """Each group's first layer, drawn only while the edits tab is shown
-        (a new plan would otherwise cost one Agg draw per group)."""
+        """Each group's first layer, drawn only while the edits tab is shown."""
         if self.tabs.selected_index != PANELS.index("edits"):
             return
         key = (id(self.state.plan), self.state.controls["registration"], self.figure_toggle.value)
@@ -248,36 +232,25 @@ class Compare(widgets.VBox):
 
     SIDE_CONTROLS = ("model", "gpu", "tensor_parallel_size", "kv_cache_dtype", "attention_backend",
                      "block_size")
-    SHARED_CONTROLS = ("registration", "layer", "block")
+    SHARED_CONTROLS = VIEW_CONTROLS
 
     def __init__(self, a: dict | None = None, b: dict | None = None, **b_changes: Any) -> None:
         a = {"model": DEFAULT_MODEL, **(a or {})}
         b = {**a, **(b or {}), **b_changes}
         opts = choices()
-        style = {"description_width": "90px"}
-        lay = widgets.Layout(width="260px")
-
-        def control(name, value, label):
-            if name in ("tensor_parallel_size", "layer", "block"):
-                return widgets.IntText(value=int(value), description=label, layout=lay, style=style)
-            if name in ("model", "block_size"):
-                return widgets.Combobox(options=list(opts[name]), value=str(value), description=label,
-                                        ensure_option=False, continuous_update=False, layout=lay, style=style)
-            options = list(opts[name])
-            if value not in options:
-                options.append(value)
-            return widgets.Dropdown(options=options, value=value, description=label, layout=lay, style=style)
+        kwargs = {"layout": widgets.Layout(width="260px"), "style": {"description_width": "90px"}}
 
         def side(values, tag):
             out = {}
             for name in self.SIDE_CONTROLS:
-                out[name] = control(name, values.get(name, CONTROL_DEFAULTS[name]), f"{tag} {name.split('_')[0]}")
+                out[name] = _control(name, values.get(name, CONTROL_DEFAULTS[name]),
+                                     f"{tag} {name.split('_')[0]}", opts, **kwargs)
                 out[name].add_class(_css_class(f"compare-{tag.lower()}", name))
             return out
 
         self.controls_a = side(a, "A")
         self.controls_b = side(b, "B")
-        self.shared = {name: control(name, a.get(name, CONTROL_DEFAULTS[name]), name)
+        self.shared = {name: _control(name, a.get(name, CONTROL_DEFAULTS[name]), name, opts, **kwargs)
                        for name in self.SHARED_CONTROLS}
         for w in [*self.controls_a.values(), *self.controls_b.values(), *self.shared.values()]:
             w.observe(lambda _change: self.refresh(), names="value")
@@ -318,10 +291,8 @@ class Compare(widgets.VBox):
             self.summary.value = _error_html(exc)
             return
         self.comparison = c
-
-        la, lb = c.labels()
         self.summary.value = comparison_summary_html(c)
-        for i, (st, label) in enumerate(((c.a, la), (c.b, lb))):
+        for i, (st, label) in enumerate(zip((c.a, c.b), c.labels(), strict=True)):
             png = st.page_map_png()
             self.captions[i].value = f"<b>{'AB'[i]}</b>: {escape(label)}"
             if png:
@@ -339,16 +310,7 @@ def _css_class(kind: str, name: str) -> str:
 
 
 def _error_html(exc: BaseException) -> str:
-    from kvexplore.explorer.state import describe_error
-    from kvexplore.rendering.html import message_html
-
     return message_html(describe_error(exc))
-
-
-def _info_html(text: str) -> str:
-    from kvexplore.rendering.html import message_html
-
-    return message_html(text, "info")
 
 
 __all__ = ["CONTROL_DEFAULTS", "Compare", "Explorer"]

@@ -1,27 +1,19 @@
 """Text, HTML and figures of the capacity answers (:mod:`kvexplore.capacity_planning`,
-:mod:`kvexplore.offloading.sizing`).
-
-Figures are plain ``matplotlib.figure.Figure`` objects with an Agg canvas
-(not pyplot), deterministic for a given report.
-"""
+:mod:`kvexplore.offloading.sizing`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from kvexplore.errors import KVExploreError
+from kvexplore.layout import GiB
 from kvexplore.rendering.figures import new_figure
 from kvexplore.rendering.html import message_html, pairs_html, pre_html, table_html
 from kvexplore.rendering.layouts import plan_title
 
 
 def _gib(n: float) -> str:
-    return f"{n / (1 << 30):.2f} GiB"
-
-
-# ---------------------------------------------------------------------------
-# CapacityReport
-# ---------------------------------------------------------------------------
+    return f"{n / GiB:.2f} GiB"
 
 
 def capacity_text(r) -> str:
@@ -57,25 +49,21 @@ def capacity_html(r) -> str:
 
 
 def _memory_axis(ax, r) -> None:
-    parts = [
-        ("weights", r.weight_bytes, "#7f8c8d"),
-        ("activations (est.)" if "activation_peak_bytes" in r.estimated else "activations",
-         r.activation_peak_bytes, "#e67e22"),
-        ("non-torch (est.)" if "non_torch_bytes" in r.estimated else "non-torch",
-         r.non_torch_bytes, "#c0392b"),
-        ("CUDA graphs (est.)" if "cudagraph_bytes" in r.estimated else "CUDA graphs",
-         r.cudagraph_bytes, "#8e44ad"),
-        ("KV cache", r.kv_cache_memory, "#2980b9"),
-    ]
-    if r.kv_cache_memory_given:
-        parts = [("KV cache (given)", r.kv_cache_memory, "#2980b9")]
+    parts = [("KV cache (given)", "kv_cache_memory", "#2980b9")]
+    if not r.kv_cache_memory_given:
+        parts = [("weights", "weight_bytes", "#7f8c8d"),
+                 ("activations", "activation_peak_bytes", "#e67e22"),
+                 ("non-torch", "non_torch_bytes", "#c0392b"),
+                 ("CUDA graphs", "cudagraph_bytes", "#8e44ad"),
+                 ("KV cache", "kv_cache_memory", "#2980b9")]
     left = 0.0
-    for label, value, color in parts:
-        gib = value / (1 << 30)
+    for label, name, color in parts:
+        gib = getattr(r, name) / GiB
+        label += " (est.)" if name in r.estimated else ""
         ax.barh([0], [gib], left=left, color=color, label=f"{label}: {gib:.2f} GiB")
         left += gib
     if not r.kv_cache_memory_given:
-        ax.axvline(r.requested_memory_bytes / (1 << 30), color="k", lw=1, ls="--",
+        ax.axvline(r.requested_memory_bytes / GiB, color="k", lw=1, ls="--",
                    label=f"requested ({r.gpu_memory_utilization:g} x total)")
     ax.set_yticks([])
     ax.set_xlabel("GiB per rank")
@@ -129,11 +117,6 @@ def prefix_cache_figure(reports: Sequence, lengths: Sequence[int] | None = None)
     return fig
 
 
-# ---------------------------------------------------------------------------
-# HostSizing, ChunkSizes
-# ---------------------------------------------------------------------------
-
-
 def host_text(h) -> str:
     head = (
         f"{h.cpu_bytes_to_use:,} B of host memory: {h.num_chunks:,} chunks of "
@@ -161,7 +144,7 @@ def host_figure(h):
     ax.barh([1, 0], [h.naive_tokens, h.tokens], color=["#bdc3c7", "#27ae60"])
     ax.set_yticks([1, 0], ["GPU bytes/token\n(one rank, one group)", "vLLM CPU tier"])
     ax.set_xlabel("tokens of context")
-    ax.set_title(f"{h.cpu_bytes_to_use / (1 << 30):.1f} GiB cpu_bytes_to_use")
+    ax.set_title(f"{h.cpu_bytes_to_use / GiB:.1f} GiB cpu_bytes_to_use")
     fig.tight_layout()
     return fig
 

@@ -1,11 +1,10 @@
-"""Text, HTML and figures of the editing stage's results.
+"""Text, HTML and figures of the editing stage's results, and the Explorer's edits panel.
 
 ``EditResult`` (what LMCache's edits did to each layer) and
 ``RoundTripReport`` (whether a store / load through the edited views lost a
 byte) reach this module through the display protocol
-(:mod:`kvexplore.display`): ``result.text()``, ``result._repr_html_()`` and
-``result.figure()``.  Text is deterministic (no timings, no addresses), so
-notebooks and tests can compare it.
+(:mod:`kvexplore.display`).  Text is deterministic (no timings, no
+addresses), so notebooks and tests can compare it.
 """
 
 from __future__ import annotations
@@ -15,79 +14,28 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from kvexplore.rendering.html import table_html
-
-
-def edits_panel_text(verdicts, registration: str, summary: str = "", groups=(),
-                     error: str = "") -> str:
-    """The Explorer's edits panel as text: the validation verdicts (a
-    :func:`kvexplore.check_kv_cache_groups` table), then the edits per group
-    (:func:`edit_groups`) or the reason they were refused."""
-    parts = ["validation:\n" + verdicts.to_string(index=False)]
-    if error:
-        parts.append(error)
-    else:
-        parts.append(f"edits ({registration}): {summary}\n" + "\n".join(g.text() for g in groups))
-    return "\n".join(parts)
-
-
-def edits_panel_html(verdicts, registration: str, summary: str = "", groups=(),
-                     bars: Mapping[Any, str] | None = None, error: str = "") -> str:
-    """:func:`edits_panel_text` as HTML, each group's first layer drawn
-    (``bars[group]``, registered over edited)."""
-    from kvexplore.rendering.html import message_html
-
-    head = ("<details open><summary><b>validation</b></summary>" + table_html(verdicts)
-            + "</details>")
-    if error:
-        return head + message_html(error)
-    return (head + f"<p><b>edits ({escape(registration)})</b>: {escape(summary)}</p>"
-            + edit_groups_html(list(groups), bars))
-
-
-__all__ = [
-    "edits_panel_html",
-    "edits_panel_text",
-    "EditGroup",
-    "edit_groups",
-    "edit_groups_html",
-    "edit_result_figure",
-    "edit_result_html",
-    "edit_result_text",
-    "roundtrip_figure",
-    "roundtrip_html",
-    "roundtrip_text",
-]
+from kvexplore.rendering.figures import new_figure
+from kvexplore.rendering.html import message_html, table_html
 
 _EDIT_COLUMNS = ["group", "layer", "rule", "shape_before", "shape_after"]
-_ROUNDTRIP_COLUMNS = ["group", "layer", "regions", "blocks", "bytes", "ok", "detail"]
-
-
-def _figure(width: float, height: float):
-    """A matplotlib ``Figure`` with an Agg canvas, outside pyplot's registry."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=100)
-    FigureCanvasAgg(fig)
-    return fig
+#: The columns of a round-trip report its text form shows.
+ROUNDTRIP_COLUMNS = ["group", "layer", "regions", "blocks", "bytes", "ok", "detail"]
 
 
 def _mib(nbytes: object) -> float:
     return float(nbytes or 0) / (1 << 20)
 
 
-# --------------------------------------------------------------------------
-# EditResult
-# --------------------------------------------------------------------------
+def _summary_text(summary: str, table, columns: list[str]) -> str:
+    """``summary``, then ``table[columns]`` unless the table is empty."""
+    if table.empty:
+        return summary
+    return summary + "\n" + table[columns].to_string(index=False)
 
 
 def edit_result_text(result) -> str:
     """Summary line, then group / layer / rule / shape before and after."""
-    report = result.report
-    if report.empty:
-        return result.summary()
-    return result.summary() + "\n" + report[_EDIT_COLUMNS].to_string(index=False)
+    return _summary_text(result.summary(), result.report, _EDIT_COLUMNS)
 
 
 def edit_result_html(result) -> str:
@@ -113,7 +61,7 @@ def edit_result_figure(result):
     """
     table = result.by_group()
     rows = max(1, len(table))
-    fig = _figure(10, 0.9 + 0.6 * rows)
+    fig = new_figure(10, 0.9 + 0.6 * rows)
     ax = fig.add_subplot(1, 1, 1)
     if table.empty:
         ax.text(0.5, 0.5, result.summary(), ha="center", va="center")
@@ -137,17 +85,9 @@ def edit_result_figure(result):
     return fig
 
 
-# --------------------------------------------------------------------------
-# RoundTripReport
-# --------------------------------------------------------------------------
-
-
 def roundtrip_text(report) -> str:
     """Summary line, then one row per layer (group, regions, bytes, verdict)."""
-    table = report.table
-    if table.empty:
-        return report.summary()
-    return report.summary() + "\n" + table[_ROUNDTRIP_COLUMNS].to_string(index=False)
+    return _summary_text(report.summary(), report.table, ROUNDTRIP_COLUMNS)
 
 
 def roundtrip_html(report) -> str:
@@ -178,7 +118,7 @@ def roundtrip_figure(report):
     """
     groups = _per_group(report)
     rows = max(1, len(groups))
-    fig = _figure(10, 0.9 + 0.45 * rows)
+    fig = new_figure(10, 0.9 + 0.45 * rows)
     checked, failures = fig.subplots(1, 2, sharey=True)
     if not groups:
         checked.text(0.5, 0.5, report.summary(), ha="center", va="center")
@@ -255,6 +195,10 @@ def _opt(value) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def _view(rec, side: str) -> str:
+    return f"{rec.get('shape_' + side)} {rec.get('dtype_' + side)}"
+
+
 def edit_groups(report) -> list[EditGroup]:
     """Per-group summary of an edit report (one row per layer, the columns of
     ``EditResult.report``): which rule fired on how many layers, the view
@@ -265,21 +209,11 @@ def edit_groups(report) -> list[EditGroup]:
     attention) no rule, ``(16, 2, 544, 2, 256) bfloat16`` kept.
     """
     records = report.to_dict("records") if hasattr(report, "to_dict") else list(report)
-    order: list = []
     by_group: dict = {}
     for rec in records:
-        g = rec.get("group")
-        if g not in by_group:
-            order.append(g)
-            by_group[g] = []
-        by_group[g].append(rec)
+        by_group.setdefault(rec.get("group"), []).append(rec)
     out = []
-    for g in order:
-        rows = by_group[g]
-
-        def view(rec, side):
-            return f"{rec.get('shape_' + side)} {rec.get('dtype_' + side)}"
-
+    for g, rows in by_group.items():
         reasons = [part for rec in rows for part in (_opt(rec.get("declined")) or "").split("; ") if part]
         out.append(EditGroup(
             group=g,
@@ -287,8 +221,8 @@ def edit_groups(report) -> list[EditGroup]:
             layers=tuple((str(rec.get("layer")), _opt(rec.get("rule")), _opt(rec.get("declined")))
                          for rec in rows),
             rules=_count(_opt(rec.get("rule")) for rec in rows),
-            before=tuple(dict.fromkeys(view(rec, "before") for rec in rows)),
-            after=tuple(dict.fromkeys(view(rec, "after") for rec in rows)),
+            before=tuple(dict.fromkeys(_view(rec, "before") for rec in rows)),
+            after=tuple(dict.fromkeys(_view(rec, "after") for rec in rows)),
             declined=_count(reasons),
         ))
     return out
@@ -316,3 +250,44 @@ def edit_groups_html(groups: list[EditGroup], bars: Mapping[Any, str] | None = N
         table = table_html([{"layer": layer, "rule": rule, "declined": why} for layer, rule, why in g.layers])
         parts.append(f"<details><summary>per-layer reasons ({n} layers)</summary>{table}</details></div>")
     return "".join(parts)
+
+
+def edits_panel_text(verdicts, registration: str, summary: str = "", groups=(),
+                     error: str = "") -> str:
+    """The Explorer's edits panel as text: the validation verdicts (a
+    :func:`kvexplore.check_kv_cache_groups` table), then the edits per group
+    (:func:`edit_groups`) or the reason they were refused."""
+    parts = ["validation:\n" + verdicts.to_string(index=False)]
+    if error:
+        parts.append(error)
+    else:
+        parts.append(f"edits ({registration}): {summary}\n" + "\n".join(g.text() for g in groups))
+    return "\n".join(parts)
+
+
+def edits_panel_html(verdicts, registration: str, summary: str = "", groups=(),
+                     bars: Mapping[Any, str] | None = None, error: str = "") -> str:
+    """:func:`edits_panel_text` as HTML, each group's first layer drawn
+    (``bars[group]``, registered over edited)."""
+    head = ("<details open><summary><b>validation</b></summary>" + table_html(verdicts)
+            + "</details>")
+    if error:
+        return head + message_html(error)
+    return (head + f"<p><b>edits ({escape(registration)})</b>: {escape(summary)}</p>"
+            + edit_groups_html(list(groups), bars))
+
+
+__all__ = [
+    "ROUNDTRIP_COLUMNS",
+    "edits_panel_html",
+    "edits_panel_text",
+    "EditGroup",
+    "edit_groups",
+    "edit_groups_html",
+    "edit_result_figure",
+    "edit_result_html",
+    "edit_result_text",
+    "roundtrip_figure",
+    "roundtrip_html",
+    "roundtrip_text",
+]

@@ -1,42 +1,30 @@
 """Matplotlib figures of layouts, plans and sweeps, drawn from segments.
 
-Every figure here follows the same rules, so a reader who learned one can read
-them all:
-
-* one colour per kind, from :data:`kvexplore.rendering.segments.COLORS`, and a
-  legend listing the kinds present in :data:`~kvexplore.rendering.segments.LEGEND`
-  order;
-* a label sits inside its rectangle only when it fits; a thin segment that
-  matters (padding, a small state) gets a callout above its row with a leader
-  line, and callouts are spread so that none overlaps another;
-* byte offsets on the axis are in the units people read (``36 KiB``,
-  ``1.06 MiB``) and ticks that would collide are dropped; the exact values are
-  in the text forms;
-* titles name the model, GPU, TP and backend.
-
-Figures are drawn from segments, never from bytes, and rows are capped at
-:data:`~kvexplore.rendering.segments.MAX_DRAWN_SEGMENTS` rectangles and a few
-labels, so drawing cost does not grow with the page: Nemotron-H-56B's 16.9 MB
-page draws as fast as a 16 KB one.  Figures are ``matplotlib.figure.Figure``
-objects with an Agg canvas, not pyplot figures: nothing accumulates in
-pyplot's registry, ``fig.savefig("x.png")`` / ``("x.svg")`` work, and
-notebooks show them with ``display(fig)``.
+One colour per kind (:data:`~kvexplore.rendering.segments.COLORS`) and a
+legend of the kinds drawn; labels inside rectangles only where they fit, thin
+segments that matter called out above their row without overlapping; byte
+axes in KiB / MiB (exact values are in the text forms); titles naming the
+model, GPU, TP and backend.  Rows are capped at
+:data:`~kvexplore.rendering.segments.MAX_DRAWN_SEGMENTS` rectangles.  Figures
+are ``matplotlib.figure.Figure`` objects with an Agg canvas, outside pyplot's
+registry (``savefig`` works; notebooks show them with ``display(fig)``).
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 
 from kvexplore.rendering.segments import (
     COLORS,
-    LEGEND,
     LEGEND_TEXT,
     ZOOM_BLOCKS,
     Segment,
     capped,
     fmt_size,
     kind_of,
+    legend_kinds,
 )
 
 #: Rows of a buffer map drawn (the text form lists them all).
@@ -45,11 +33,14 @@ MAX_DRAWN_ROWS = 12
 MAX_TICKS = 8
 #: Callouts per row at most (the widest thin segments win).
 MAX_CALLOUTS = 4
-#: Labels inside rectangles per row at most (text is what costs in Agg); a
-#: buffer map's zoom row labels each of its :data:`ZOOM_BLOCKS` blocks.
+#: Labels inside rectangles per row at most; a buffer map's zoom row labels
+#: each of its :data:`ZOOM_BLOCKS` blocks.
 MAX_INNER_LABELS = 6
 #: Kinds worth a callout when too thin for an inner label.
 CALLOUT_KINDS = frozenset({"pad", "conv", "ssm", "state", "latent", "c_kv", "k_pe", "edited"})
+#: Width of a rows figure (inches) and the distance between its rows (y units).
+FIG_WIDTH = 10.0
+ROW_GAP = 1.6
 
 _FONT = 7
 _CHAR_IN = 0.58 * _FONT / 72  # average glyph width in inches at the label font size
@@ -104,17 +95,19 @@ def spread(positions: Sequence[float], widths: Sequence[float], lo: float, hi: f
     return [round(x, 9) for x in out]
 
 
+def byte_label(offset: int) -> str:
+    """A byte-axis tick label: ``'0'``, ``'36 KiB'``, ``'1.06 MiB'``."""
+    return "0" if offset == 0 else fmt_size(offset)
+
+
 def byte_ticks(bounds: Sequence[int], lo: int, hi: int, axis_in: float) -> list[int]:
     """Tick offsets from ``bounds`` whose labels (in KiB / MiB) do not collide on
     an axis ``axis_in`` inches wide; ``lo`` and ``hi`` are always kept (a tick
     too close to ``hi`` gives way to it)."""
     span = max(hi - lo, 1)
 
-    def label(t: int) -> str:
-        return "0" if t == 0 else fmt_size(t)
-
     def room(a: int, b: int) -> float:
-        return (text_width_in(label(a), 6) + text_width_in(label(b), 6)) / 2 + 0.08
+        return (text_width_in(byte_label(a), 6) + text_width_in(byte_label(b), 6)) / 2 + 0.08
 
     kept = [lo]
     for b in sorted(set(bounds)):
@@ -122,29 +115,37 @@ def byte_ticks(bounds: Sequence[int], lo: int, hi: int, axis_in: float) -> list[
             continue
         x_prev = (kept[-1] - lo) / span * axis_in
         x = (b - lo) / span * axis_in
-        x_end = axis_in
-        if x - x_prev >= room(kept[-1], b) and x_end - x >= room(b, hi):
+        if x - x_prev >= room(kept[-1], b) and axis_in - x >= room(b, hi):
             kept.append(b)
     kept.append(hi)
-    if len(kept) > MAX_TICKS:  # every tick costs a Tick artist: keep an even spread
+    if len(kept) > MAX_TICKS:  # keep an even spread
         step = (len(kept) - 1) / (MAX_TICKS - 1)
         kept = sorted({kept[round(i * step)] for i in range(MAX_TICKS)})
     return kept
 
 
+def _boxes(verts, kinds: Sequence[str], **kwargs) -> list:
+    """Rectangles ``verts`` in their kinds' colours, then the hatch over the
+    padding and elided ones: one ``PolyCollection`` each."""
+    from matplotlib.collections import PolyCollection
+
+    boxes = [PolyCollection(verts, facecolors=[COLORS[k] for k in kinds], edgecolors="black",
+                            linewidths=0.4, **kwargs)]
+    hatched = [i for i, k in enumerate(kinds) if k in ("pad", "...")]
+    if hatched:
+        boxes.append(PolyCollection(verts[hatched], facecolors="none", edgecolors="#777777",
+                                    linewidths=0, hatch="//", **kwargs))
+    return boxes
+
+
 def legend(fig, kinds: Sequence[str], *, y_in: float = 0.12) -> None:
     """The shared legend: one swatch and name per kind present, in
     :data:`LEGEND` order, centred on one line ``y_in`` inches above the
-    figure's bottom edge.
-
-    Drawn as one ``PolyCollection`` of swatches plus one text per kind (gid
-    ``"legend"``), not with ``Figure.legend``, whose box layout costs more than
-    the rest of a page map.
-    """
+    figure's bottom edge (swatches as one ``PolyCollection``, names as texts
+    with gid ``"legend"``)."""
     import numpy as np
-    from matplotlib.collections import PolyCollection
 
-    present = [k for k in LEGEND if k in set(kinds)]
+    present = legend_kinds(kinds)
     if not present:
         return
     w, h = fig.get_figwidth(), fig.get_figheight()
@@ -158,13 +159,8 @@ def legend(fig, kinds: Sequence[str], *, y_in: float = 0.12) -> None:
         verts.append([(x0, y0), (x1, y0), (x1, y1), (x0, y1)])
         texts.append(((x + sw + gap) / w, y_in / h, LEGEND_TEXT[k]))
         x += width
-    verts = np.array(verts)
-    fig.add_artist(PolyCollection(verts, facecolors=[COLORS[k] for k in present], edgecolors="black",
-                                  linewidths=0.4, transform=fig.transFigure))
-    hatched = [i for i, k in enumerate(present) if k in ("pad", "...")]
-    if hatched:
-        fig.add_artist(PolyCollection(verts[hatched], facecolors="none", edgecolors="#777777",
-                                      linewidths=0, hatch="//", transform=fig.transFigure))
+    for box in _boxes(np.array(verts), present, transform=fig.transFigure):
+        fig.add_artist(box)
     for tx, ty, text in texts:
         fig.text(tx, ty, text, fontsize=6, va="center", ha="left", gid="legend")
 
@@ -180,42 +176,14 @@ def row_names(ax) -> list[str]:
     return [t.get_text() for t in sorted(named, key=lambda t: -t.get_position()[1])]
 
 
-def rows_axes(fig, names: Sequence[str], title: str, *, bottom_in: float = 0.62,
-              top_in: float = 0.5, row_gap: float = 1.6):
-    """One Axes for all rows (an Axes costs more than all its rectangles).
-
-    Rows sit ``row_gap`` apart (room above each for callouts); the left
-    margin is sized to the longest row name so names are never clipped.
-    """
-    longest = max((len(n) for n in names), default=0)
-    left = min(0.45, (0.12 + longest * _CHAR_IN) / fig.get_figwidth())
-    h = fig.get_figheight()
-    ax = fig.add_axes((left, bottom_in / h, 0.98 - left, 1 - (bottom_in + top_in) / h))
-    n = len(names)
-    ax.set_ylim(-0.6, (n - 1) * row_gap + 1.2)
-    # row names as plain texts (gid "row-name"): y ticks would cost a Tick each
-    ax.set_yticks([])
-    trans = ax.get_yaxis_transform()
-    for i, name in enumerate(reversed(names)):
-        ax.text(-0.006, i * row_gap, name, transform=trans, ha="right", va="center",
-                fontsize=_FONT, gid="row-name")
-    ax.set_title(title, fontsize=8, loc="left")
-    for spine in ("top", "right", "left"):
-        ax.spines[spine].set_visible(False)
-    return ax
-
-
 #: Tick mark length and the gap under it, in points (matplotlib's defaults).
 _TICK_PT, _TICK_PAD_PT, _TICK_FONT = 3.5, 3.5, 6
 
 
 def x_ticks(ax, positions: Sequence[float], labels: Sequence[str], xlabel: str) -> None:
-    """Tick marks, their labels and the axis label under ``ax``'s x axis.
-
-    The marks are one ``LineCollection`` (gid ``"x-tick-marks"``) and the
-    labels plain texts (gid ``"x-tick"``): a matplotlib ``Tick`` costs a ``Line2D`` and two texts,
-    and building and laying them out took almost half of a page map's draw.
-    """
+    """Tick marks, their labels and the axis label under ``ax``'s x axis: the
+    marks one ``LineCollection`` (gid ``"x-tick-marks"``), the labels plain
+    texts (gid ``"x-tick"``), not matplotlib ``Tick`` objects."""
     from matplotlib.collections import LineCollection
 
     ax.set_xticks([])
@@ -239,23 +207,28 @@ def x_tick_labels(ax) -> list[tuple[float, str]]:
     return sorted((t.get_position()[0], t.get_text()) for t in ax.texts if t.get_gid() == "x-tick")
 
 
+def byte_axis(ax, segments: Sequence[Segment], page: int, axis_in: float, xlabel: str) -> None:
+    """A ``[0, page]`` byte axis with ticks at the segments' starts (:func:`byte_ticks`)."""
+    bounds = [s.start for s in segments if s.kind not in ("...", "gap")]
+    ticks = byte_ticks(bounds, 0, page, axis_in)
+    ax.set_xlim(0, float(page))
+    x_ticks(ax, ticks, [byte_label(t) for t in ticks], xlabel)
+
+
 def draw_row(ax, y: float, segments: Sequence[Segment], lo: int, hi: int, width: float,
              axis_in: float, most_labels: int = MAX_INNER_LABELS) -> list[str]:
     """Row ``y``: one rectangle per segment (capped), bytes ``[lo, hi)`` scaled
     onto ``[0, width)`` of an axis ``axis_in`` inches wide.
 
     Labels go inside rectangles wide enough to hold them (at most
-    ``most_labels``, evenly spread when more would fit); thin segments of :data:`CALLOUT_KINDS` get a
-    callout above the row, spread so none overlaps.  Returns the kinds drawn
-    (for the legend).  One ``PolyCollection`` per row: a single Agg draw call
-    however many rectangles; its ``segment_labels`` keeps every rectangle's
-    label in order, for tests and tooling.
+    ``most_labels``, evenly spread when more would fit); thin segments of
+    :data:`CALLOUT_KINDS` get a callout above the row.  Returns the kinds
+    drawn (for the legend).  The row's ``PolyCollection`` keeps every
+    rectangle's label in order as ``segment_labels``, for tests and tooling.
     """
     import numpy as np
-    from matplotlib.collections import LineCollection, PolyCollection
 
-    span = max(hi - lo, 1)
-    scale = width / span
+    scale = width / max(hi - lo, 1)
     inch = axis_in / width  # inches per x unit
     drawn = [s for s in capped(segments) if s.kind != "gap"]
     if not drawn:
@@ -269,66 +242,82 @@ def draw_row(ax, y: float, segments: Sequence[Segment], lo: int, hi: int, width:
         axis=1,
     )
     kinds = [kind_of(s.label) for s in drawn]
-    coll = PolyCollection(verts, facecolors=[COLORS[k] for k in kinds], edgecolors="black",
-                          linewidths=0.4)
-    coll.segment_labels = [s.label for s in drawn]
-    ax.add_collection(coll, autolim=False)
-    pads = [i for i, k in enumerate(kinds) if k in ("pad", "...")]
-    if pads:
-        ax.add_collection(PolyCollection(verts[pads], facecolors="none", edgecolors="#777777",
-                                         linewidths=0, hatch="//"), autolim=False)
+    boxes = _boxes(verts, kinds)
+    boxes[0].segment_labels = [s.label for s in drawn]
+    for box in boxes:
+        ax.add_collection(box, autolim=False)
     inner, thin = [], []
     for i, s in enumerate(drawn):
-        w_in = (x1[i] - x0[i]) * inch
-        if text_width_in(s.label) + 0.06 <= w_in:
+        if text_width_in(s.label) + 0.06 <= (x1[i] - x0[i]) * inch:
             inner.append(i)
         elif kinds[i] in CALLOUT_KINDS and s.size > 0:
             thin.append(i)
     if len(inner) > most_labels:
-        step = math.ceil(len(inner) / most_labels)
-        inner = inner[::step]
+        inner = inner[::math.ceil(len(inner) / most_labels)]
+    mids = (x0 + x1) / 2
     placed: list[tuple[float, float]] = []
     for i in inner:  # segments may overlap (an edited view's coordinates can interleave)
         half = (text_width_in(drawn[i].label) + 0.06) / inch / 2
-        mid = (x0[i] + x1[i]) / 2
-        if any(mid - half < b and a < mid + half for a, b in placed):
+        if any(mids[i] - half < b and a < mids[i] + half for a, b in placed):
             continue
-        placed.append((mid - half, mid + half))
-        ax.text(mid, y, drawn[i].label, ha="center", va="center", fontsize=_FONT, clip_on=True)
-    seen: set[tuple[str, int]] = set()
-    first_of_kind = []
-    for i in thin:  # a repeated thin segment (pad of every block) is called out once
-        key = (kinds[i], drawn[i].size)
-        if key not in seen:
-            seen.add(key)
-            first_of_kind.append(i)
-    thin = sorted(sorted(first_of_kind, key=lambda i: -drawn[i].size)[:MAX_CALLOUTS])
-    if thin:
-        texts = [f"{drawn[i].label} {fmt_size(drawn[i].size)}" for i in thin]
-        counts = {}
-        for i, k in enumerate(kinds):
-            counts[(k, drawn[i].size)] = counts.get((k, drawn[i].size), 0) + 1
-        repeated = {t: counts[(kinds[i], drawn[i].size)] > 1 for t, i in zip(texts, thin, strict=True)}
-        want = [(x0[i] + x1[i]) / 2 for i in thin]
-        widths = [(text_width_in(t) + 0.08) / inch for t in texts]
-        at = spread(want, widths, 0.0, width)
-        lines = []
-        for x_want, x_at, t in zip(want, at, texts, strict=True):
-            ax.text(x_at, y + 0.95, t + (" (each)" if repeated.get(t) else ""), ha="center", va="center", fontsize=_FONT - 0.5)
-            lines.append([(x_want, y + 0.4), (x_at, y + 0.8)])
-        ax.add_collection(LineCollection(lines, colors="#444444", linewidths=0.6), autolim=False)
+        placed.append((mids[i] - half, mids[i] + half))
+        ax.text(mids[i], y, drawn[i].label, ha="center", va="center", fontsize=_FONT, clip_on=True)
+    _callouts(ax, y, drawn, kinds, thin, mids, width, inch)
     return kinds
 
 
-def _page_rows(lay) -> list[tuple[str, Sequence[Segment], int, int]]:
-    rows = [("registered", lay.segments, 0, lay.page_bytes)]
-    if lay.cells:
-        end = max(s.end for s in lay.cells)
-        # a zoom: its own scale (0 .. end), not the page axis below
-        rows.append((f"kernel page 0 zoom, 0-{fmt_size(end)}", lay.cells, 0, end))
-    if lay.edited is not None and lay.edited.segments:
-        rows.append(("edited", lay.edited.segments, 0, lay.page_bytes))
-    return rows
+def _callouts(ax, y: float, drawn, kinds, thin, mids, width: float, inch: float) -> None:
+    """Callouts above row ``y`` for the thin segments ``thin``: one per
+    ``(kind, size)`` (a repeated one marked ``(each)``), the widest
+    :data:`MAX_CALLOUTS`, spread so none overlaps, each with a leader line."""
+    from matplotlib.collections import LineCollection
+
+    first: dict[tuple[str, int], int] = {}
+    for i in thin:  # a repeated thin segment (pad of every block) is called out once
+        first.setdefault((kinds[i], drawn[i].size), i)
+    thin = sorted(sorted(first.values(), key=lambda i: -drawn[i].size)[:MAX_CALLOUTS])
+    if not thin:
+        return
+    texts = [f"{drawn[i].label} {fmt_size(drawn[i].size)}" for i in thin]
+    counts = Counter((k, s.size) for k, s in zip(kinds, drawn, strict=True))
+    repeated = {t: counts[(kinds[i], drawn[i].size)] > 1 for t, i in zip(texts, thin, strict=True)}
+    want = [mids[i] for i in thin]
+    at = spread(want, [(text_width_in(t) + 0.08) / inch for t in texts], 0.0, width)
+    lines = []
+    for x_want, x_at, t in zip(want, at, texts, strict=True):
+        ax.text(x_at, y + 0.95, t + (" (each)" if repeated[t] else ""), ha="center", va="center",
+                fontsize=_FONT - 0.5)
+        lines.append([(x_want, y + 0.4), (x_at, y + 0.8)])
+    ax.add_collection(LineCollection(lines, colors="#444444", linewidths=0.6), autolim=False)
+
+
+def rows_figure(title: str, rows: Sequence[tuple], height: float, *, width: float,
+                empty: str = "(none)", top_in: float = 0.5, bottom_in: float = 0.62):
+    """A :data:`FIG_WIDTH`-inch figure of segment rows, top to bottom, on one
+    Axes: ``rows`` are ``(name, segments, lo, hi, most_labels)``, each drawn
+    by :func:`draw_row` onto ``[0, width)``, :data:`ROW_GAP` apart (room above
+    each for callouts).  The left margin fits the longest name; names are
+    plain texts (gid ``"row-name"``), not y ticks.  Returns ``(fig, ax,
+    axis_in, kinds)``."""
+    fig = new_figure(FIG_WIDTH, height)
+    names = [r[0] for r in rows] or [empty]
+    longest = max((len(n) for n in names), default=0)
+    left = min(0.45, (0.12 + longest * _CHAR_IN) / FIG_WIDTH)
+    ax = fig.add_axes((left, bottom_in / height, 0.98 - left, 1 - (bottom_in + top_in) / height))
+    ax.set_ylim(-0.6, (len(names) - 1) * ROW_GAP + 1.2)
+    ax.set_yticks([])
+    trans = ax.get_yaxis_transform()
+    for i, name in enumerate(reversed(names)):
+        ax.text(-0.006, i * ROW_GAP, name, transform=trans, ha="right", va="center",
+                fontsize=_FONT, gid="row-name")
+    ax.set_title(title, fontsize=8, loc="left")
+    for spine in ("top", "right", "left"):
+        ax.spines[spine].set_visible(False)
+    axis_in = ax.get_position().width * FIG_WIDTH
+    kinds: list[str] = []
+    for i, (_, segs, lo, hi, most) in enumerate(rows):
+        kinds += draw_row(ax, (len(rows) - 1 - i) * ROW_GAP, segs, lo, hi, width, axis_in, most)
+    return fig, ax, axis_in, kinds
 
 
 def page_title(lay) -> str:
@@ -342,31 +331,27 @@ def page_figure(lay, *, title: bool = True, legend_row: bool = True):
     """A :class:`~kvexplore.rendering.layouts.PageLayout` as a figure.
 
     Rows (top to bottom): the registered page (``conv | ssm | pad``, or K and V
-    per kernel page), the zoom into kernel page 0 (how K and V interleave,
-    scaled to full width), and the edited view's synthetic coordinates on the
-    same byte axis as the registered row, so a coordinate sits over the bytes
-    it addresses.  ``title=False`` / ``legend_row=False`` leave the title and
-    the legend to the caller (the Explorer shows both as HTML next to the
-    image: text is most of a page map's drawing time).
+    per kernel page), the zoom into kernel page 0 (how K and V interleave, on
+    its own scale), and the edited view's synthetic coordinates on the same
+    byte axis as the registered row, so a coordinate sits over the bytes it
+    addresses.  ``title=False`` / ``legend_row=False`` leave the title and the
+    legend to the caller (the Explorer shows both as HTML next to the image).
     """
-    rows = _page_rows(lay)
-    fig_w = 10.0
+    rows = [("registered", lay.segments, lay.page_bytes)]
+    if lay.cells:
+        end = max(s.end for s in lay.cells)
+        rows.append((f"kernel page 0 zoom, 0-{fmt_size(end)}", lay.cells, end))
+    if lay.edited is not None and lay.edited.segments:
+        rows.append(("edited", lay.edited.segments, lay.page_bytes))
     top_in = 0.5 if title else 0.15
     bottom_in = 0.62 if legend_row else 0.42
-    fig = new_figure(fig_w, top_in + bottom_in + 0.33 + 0.62 * len(rows))
-    ax = rows_axes(fig, [r[0] for r in rows], page_title(lay) if title else "",
-                   top_in=top_in, bottom_in=bottom_in)
-    axis_in = ax.get_position().width * fig_w
-    width = float(lay.page_bytes)
-    kinds: list[str] = []
-    for i, (_, segs, lo, hi) in enumerate(rows):
-        y = (len(rows) - 1 - i) * 1.6
-        kinds += draw_row(ax, y, segs, lo, max(hi, max((s.end for s in segs), default=0)),
-                          width, axis_in)
-    bounds = [s.start for s in lay.segments if s.kind not in ("...", "gap")]
-    ticks = byte_ticks(bounds, 0, lay.page_bytes, axis_in)
-    ax.set_xlim(0, width)
-    x_ticks(ax, ticks, ["0" if t == 0 else fmt_size(t) for t in ticks], "byte offset in the page")
+    fig, ax, axis_in, kinds = rows_figure(
+        page_title(lay) if title else "",
+        [(name, segs, 0, max(hi, max(s.end for s in segs)), MAX_INNER_LABELS) for name, segs, hi in rows],
+        top_in + bottom_in + 0.33 + 0.62 * len(rows),
+        width=float(lay.page_bytes), top_in=top_in, bottom_in=bottom_in,
+    )
+    byte_axis(ax, lay.segments, lay.page_bytes, axis_in, "byte offset in the page")
     if legend_row:
         legend(fig, kinds)
     fig.kvexplore_layout = lay
@@ -377,23 +362,16 @@ def page_figure(lay, *, title: bool = True, legend_row: bool = True):
 def buffer_figure(lay):
     """A :class:`~kvexplore.rendering.layouts.BufferLayout` as a figure: one row
     per buffer (each scaled to its own size) plus the padding zoom."""
-    rows = [(r.name, r.segments, 0, max((s.end for s in r.segments), default=r.size) or 1)
-            for r in lay.rows[:MAX_DRAWN_ROWS]]
+    rows = [(r.name, r.segments, 0, max((s.end for s in r.segments), default=r.size) or 1,
+             MAX_INNER_LABELS) for r in lay.rows[:MAX_DRAWN_ROWS]]
     if lay.block_zoom:
         rows.append(("zoom: " + lay.zoom_label.split(" of ")[0], lay.block_zoom,
-                     min(s.start for s in lay.block_zoom), max(s.end for s in lay.block_zoom)))
-    fig_w = 10.0
-    fig = new_figure(fig_w, 1.3 + 0.5 * max(1, len(rows)))
+                     min(s.start for s in lay.block_zoom), max(s.end for s in lay.block_zoom),
+                     ZOOM_BLOCKS))
     title = f"{lay.plan_label}\nbuffer map: {lay.registration} registration ({lay.layout}), {lay.num_blocks} blocks"
     if len(lay.rows) > MAX_DRAWN_ROWS:
         title += f"; {len(lay.rows) - MAX_DRAWN_ROWS} more buffers in the text form"
-    ax = rows_axes(fig, [r[0] for r in rows] or ["(none)"], title, row_gap=1.6)
-    axis_in = ax.get_position().width * fig_w
-    kinds: list[str] = []
-    for i, (_, segs, lo, hi) in enumerate(rows):
-        zoom = lay.block_zoom and i == len(rows) - 1
-        kinds += draw_row(ax, (len(rows) - 1 - i) * 1.6, segs, lo, hi, 1.0, axis_in,
-                          ZOOM_BLOCKS if zoom else MAX_INNER_LABELS)
+    fig, ax, _, kinds = rows_figure(title, rows, 1.3 + 0.5 * max(1, len(rows)), width=1.0)
     ax.set_xlim(0, 1)
     x_ticks(ax, [0, 1], ["start", "end"], "each row scaled to its own buffer")
     legend(fig, kinds)
@@ -406,18 +384,12 @@ def pages_figure(title: str, names: Sequence[str], pages: Sequence):
     layouts with ``segments`` and ``page_bytes``), so a 2.6 %-padded Mamba page
     sits under the attention page of the same size."""
     page = max((lay.page_bytes for lay in pages), default=1)
-    fig_w = 10.0
-    fig = new_figure(fig_w, 1.45 + 0.5 * max(1, len(pages)))
-    ax = rows_axes(fig, list(names) or ["(no groups)"], title)
-    axis_in = ax.get_position().width * fig_w
-    kinds: list[str] = []
-    for i, lay in enumerate(pages):
-        kinds += draw_row(ax, (len(pages) - 1 - i) * 1.6, lay.segments, 0, page, float(page), axis_in)
-    bounds = sorted({s.start for lay in pages for s in lay.segments if s.kind not in ("...", "gap")})
-    ticks = byte_ticks(bounds, 0, page, axis_in)
-    ax.set_xlim(0, float(page))
-    x_ticks(ax, ticks, ["0" if t == 0 else fmt_size(t) for t in ticks],
-            "byte offset in one layer's page of a block")
+    rows = [(name, lay.segments, 0, page, MAX_INNER_LABELS)
+            for name, lay in zip(names, pages, strict=True)]
+    fig, ax, axis_in, kinds = rows_figure(title, rows, 1.45 + 0.5 * max(1, len(pages)),
+                                          width=float(page), empty="(no groups)")
+    byte_axis(ax, [s for lay in pages for s in lay.segments], page, axis_in,
+              "byte offset in one layer's page of a block")
     legend(fig, kinds)
     return fig
 

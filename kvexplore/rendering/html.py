@@ -2,10 +2,9 @@
 
 Everything that reaches HTML goes through :func:`html.escape` (model names,
 layer names and error messages are user data: a config path may hold ``<``).
-Tables are rendered by hand rather than with ``DataFrame.to_html`` because the
-Explorer re-renders them on every control change and pandas' HTML writer
-costs tens of milliseconds; the output is deterministic (no ids, no styles
-that depend on the run).
+Tables are rendered by hand rather than with ``DataFrame.to_html``: the
+output is small, escaped and deterministic (no ids, no styles that depend on
+the run).
 
 >>> table_html([{"a": 1, "b": "<x>"}])
 '<table class="kvx-table"><thead><tr><th>a</th><th>b</th></tr></thead><tbody><tr><td>1</td><td>&lt;x&gt;</td></tr></tbody></table>'
@@ -17,14 +16,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 from typing import Any
 
+from kvexplore.errors import KVExploreError
+from kvexplore.rendering.figures import MAX_DRAWN_ROWS, page_title
+from kvexplore.rendering.layouts import plan_pages
 from kvexplore.rendering.segments import (
     COLORS,
-    LEGEND,
     LEGEND_TEXT,
     capped,
     color_of,
     fmt_size,
     kind_of,
+    legend_kinds,
 )
 
 #: Rows shown by :func:`table_html` before the rest is summarised.
@@ -105,25 +107,23 @@ def plan_html(plan) -> str:
 
 def plan_pages_html(plan) -> str:
     """One bar per KV cache group: the page of its first layer, on one byte scale."""
-    from kvexplore.errors import KVExploreError
-    from kvexplore.rendering.layouts import plan_pages
-
     try:
         pages = plan_pages(plan)
     except KVExploreError as exc:
         return message_html(f"page map unavailable: {exc}", "warning")
     page = max((lay.page_bytes for lay in pages), default=0)
-    rows = []
-    for gid, lay in enumerate(pages):
-        name = f"g{gid} {lay.kind} ({fmt_size(lay.page_bytes)})"
-        rows.append(
-            f'<div style="display:flex;align-items:center"><div style="width:150px;font-size:10px">'
-            f"{escape(name)}</div><div style=\"flex:1\">{_bar_html(lay.segments, page)}</div></div>"
-        )
+    rows = [_bar_row(f"g{gid} {lay.kind} ({fmt_size(lay.page_bytes)})", _bar_html(lay.segments, page), 150)
+            for gid, lay in enumerate(pages)]
     return f'<div class="kvx-plan-pages">{"".join(rows)}</div>'
 
 
-def _bar_html(segments, total: int, *, max_items: int = 64) -> str:
+def _bar_row(name: str, bar: str, name_px: int) -> str:
+    """A bar with its name in a ``name_px``-wide column on the left."""
+    return (f'<div style="display:flex;align-items:center"><div style="width:{name_px}px;font-size:10px">'
+            f"{escape(name)}</div><div style=\"flex:1\">{bar}</div></div>")
+
+
+def _bar_html(segments, total: int) -> str:
     """Segments as one flex bar of CSS widths (no bytes, no images)."""
     if not total:
         return ""
@@ -132,7 +132,7 @@ def _bar_html(segments, total: int, *, max_items: int = 64) -> str:
     span = max(hi - lo, 1)
     cells = []
     cursor = lo
-    for s in capped(segments)[:max_items]:
+    for s in capped(segments):
         if s.start > cursor:
             cells.append(f'<div style="flex:0 0 {100 * (s.start - cursor) / span:.4f}%"></div>')
         # segments may overlap (an edited view's coordinates interleave): draw
@@ -158,26 +158,21 @@ def _bar_html(segments, total: int, *, max_items: int = 64) -> str:
 
 def page_layout_html(layout) -> str:
     """``PageLayout._repr_html_``: bars (page, kernel page 0, edited) and the text form."""
-    from kvexplore.rendering.figures import page_title
-
-    kinds = [kind_of(seg.label) for seg in layout.segments]
-    kinds += [kind_of(seg.label) for seg in layout.cells]
-    if layout.edited is not None:
-        kinds += [kind_of(seg.label) for seg in layout.edited.segments]
+    segments = [*layout.segments, *layout.cells, *(layout.edited.segments if layout.edited is not None else ())]
     head = "<br>".join(escape(line) for line in page_title(layout).splitlines())
     return (f'<div class="kvx-page-map"><p style="font-size:11px;margin:2px 0"><b>{head}</b></p>'
-            f"{legend_html(kinds)}{page_bars_html(layout)}{pre_html(layout.text())}</div>")
+            f"{legend_html([kind_of(seg.label) for seg in segments])}{page_bars_html(layout)}"
+            f"{pre_html(layout.text())}</div>")
 
 
 def legend_html(kinds) -> str:
     """The shared legend as HTML: a swatch and name per kind, in the figures'
     order and colours (:data:`kvexplore.rendering.segments.LEGEND`)."""
-    present = [k for k in LEGEND if k in set(kinds)]
     items = "".join(
         f'<span style="margin-right:10px;white-space:nowrap"><span style="display:inline-block;'
         f'width:12px;height:9px;background:{COLORS[k]};border:1px solid #333;margin-right:3px">'
         f"</span>{escape(LEGEND_TEXT[k])}</span>"
-        for k in present
+        for k in legend_kinds(kinds)
     )
     return f'<div class="kvx-legend" style="font-size:10px;margin:2px 0">{items}</div>'
 
@@ -185,28 +180,18 @@ def legend_html(kinds) -> str:
 def page_bars_html(layout) -> str:
     """The bars of :func:`page_layout_html` alone (registered page, kernel page
     0, edited view), for summaries that show the text elsewhere."""
-    rows = [("registered", _bar_html(layout.segments, layout.page_bytes))]
+    bars = [_bar_row("registered", _bar_html(layout.segments, layout.page_bytes), 90)]
     if layout.cells:
-        rows.append(("kernel page 0", _bar_html(layout.cells, max(s.end for s in layout.cells))))
+        bars.append(_bar_row("kernel page 0", _bar_html(layout.cells, max(s.end for s in layout.cells)), 90))
     if layout.edited is not None and layout.edited.segments:
-        rows.append(("edited", _bar_html(layout.edited.segments, layout.page_bytes)))
-    bars = "".join(
-        f'<div style="display:flex;align-items:center"><div style="width:90px;font-size:10px">'
-        f"{escape(name)}</div><div style=\"flex:1\">{bar}</div></div>"
-        for name, bar in rows
-    )
-    return bars
+        bars.append(_bar_row("edited", _bar_html(layout.edited.segments, layout.page_bytes), 90))
+    return "".join(bars)
 
 
 def buffer_layout_html(layout) -> str:
     """``BufferLayout._repr_html_``: one bar per buffer and the text form."""
-    bars = []
-    for row in layout.rows[:12]:
-        total = max((s.end for s in row.segments), default=row.size)
-        bars.append(
-            f'<div style="display:flex;align-items:center"><div style="width:160px;font-size:10px">'
-            f"{escape(row.name)}</div><div style=\"flex:1\">{_bar_html(row.segments, total)}</div></div>"
-        )
+    bars = [_bar_row(row.name, _bar_html(row.segments, max((s.end for s in row.segments), default=row.size)), 160)
+            for row in layout.rows[:MAX_DRAWN_ROWS]]
     return f'<div class="kvx-buffer-map">{"".join(bars)}{pre_html(layout.text())}</div>'
 
 

@@ -1,29 +1,15 @@
-"""See the bytes: page maps, buffer maps and sweep heatmaps.
+"""Page maps and buffer maps as data, and sweep heatmaps.
 
-Every renderer comes in three forms built from one pure-Python layout object:
+``page_layout(plan, layer)`` -> :class:`PageLayout` (byte segments; its
+``text()``, ``_repr_html_()`` and ``figure()``), ``page_map`` -> its figure,
+``page_map_text`` -> its text; the same for :func:`buffer_layout` and
+:func:`sweep_heatmap`.
 
-* ``page_layout(plan, layer)`` -> :class:`PageLayout` (segments with byte
-  offsets; ``.text()`` for terminals, tests and nbval; ``_repr_html_``);
-* ``page_map(plan, layer)`` -> a matplotlib ``Figure``;
-* ``page_map_text(plan, layer)`` -> ``str`` (``== page_layout(...).text()``).
-
-Same for :func:`buffer_layout` / :func:`buffer_map` / :func:`buffer_map_text`
-and :func:`sweep_heatmap` / :func:`sweep_heatmap_text`.
-
-Figures are drawn from *segments* (one rectangle per state, per K/V half of a
-kernel page, per padding run), never from bytes, and rows are capped at
-:data:`MAX_DRAWN_SEGMENTS` rectangles, so drawing cost does not grow with the
-page: Nemotron-H-56B's 16.9 MB page draws as fast as a 16 KB one.  Figures
-are plain ``matplotlib.figure.Figure`` objects with an Agg canvas, not pyplot
-figures, so nothing accumulates in pyplot's registry; notebooks display them
-through IPython's figure formatter.
-
-Worked example (GUIDE section 4), Qwen3.5-0.8B on FLASHINFER: the attention
-layer's 1,114,112-byte page of a 544-token block is 17 kernel pages of 32
-tokens.  In vLLM 0.33's unified ``LBNHC`` registration each kernel page is
-``[32 tokens, 2 heads, C]`` with ``C`` = K 512 B | V 512 B side by side; in
-the legacy registration each kernel page is ``[2, 32, 2, 256]``: all K, then
-all V.
+Qwen3.5-0.8B on FLASHINFER: the attention layer's 1,114,112-byte page of a
+544-token block is 17 kernel pages of 32 tokens.  In vLLM 0.33's unified
+``LBNHC`` registration each kernel page is ``[32 tokens, 2 heads, C]`` with
+``C`` = K 512 B | V 512 B side by side; in the legacy registration each
+kernel page is ``[2, 32, 2, 256]``: all K, then all V.
 
 >>> from kvexplore import plan
 >>> p = plan("Qwen/Qwen3.5-0.8B", gpu="A100", attention_backend="FLASHINFER")
@@ -43,10 +29,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pandas as pd
+import torch
+from vllm.v1.kv_cache_interface import MambaSpec, MLAAttentionSpec
+
 from kvexplore.display import Displayable
 from kvexplore.editing.plan_edits import plan_edits
 from kvexplore.errors import KVExploreError
-from kvexplore.layout import dtype_name, element_size, state_names
+from kvexplore.layout import (
+    dtype_name,
+    element_extent,
+    element_size,
+    real_page_bytes,
+    state_names,
+)
 from kvexplore.registration import check_registration_name, registered_views
 from kvexplore.rendering.figures import pages_figure, sweep_figure
 from kvexplore.rendering.segments import (
@@ -62,10 +58,9 @@ MAX_CELLS = 8
 MAX_EDIT_COORDS = 16
 
 
-
-# ---------------------------------------------------------------------------
-# Page layout
-# ---------------------------------------------------------------------------
+def plan_head(plan) -> str:
+    """``'Qwen/Qwen3.5-0.8B on A100, tp=1'``: how every title and label starts."""
+    return f"{plan.model.name} on {plan.gpu.name}, tp={plan.tensor_parallel_size}"
 
 
 def resolve_layer(plan, layer) -> tuple[int, Any]:
@@ -117,7 +112,7 @@ class EditedSide:
 
 @dataclass(frozen=True)
 class PageLayout(Displayable):
-    """One layer's page of one block, as byte segments (see module doc).
+    """One layer's page of one block, as byte segments.
 
     ``segments`` cover ``[0, page_bytes)`` in byte order (gaps, if a layout
     splits a block's page, are ``gap`` segments).  ``cells`` is the zoom into
@@ -155,9 +150,6 @@ class PageLayout(Displayable):
     @property
     def padding_bytes(self) -> int:
         return self.page_bytes - self.real_bytes
-
-    def labels(self) -> list[str]:
-        return [s.label for s in self.segments]
 
     def __repr__(self) -> str:
         return self.text()
@@ -276,7 +268,8 @@ def page_layout(
     second; Mamba ``[conv, ssm]`` views).  ``edited``: None (no after view),
     True (LMCache's default edits on this registration), an
     ``EditResult``/mapping of layer -> edited value, or the edited tensor of
-    this layer.
+    this layer.  A layer, block or registration out of range raises
+    ``KVExploreError``.
 
     Qwen3.5-0.8B, GDN layer 0: ``conv`` 36,864 B bf16 ``(3, 6144)``, ``ssm``
     1,048,576 B fp32 ``(16, 128, 128)``, ``pad`` 28,672 B (2.57 % of the
@@ -293,57 +286,24 @@ def page_layout(
     name = info.name
     spec = plan.layer_specs[name]
     gid = _group_of(plan, name)
-    kernel = plan.kernel_block_sizes[gid]
-    views = registered_views(plan, registration)
-    value = views[name]
-    from vllm.v1.kv_cache_interface import MambaSpec, MLAAttentionSpec
-
-    page = int(spec.page_size_bytes)
-    real = int(getattr(spec, "real_page_size_bytes", None) or page)
-    notes: list[str] = []
-    cells: tuple[Segment, ...] = ()
-    cells_note = ""
+    value = registered_views(plan, registration)[name]
     tensors = list(value) if isinstance(value, (list, tuple)) else [value]
-    view_texts = tuple(_tensor_text(t) for t in tensors)
-    first = tensors[0]
+    page = int(spec.page_size_bytes)
+    kernel = spec.block_size if isinstance(spec, MambaSpec) else plan.kernel_block_sizes[gid]
+    ratio = max(1, spec.block_size // kernel)  # kernel pages per block
     if isinstance(spec, MambaSpec):
-        segs, page_offset = _mamba_segments(spec, tensors, block, page, registration)
-        block_size = spec.block_size
-        kernel = spec.block_size
+        segs, cells, cells_note = _mamba_segments(spec, page), (), ""
     else:
-        block_size = spec.block_size
-        if isinstance(spec, MLAAttentionSpec):
-            segs, cells, cells_note = _mla_segments(plan, spec, first, block, kernel, registration)
-        elif registration == "legacy" and first.ndim == 5:
-            segs, cells, cells_note = _legacy_attention_segments(spec, first, kernel)
-        else:
-            segs, cells, cells_note = _unified_attention_segments(spec, first, kernel)
-        ratio = max(1, block_size // kernel)
-        page_offset = (first.storage_offset() + block * ratio * first.stride(0)) * first.element_size()
-        covered = max((s.end for s in segs), default=0)
-        if covered < page:
-            segs.append(Segment("pad", covered, page - covered, "", "page padding (page_size_padded)"))
-        if info.sliding_window:
-            notes.append(
-                f"sliding window {info.sliding_window} tokens: the group keeps only the "
-                "blocks of the window; the page itself is laid out like full attention"
-            )
-    if registration == "unified":
-        buffer = "the backing buffer (shared by every KVCacheTensor)"
-    else:
-        j = plan.groups[gid].layer_names.index(name)
-        buffer = f"legacy buffer {j} (shared by layer {j} of every group)"
+        segs, cells, cells_note = _attention_segments(plan, spec, tensors[0], ratio, registration)
+    first = tensors[0]
+    page_offset = (first.storage_offset() + block * ratio * first.stride(0)) * first.element_size()
     edited_side = None
     if edited is not None and edited is not False:
         edited_side = _edited_side(plan, name, registration, edited, block, page_offset, page, segs)
-    backend = plan.attention_backend
-    label = (
-        f"{plan.model.name} on {plan.gpu.name}, tp={plan.tensor_parallel_size}, "
-        f"dcp={plan.decode_context_parallel_size}, {backend}, "
-        f"block_size={plan.block_size}, kv_cache_dtype={plan.kv_cache_dtype}"
-    )
     return PageLayout(
-        plan_label=label,
+        plan_label=(f"{plan_head(plan)}, dcp={plan.decode_context_parallel_size}, "
+                    f"{plan.attention_backend}, block_size={plan.block_size}, "
+                    f"kv_cache_dtype={plan.kv_cache_dtype}"),
         layer=name,
         position=position,
         kind=info.kind,
@@ -352,39 +312,68 @@ def page_layout(
         registration=registration,
         layout=plan.kv_cache_layout.name,
         block=block,
-        block_size=block_size,
+        block_size=spec.block_size,
         kernel_block_size=kernel,
         page_bytes=page,
-        real_bytes=real,
-        buffer=buffer,
+        real_bytes=real_page_bytes(spec),
+        buffer=_buffer_name(plan, gid, name, registration),
         page_offset=int(page_offset),
-        views=view_texts,
+        views=tuple(_tensor_text(t) for t in tensors),
         segments=tuple(segs),
         cells=tuple(cells),
         cells_note=cells_note,
         edited=edited_side,
-        notes=tuple(notes),
+        notes=_sliding_window_notes(info),
     )
 
 
-def _mamba_segments(spec, tensors, block: int, page: int, registration: str):
+def _buffer_name(plan, gid: int, name: str, registration: str) -> str:
+    if registration == "unified":
+        return "the backing buffer (shared by every KVCacheTensor)"
+    j = plan.groups[gid].layer_names.index(name)
+    return f"legacy buffer {j} (shared by layer {j} of every group)"
+
+
+def _sliding_window_notes(info) -> tuple[str, ...]:
+    if not info.sliding_window:
+        return ()
+    return (
+        f"sliding window {info.sliding_window} tokens: the group keeps only the "
+        "blocks of the window; the page itself is laid out like full attention",
+    )
+
+
+def _mamba_segments(spec, page: int) -> list[Segment]:
     """``conv | ssm | pad``: the states packed in ``MambaSpec.shapes`` order
     (``MambaBase.bind_kv_cache`` unpacks the unified row the same way)."""
-    names = state_names(len(spec.shapes))
     segs: list[Segment] = []
     cursor = 0
-    for label, shape, dtype in zip(names, spec.shapes, spec.dtypes, strict=True):
+    for label, shape, dtype in zip(state_names(len(spec.shapes)), spec.shapes, spec.dtypes, strict=True):
         size = math.prod(shape) * element_size(dtype)
         segs.append(Segment(label, cursor, size, dtype_name(dtype), f"{tuple(shape)}"))
         cursor += size
     if cursor < page:
         segs.append(Segment("pad", cursor, page - cursor, "", "page padding: no state"))
-    t = tensors[0]
-    page_offset = (t.storage_offset() + block * t.stride(0)) * t.element_size()
-    return segs, page_offset
+    return segs
 
 
-def _unified_attention_segments(spec, view, kernel: int):
+def _attention_segments(plan, spec, view, ratio: int, registration: str):
+    """``(segments, cells, cells_note)`` of an attention page of ``ratio``
+    kernel pages, padded to the page size."""
+    if isinstance(spec, MLAAttentionSpec):
+        segs, cells, note = _mla_segments(plan, spec, view, ratio)
+    elif registration == "legacy" and view.ndim == 5:
+        segs, cells, note = _legacy_attention_segments(view, ratio)
+    else:
+        segs, cells, note = _unified_attention_segments(spec, view, ratio)
+    page = int(spec.page_size_bytes)
+    covered = max((s.end for s in segs), default=0)
+    if covered < page:
+        segs.append(Segment("pad", covered, page - covered, "", "page padding (page_size_padded)"))
+    return segs, cells, note
+
+
+def _unified_attention_segments(spec, view, ratio: int):
     """``[P, H, N, C]`` (P = blocks x kernel pages): K|V side by side in ``C``."""
     elem = view.element_size()
     _, heads, tokens, c = view.shape
@@ -393,7 +382,6 @@ def _unified_attention_segments(spec, view, kernel: int):
     head_k = int(getattr(spec, "head_size", 0) or 0)
     head_v = int(getattr(spec, "head_size_v", 0) or head_k)
     split = head_k and (head_k + head_v) * elem == c_bytes
-    ratio = max(1, spec.block_size // kernel)
     dtype = dtype_name(view.dtype)
     kp_extent = (heads - 1) * s_h + (tokens - 1) * s_n + c_bytes
     order = "token outside head" if s_n >= s_h else "head outside token"
@@ -408,14 +396,9 @@ def _unified_attention_segments(spec, view, kernel: int):
         for p in range(ratio):
             segs.append(Segment(f"{label} p{p}", p * s0, kp_extent, dtype, what, p))
     else:  # a head's rows are not next to each other: one run per (page, head)
-        runs = []
-        for p in range(ratio):
-            for h in range(heads):
-                runs.append((p * s0 + h * s_h, p, h))
-        runs.sort()
         cursor = 0
         run_bytes = (tokens - 1) * s_n + c_bytes
-        for start, p, h in runs:
+        for start, p, h in sorted((p * s0 + h * s_h, p, h) for p in range(ratio) for h in range(heads)):
             if start > cursor:
                 segs.append(Segment("gap", cursor, start - cursor, "", "other blocks' bytes"))
             segs.append(Segment(f"{label} p{p}", start, run_bytes, dtype, f"head {h}: {what}", p))
@@ -435,13 +418,12 @@ def _unified_attention_segments(spec, view, kernel: int):
     return segs, cells, note
 
 
-def _legacy_attention_segments(spec, view, kernel: int):
+def _legacy_attention_segments(view, ratio: int):
     """``[pages, 2, kernel_block, H, D]``: K/V dim second, per kernel page."""
     elem = view.element_size()
     _, two, tokens, heads, head = view.shape
     s0, s_kv = view.stride(0) * elem, view.stride(1) * elem
     half = tokens * heads * head * elem
-    ratio = max(1, spec.block_size // kernel)
     dtype = dtype_name(view.dtype)
     segs: list[Segment] = []
     for p in range(ratio):
@@ -458,11 +440,10 @@ def _legacy_attention_segments(spec, view, kernel: int):
     return segs, cells, note
 
 
-def _mla_segments(plan, spec, view, block: int, kernel: int, registration: str):
+def _mla_segments(plan, spec, view, ratio: int):
     """One latent row per token: ``c_kv`` (kv_lora_rank) | ``k_pe`` (rope dims)."""
     elem = view.element_size()
     head = int(spec.head_size)
-    ratio = max(1, spec.block_size // kernel)
     kernel_tokens = spec.block_size // ratio
     row = spec.page_size_bytes // spec.block_size
     kp = row * kernel_tokens
@@ -485,23 +466,16 @@ def _mla_segments(plan, spec, view, block: int, kernel: int, registration: str):
 
 
 def _edited_side(plan, name, registration, edited, block, page_offset, page, registered) -> EditedSide:
-    import torch
-
-    rule = None
+    value, rule = edited, None
     if edited is True:
         try:
-            result = plan_edits(plan, registration)
+            edited = plan_edits(plan, registration)
         except KVExploreError as exc:
             return EditedSide(None, None, None, "", (), (), note=f"edits rejected this plan: {exc}")
-        value = result[name]
-        rule = _rule_of(result, name)
-    elif isinstance(edited, Mapping):
+    if isinstance(edited, Mapping):
         if name not in edited:
             raise KVExploreError(f"edited holds no layer {name!r}; expected the edited mapping of this plan")
-        value = edited[name]
-        rule = _rule_of(edited, name)
-    else:
-        value = edited
+        value, rule = edited[name], _rule_of(edited, name)
     if not isinstance(value, torch.Tensor):
         return EditedSide(rule, None, None, "", (), (), note="no rule matched: still the registered list of state tensors")
     elem = value.element_size()
@@ -514,33 +488,28 @@ def _edited_side(plan, name, registration, edited, block, page_offset, page, reg
                           "blocks: no rule re-viewed it")
     # block b of the edited view, relative to this layer's page of block b
     start0 = (value.storage_offset() + block * value.stride(0)) * elem - page_offset
-    rest_shape, rest_stride = per_block[1:], strides[1:]
     segs: list[Segment] = []
     if per_block and per_block[0] <= MAX_EDIT_COORDS:
-        rest_extent = (sum((n - 1) * s for n, s in zip(rest_shape, rest_stride, strict=True)) + 1) * elem
+        rest_shape = per_block[1:]
+        rest_extent = element_extent(rest_shape, strides[1:]) * elem
         tail = "".join(", :" for _ in rest_shape)
         for i in range(per_block[0]):
             segs.append(Segment(f"[{i}{tail}]", start0 + i * strides[0] * elem, rest_extent, dtype,
                                 f"{list(rest_shape)} {dtype}"))
     else:
-        extent = (sum((n - 1) * s for n, s in zip(per_block, strides, strict=True)) + 1) * elem
         dims = ", ".join(f"0:{n}" for n in per_block)
-        segs.append(Segment(f"[{dims}]", start0, extent, dtype, f"{list(per_block)} {dtype}"))
+        segs.append(Segment(f"[{dims}]", start0, element_extent(per_block, strides) * elem, dtype,
+                            f"{list(per_block)} {dtype}"))
     falls = tuple(overlap_summary((s.start, s.end), registered) for s in segs)
-    covered = sum(s.size for s in segs)
-    note = f"covers {covered:,} of the page's {page:,} B"
+    note = f"covers {sum(s.size for s in segs):,} of the page's {page:,} B"
     return EditedSide(rule, per_block, strides, dtype, tuple(segs), falls, note)
 
 
-def _rule_of(result, name: str):
+def _rule_of(result, name: str) -> str | None:
+    """The rule an ``EditResult`` applied to layer ``name`` (None for a plain mapping)."""
     report = getattr(result, "report", None)
-    if report is None:
-        return None
-    rows = report[report["layer"] == name]
-    if not len(rows):
-        return None
-    rule = rows.iloc[0]["rule"]
-    return rule if isinstance(rule, str) else None
+    rules = [] if report is None else list(report.loc[report["layer"] == name, "rule"])
+    return rules[0] if rules and isinstance(rules[0], str) else None
 
 
 def page_map_text(plan, layer: int | str = 0, **kwargs) -> str:
@@ -561,11 +530,7 @@ def page_map(plan, layer: int | str = 0, **kwargs):
 
 def plan_pages(plan, *, registration: str = "unified") -> tuple[PageLayout, ...]:
     """The page of each KV cache group's first layer, in group order."""
-    positions = {info.name: pos for pos, info in enumerate(plan.layers)}
-    return tuple(
-        page_layout(plan, positions[g.layer_names[0]], registration=registration)
-        for g in plan.groups
-    )
+    return tuple(page_layout(plan, g.layer_names[0], registration=registration) for g in plan.groups)
 
 
 def plan_title(plan) -> str:
@@ -573,7 +538,7 @@ def plan_title(plan) -> str:
     dcp = plan.decode_context_parallel_size
     dcp = f", dcp={dcp}" if dcp > 1 else ""
     return (
-        f"{plan.model.name} on {plan.gpu.name}, tp={plan.tensor_parallel_size}{dcp}, "
+        f"{plan_head(plan)}{dcp}, "
         f"{plan.attention_backend or 'no attention backend'}: block {plan.block_size} tokens, "
         f"kernel blocks {list(plan.kernel_block_sizes)}"
     )
@@ -636,89 +601,87 @@ def buffer_layout(plan, *, registration: str = "unified") -> BufferLayout:
     106,954,752 B at offset 0, ``layer_stride`` 17,825,792 B, ``block_stride``
     1,114,112 B), so the groups overlay each other and a block id belongs to
     one group at a time.  Legacy: one buffer per layer position ``j`` of
-    ``page x num_blocks`` bytes, shared by layer ``j`` of every group.
+    ``page x num_blocks`` bytes, shared by layer ``j`` of every group.  An
+    unknown ``registration`` raises ``KVExploreError``.
     """
     check_registration_name(registration)
-    groups = plan.groups
-    nb = plan.num_blocks
-    rows: list[BufferRow] = []
-    notes: list[str] = []
-    zoom: list[Segment] = []
-    zoom_label = ""
-    from vllm.v1.kv_cache_interface import MambaSpec
-
-    def group_of_layer(name):
-        for gid, g in enumerate(groups):
-            if name in g.layer_names:
-                return gid
-        return None
-
     if registration == "unified":
-        for ti, t in enumerate(plan.tensors):
-            gid = group_of_layer(t.layers[0]) if t.layers else None
-            spec = plan.layer_specs.get(t.layers[0]) if t.layers else None
-            page = int(spec.page_size_bytes) if spec is not None else t.block_stride
-            real = int(getattr(spec, "real_page_size_bytes", None) or page) if spec is not None else page
-            layer_compact = t.layer_stride >= t.block_stride * nb
-            segs: list[Segment] = []
-            if layer_compact:
-                for li, lname in enumerate(t.layers):
-                    segs.append(Segment(f"{_short(lname)}", t.offset + li * t.layer_stride,
-                                        nb * t.block_stride, "", f"{lname}: {nb} blocks x {t.block_stride:,} B"))
-            else:
-                for b in range(nb):
-                    segs.append(Segment(f"b{b}", t.offset + b * t.block_stride, t.block_stride, "",
-                                        f"block {b}: {len(t.layers)} layers' pages"))
-            kind = type(spec).__name__ if spec is not None else "?"
-            pad = f", padding {page - real:,} B at the end of each page" if page > real else ""
-            rows.append(BufferRow(
-                f"tensor {ti} (group {gid}, {kind})", t.size, t.offset,
-                f"{len(t.layers)} layers, layer_stride {t.layer_stride:,} B, block_stride "
-                f"{t.block_stride:,} B, page {page:,} B{pad}",
-                tuple(segs)))
-        if plan.tensors:
-            t = plan.tensors[0]
-            spec = plan.layer_specs.get(t.layers[0])
-            page = int(spec.page_size_bytes)
-            real = int(getattr(spec, "real_page_size_bytes", None) or page)
-            for b in range(min(nb, ZOOM_BLOCKS)):
-                start = t.offset + b * t.block_stride
-                zoom.append(Segment(f"b{b}", start, real, "", "state" if isinstance(spec, MambaSpec) else "K/V"))
-                if page > real:
-                    zoom.append(Segment("pad", start + real, page - real, "", "page padding"))
-            zoom_label = f"first {min(nb, ZOOM_BLOCKS)} blocks of {t.layers[0]} (tensor 0)"
-        ends = {t.offset + t.size for t in plan.tensors}
-        starts = {t.offset for t in plan.tensors}
-        if len(plan.tensors) > 1 and starts == {0} and len(ends) == 1:
-            notes.append(
-                f"all {len(plan.tensors)} tensors overlay one backing buffer of "
-                f"{max(ends):,} B: a block id belongs to one group at a time"
-            )
+        rows, zoom, zoom_label, notes = _unified_buffers(plan)
     else:
-        width = max((len(g.layer_names) for g in groups), default=0)
-        page = max((g.kv_cache_spec.page_size_bytes for g in groups), default=0)
-        for j in range(width):
-            owners = [f"g{gid}:{_short(g.layer_names[j])}" for gid, g in enumerate(groups) if j < len(g.layer_names)]
-            segs = [Segment(f"b{b}", b * page, page, "", "one page per block") for b in range(nb)]
-            rows.append(BufferRow(f"buffer {j}", page * nb, 0,
-                                  f"shared by {', '.join(owners)}; page {page:,} B, stride(0) {page:,} B",
-                                  tuple(segs)))
-        for gid, g in enumerate(groups):
-            spec = g.kv_cache_spec
-            real = int(getattr(spec, "real_page_size_bytes", None) or spec.page_size_bytes)
-            if isinstance(spec, MambaSpec) and real < page:
-                if not zoom:
-                    for b in range(min(nb, ZOOM_BLOCKS)):
-                        zoom.append(Segment(f"b{b}", b * page, real, "", "conv | ssm"))
-                        zoom.append(Segment("pad", b * page + real, page - real, "", "page padding"))
-                    zoom_label = f"first {min(nb, ZOOM_BLOCKS)} blocks of buffer 0 as group {gid} (Mamba) sees them"
-                notes.append(f"group {gid}: conv | ssm | pad, {page - real:,} B padding per page")
-    label = (
-        f"{plan.model.name} on {plan.gpu.name}, tp={plan.tensor_parallel_size}, "
-        f"{plan.attention_backend}, block_size={plan.block_size}"
-    )
-    return BufferLayout(label, registration, plan.kv_cache_layout.name, nb, tuple(rows),
+        rows, zoom, zoom_label, notes = _legacy_buffers(plan)
+    label = f"{plan_head(plan)}, {plan.attention_backend}, block_size={plan.block_size}"
+    return BufferLayout(label, registration, plan.kv_cache_layout.name, plan.num_blocks, tuple(rows),
                         tuple(zoom), zoom_label, tuple(notes))
+
+
+def _block_zoom(start: int, stride: int, page: int, real: int, num_blocks: int, what: str) -> list[Segment]:
+    """The first :data:`ZOOM_BLOCKS` pages from byte ``start``, ``stride`` apart:
+    ``real`` bytes of ``what``, then the page's padding."""
+    zoom = []
+    for b in range(min(num_blocks, ZOOM_BLOCKS)):
+        at = start + b * stride
+        zoom.append(Segment(f"b{b}", at, real, "", what))
+        if page > real:
+            zoom.append(Segment("pad", at + real, page - real, "", "page padding"))
+    return zoom
+
+
+def _unified_buffers(plan):
+    """One row per ``KVCacheTensor``, the zoom into tensor 0's first blocks."""
+    nb = plan.num_blocks
+    rows = []
+    for ti, t in enumerate(plan.tensors):
+        spec = plan.layer_specs[t.layers[0]]
+        page, real = int(spec.page_size_bytes), real_page_bytes(spec)
+        if t.layer_stride >= t.block_stride * nb:  # layer-compact: one run per layer
+            segs = [Segment(f"{_short(lname)}", t.offset + li * t.layer_stride, nb * t.block_stride, "",
+                            f"{lname}: {nb} blocks x {t.block_stride:,} B") for li, lname in enumerate(t.layers)]
+        else:
+            segs = [Segment(f"b{b}", t.offset + b * t.block_stride, t.block_stride, "",
+                            f"block {b}: {len(t.layers)} layers' pages") for b in range(nb)]
+        pad = f", padding {page - real:,} B at the end of each page" if page > real else ""
+        rows.append(BufferRow(
+            f"tensor {ti} (group {_group_of(plan, t.layers[0])}, {type(spec).__name__})", t.size, t.offset,
+            f"{len(t.layers)} layers, layer_stride {t.layer_stride:,} B, block_stride "
+            f"{t.block_stride:,} B, page {page:,} B{pad}",
+            tuple(segs)))
+    zoom, zoom_label, notes = [], "", []
+    if plan.tensors:
+        t = plan.tensors[0]
+        spec = plan.layer_specs[t.layers[0]]
+        zoom = _block_zoom(t.offset, t.block_stride, int(spec.page_size_bytes), real_page_bytes(spec), nb,
+                           "state" if isinstance(spec, MambaSpec) else "K/V")
+        zoom_label = f"first {min(nb, ZOOM_BLOCKS)} blocks of {t.layers[0]} (tensor 0)"
+    ends = {t.offset + t.size for t in plan.tensors}
+    if len(plan.tensors) > 1 and {t.offset for t in plan.tensors} == {0} and len(ends) == 1:
+        notes.append(
+            f"all {len(plan.tensors)} tensors overlay one backing buffer of "
+            f"{max(ends):,} B: a block id belongs to one group at a time"
+        )
+    return rows, zoom, zoom_label, notes
+
+
+def _legacy_buffers(plan):
+    """One row per layer position, the zoom into a padded Mamba page."""
+    groups, nb = plan.groups, plan.num_blocks
+    width = max((len(g.layer_names) for g in groups), default=0)
+    page = max((g.kv_cache_spec.page_size_bytes for g in groups), default=0)
+    rows = []
+    for j in range(width):
+        owners = [f"g{gid}:{_short(g.layer_names[j])}" for gid, g in enumerate(groups) if j < len(g.layer_names)]
+        segs = [Segment(f"b{b}", b * page, page, "", "one page per block") for b in range(nb)]
+        rows.append(BufferRow(f"buffer {j}", page * nb, 0,
+                              f"shared by {', '.join(owners)}; page {page:,} B, stride(0) {page:,} B",
+                              tuple(segs)))
+    zoom, zoom_label, notes = [], "", []
+    for gid, g in enumerate(groups):
+        real = real_page_bytes(g.kv_cache_spec)
+        if isinstance(g.kv_cache_spec, MambaSpec) and real < page:
+            if not zoom:
+                zoom = _block_zoom(0, page, page, real, nb, "conv | ssm")
+                zoom_label = f"first {min(nb, ZOOM_BLOCKS)} blocks of buffer 0 as group {gid} (Mamba) sees them"
+            notes.append(f"group {gid}: conv | ssm | pad, {page - real:,} B padding per page")
+    return rows, zoom, zoom_label, notes
 
 
 def buffer_map_text(plan, *, registration: str = "unified") -> str:
@@ -732,19 +695,12 @@ def buffer_map(plan, *, registration: str = "unified"):
     return buffer_layout(plan, registration=registration).figure()
 
 
-# ---------------------------------------------------------------------------
-# Sweep heatmap
-# ---------------------------------------------------------------------------
-
-
 def sweep_table(df, x: str, y: str, value: str):
     """Pivot ``df`` to ``value`` over ``y`` (rows) x ``x`` (columns).
 
     ``value`` must be numeric or boolean (booleans become 0/1); exactly one
     row per ``(x, y)``: filter the other axes first.
     """
-    import pandas as pd
-
     for what, col in (("x", x), ("y", y), ("value", value)):
         if col not in df.columns:
             raise KVExploreError(f"{what}={col!r} is not a column of the sweep; expected one of {list(df.columns)}")

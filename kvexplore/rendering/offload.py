@@ -11,11 +11,14 @@ from __future__ import annotations
 from html import escape
 
 from kvexplore.offloading.derive import group_bytes_per_block
+from kvexplore.rendering.figures import new_figure
 from kvexplore.rendering.html import table_html
 
 #: Colours of the figure: GPU blocks alternate, the chunk is outlined.
 _BLOCK_COLORS = ("#4c78a8", "#9ecae9")
 _MAX_DRAWN_BLOCKS = 64
+#: Where a bar's note sits: just right of the bar's end.
+_NOTE = {"xytext": (4, 0), "textcoords": "offset points", "va": "center", "fontsize": 7}
 
 
 def offload_text(result) -> str:
@@ -46,17 +49,12 @@ def _title(result) -> str:
 def offload_figure(result):
     """Per offloaded group: one offloaded chunk as its GPU blocks (tokens,
     left, with the chunks a sliding window keeps) and the bytes of one GPU
-    block of the group (right), with ``worker_kv_bytes_per_block`` dashed.  A matplotlib ``Figure``, not
-    managed by pyplot."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    c, p = result.config, result.plan
-    kv_groups = p.groups
+    block of the group (right), with ``worker_kv_bytes_per_block`` dashed."""
+    c = result.config
+    kv_groups = result.plan.groups
     bpc = c.cache.blocks_per_chunk
     n = len(c.groups)
-    fig = Figure(figsize=(10, 1.5 + 0.45 * n), dpi=100)
-    FigureCanvasAgg(fig)
+    fig = new_figure(10, 1.5 + 0.45 * n)
     ax_tok, ax_bytes = fig.subplots(1, 2, sharey=True, gridspec_kw={"width_ratios": [3, 2]})
     labels = []
     for y, g in enumerate(c.groups):
@@ -64,7 +62,7 @@ def offload_figure(result):
         spec = type(kv.kv_cache_spec).__name__
         labels.append(f"group {g.group_id}: {spec} x {len(g.layer_names)}")
         t = g.tokens_per_block
-        drawn = max(0, min(bpc, _MAX_DRAWN_BLOCKS))
+        drawn = min(bpc, _MAX_DRAWN_BLOCKS)
         ax_tok.broken_barh(
             [(i * t, t) for i in range(drawn)],
             (y - 0.35, 0.7),
@@ -75,20 +73,10 @@ def offload_figure(result):
         more = f" ({bpc - drawn} more)" if bpc > drawn else ""
         window = g.sliding_window_size_in_chunks
         kept = "" if window is None else f"; keeps {window} chunk(s)"
-        ax_tok.annotate(
-            f"{bpc} x {t} = {bpc * t} tokens{more}{kept}",
-            (max(drawn * t, 0), y),
-            xytext=(4, 0),
-            textcoords="offset points",
-            va="center",
-            fontsize=7,
-        )
+        ax_tok.annotate(f"{bpc} x {t} = {bpc * t} tokens{more}{kept}", (drawn * t, y), **_NOTE)
         block_bytes = group_bytes_per_block(kv)
         ax_bytes.barh(y, block_bytes, height=0.7, color=_BLOCK_COLORS[0], edgecolor="#222222", linewidth=0.5)
-        ax_bytes.annotate(
-            f"{block_bytes:,} B", (block_bytes, y), xytext=(4, 0), textcoords="offset points",
-            va="center", fontsize=7,
-        )
+        ax_bytes.annotate(f"{block_bytes:,} B", (block_bytes, y), **_NOTE)
     ax_bytes.axvline(c.worker_kv_bytes_per_block, color="#c0392b", linestyle="--", linewidth=1)
     ax_tok.set_yticks(range(n))
     ax_tok.set_yticklabels(labels, fontsize=7)

@@ -1,10 +1,8 @@
 """Segments, colours and byte units shared by every layout, text and figure.
 
-A :class:`Segment` is one contiguous byte run ``[start, start + size)`` of a
-page or buffer, named with a vLLM / LMCache word.  Every figure and HTML bar
-colours a segment by its *kind* through :data:`COLORS`, so ``conv`` is the
-same blue in a page map, a buffer map and the gallery, and :data:`LEGEND`
-lists the kinds in one fixed order.
+A :class:`Segment` is one contiguous byte run of a page or buffer, named with
+a vLLM / LMCache word; every figure and HTML bar colours it by its *kind*
+(:data:`KINDS`), so ``conv`` is the same blue everywhere.
 
 >>> fmt_size(28672), fmt_size(1114112), fmt_size(512)
 ('28 KiB', '1.06 MiB', '512 B')
@@ -16,62 +14,48 @@ lists the kinds in one fixed order.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvexplore.layout import compress_ints
 
 #: At most this many rectangles per figure row or HTML bar; the middle of
-#: longer rows is drawn as one "..." segment (drawing cost independent of
-#: page size).
+#: longer rows is drawn as one "..." segment.
 MAX_DRAWN_SEGMENTS = 64
 
 #: Blocks a buffer map's zoom shows (and labels, every one).
 ZOOM_BLOCKS = 8
 
-#: One colour per kind, used by every figure and HTML bar.
-COLORS = {
-    "conv": "#4C72B0",
-    "ssm": "#55A868",
-    "state": "#8172B2",
-    "K": "#DD8452",
-    "V": "#C44E52",
-    "K|V": "#E8A06A",
-    "kv": "#E8A06A",
-    "latent": "#937860",
-    "c_kv": "#937860",
-    "k_pe": "#DA8BC3",
-    "pad": "#DDDDDD",
-    "edited": "#64B5CD",
-    "other blocks": "#9DB9DC",
-    "other layers": "#D5C4EA",
-    "gap": "#FFFFFF",
-    "...": "#BBBBBB",
+#: Every kind of segment, in legend order: its colour (in every figure and
+#: HTML bar) and its legend name.
+KINDS = {
+    "conv": ("#4C72B0", "conv state"),
+    "ssm": ("#55A868", "SSM state"),
+    "state": ("#8172B2", "state"),
+    "K": ("#DD8452", "K"),
+    "V": ("#C44E52", "V"),
+    "K|V": ("#E8A06A", "K|V (side by side)"),
+    "kv": ("#E8A06A", "K/V"),
+    "latent": ("#937860", "MLA latent"),
+    "c_kv": ("#937860", "c_kv"),
+    "k_pe": ("#DA8BC3", "k_pe"),
+    "edited": ("#64B5CD", "edited view"),
+    "other blocks": ("#9DB9DC", "blocks"),
+    "other layers": ("#D5C4EA", "layers"),
+    "pad": ("#DDDDDD", "padding"),
+    "gap": ("#FFFFFF", "other blocks' bytes"),
+    "...": ("#BBBBBB", "elided"),
 }
-
+COLORS = {kind: color for kind, (color, _) in KINDS.items()}
+LEGEND_TEXT = {kind: text for kind, (_, text) in KINDS.items()}
 #: Legend order (kinds absent from a figure are left out of its legend).
-LEGEND = ("conv", "ssm", "state", "K", "V", "K|V", "kv", "latent", "c_kv", "k_pe",
-          "edited", "other blocks", "other layers", "pad", "gap", "...")
+LEGEND = tuple(KINDS)
 
-LEGEND_TEXT = {
-    "conv": "conv state",
-    "ssm": "SSM state",
-    "state": "state",
-    "K": "K",
-    "V": "V",
-    "K|V": "K|V (side by side)",
-    "kv": "K/V",
-    "latent": "MLA latent",
-    "c_kv": "c_kv",
-    "k_pe": "k_pe",
-    "edited": "edited view",
-    "other blocks": "blocks",
-    "other layers": "layers",
-    "pad": "padding",
-    "gap": "other blocks' bytes",
-    "...": "elided",
-}
+
+def legend_kinds(kinds) -> list[str]:
+    """The distinct ``kinds``, in :data:`LEGEND` order."""
+    present = set(kinds)
+    return [k for k in LEGEND if k in present]
 
 
 def fmt_bytes(n: int) -> str:
@@ -160,15 +144,15 @@ def overlap_summary(span: tuple[int, int], segments: Sequence[Segment]) -> str:
     pages compressed into ranges, partial overlaps named with their bytes.
     """
     a, b = span
-    by_kind: OrderedDict[str, list[int]] = OrderedDict()
+    by_kind: dict[str, list[int]] = {}
     partial: list[str] = []
-    plain: OrderedDict[str, int] = OrderedDict()
+    plain: dict[str, None] = {}
     for s in segments:
         lo, hi = max(a, s.start), min(b, s.end)
         if hi <= lo:
             continue
         if s.kernel_page is None:
-            plain[s.label] = plain.get(s.label, 0) + (hi - lo)
+            plain[s.label] = None
         else:
             by_kind.setdefault(s.kind, []).append(s.kernel_page)
         if hi - lo < s.size:

@@ -322,7 +322,7 @@ def rows_figure(title: str, rows: Sequence[tuple], height: float, *, width: floa
 
 def page_title(lay) -> str:
     """``'Qwen/Qwen3.5-0.8B on A100, tp=1, ...' + layer, kind, group, block, page``."""
-    return (f"{lay.plan_label}\n{lay.layer} ({lay.kind}, group {lay.group}), "
+    return (f"{lay.plan_label}\n{lay.layer} ({lay.label or lay.kind}, group {lay.group}), "
             f"{lay.registration} registration, block {lay.block}: "
             f"{fmt_size(lay.page_bytes)} page")
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from kvexplore.errors import KVExploreError
 from kvexplore.rendering.figures import MAX_DRAWN_ROWS, page_title
-from kvexplore.rendering.layouts import plan_pages
+from kvexplore.rendering.layouts import group_label, plan_pages
 from kvexplore.rendering.segments import (
     COLORS,
     LEGEND_TEXT,
@@ -112,8 +112,9 @@ def plan_pages_html(plan) -> str:
     except KVExploreError as exc:
         return message_html(f"page map unavailable: {exc}", "warning")
     page = max((lay.page_bytes for lay in pages), default=0)
-    rows = [_bar_row(f"g{gid} {lay.kind} ({fmt_size(lay.page_bytes)})", _bar_html(lay.segments, page), 150)
-            for gid, lay in enumerate(pages)]
+    rows = [_bar_row(f"{group_label(plan, g)} ({fmt_size(lay.page_bytes)})",
+                     _bar_html(lay.segments, page), 150)
+            for g, lay in zip(plan.groups, pages, strict=True)]
     return f'<div class="kvx-plan-pages">{"".join(rows)}</div>'
 
 

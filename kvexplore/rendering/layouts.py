@@ -142,6 +142,8 @@ class PageLayout(Displayable):
     cells_note: str = ""
     edited: EditedSide | None = None
     notes: tuple[str, ...] = field(default=())
+    #: the kind as a reader needs it: ``"mamba (short_conv)"``, ``"full_attention (draft)"``
+    label: str = ""
 
     @property
     def kernel_pages(self) -> int:
@@ -179,7 +181,7 @@ def _segment_table(segments: Sequence[Segment], total: int | None, *, limit: int
 def page_layout_text(layout) -> str:
     """``PageLayout.text()``: deterministic (offsets, never addresses or timings)."""
     lines = [
-        f"page map: {layout.layer} (layer position {layout.position}, {layout.kind}, "
+        f"page map: {layout.layer} (layer position {layout.position}, {layout.label or layout.kind}, "
         f"group {layout.group}, {layout.spec})",
         f"plan: {layout.plan_label}",
         f"registration: {layout.registration} (layout {layout.layout})",
@@ -307,6 +309,7 @@ def page_layout(
         layer=name,
         position=position,
         kind=info.kind,
+        label=info.label,
         group=gid,
         spec=type(spec).__name__,
         registration=registration,
@@ -548,8 +551,7 @@ def plan_figure(plan, *, registration: str = "unified"):
     """A plan at a glance (``Plan.figure()``): one row per KV cache group, the
     page of the group's first layer, all on one byte axis."""
     pages = plan_pages(plan, registration=registration)
-    names = [f"g{gid} {lay.kind} x{len(g.layer_names)}"
-             for gid, (g, lay) in enumerate(zip(plan.groups, pages, strict=True))]
+    names = [group_label(plan, g) for g in plan.groups]
     fig = pages_figure(plan_title(plan), names, pages)
     fig.kvexplore_plan = plan
     return fig
@@ -587,10 +589,22 @@ class BufferLayout(Displayable):
         return self.text()
 
 
-def _short(name: str) -> str:
+def _short(name: str, plan=None) -> str:
+    """``"L3"`` for a target layer, ``"D0"`` for a drafter's layer."""
     parts = name.split(".")
     nums = [p for p in parts if p.isdigit()]
-    return f"L{nums[-1]}" if nums else parts[-1]
+    draft = plan is not None and plan.drafter is not None and name in plan.drafter.layer_names
+    return f"{'D' if draft else 'L'}{nums[-1]}" if nums else parts[-1]
+
+
+def group_label(plan, group) -> str:
+    """``"g3 full_attention x7 (1 draft)"``: a group's kind, layers and the
+    drafter's share of them."""
+    drafts = sum(info.is_draft for info in plan.layers if info.name in group.layer_names)
+    mixers = {info.mixer for info in plan.layers if info.name in group.layer_names and info.mixer}
+    extra = [*sorted(mixers), *([f"{drafts} draft"] if drafts else [])]
+    return (f"g{group.index} {group.kind} x{len(group.layer_names)}"
+            + (f" ({', '.join(extra)})" if extra else ""))
 
 
 def buffer_layout(plan, *, registration: str = "unified") -> BufferLayout:
@@ -634,7 +648,7 @@ def _unified_buffers(plan):
         spec = plan.layer_specs[t.layers[0]]
         page, real = int(spec.page_size_bytes), real_page_bytes(spec)
         if t.layer_stride >= t.block_stride * nb:  # layer-compact: one run per layer
-            segs = [Segment(f"{_short(lname)}", t.offset + li * t.layer_stride, nb * t.block_stride, "",
+            segs = [Segment(f"{_short(lname, plan)}", t.offset + li * t.layer_stride, nb * t.block_stride, "",
                             f"{lname}: {nb} blocks x {t.block_stride:,} B") for li, lname in enumerate(t.layers)]
         else:
             segs = [Segment(f"b{b}", t.offset + b * t.block_stride, t.block_stride, "",
@@ -668,7 +682,7 @@ def _legacy_buffers(plan):
     page = max((g.kv_cache_spec.page_size_bytes for g in groups), default=0)
     rows = []
     for j in range(width):
-        owners = [f"g{gid}:{_short(g.layer_names[j])}" for gid, g in enumerate(groups) if j < len(g.layer_names)]
+        owners = [f"g{gid}:{_short(g.layer_names[j], plan)}" for gid, g in enumerate(groups) if j < len(g.layer_names)]
         segs = [Segment(f"b{b}", b * page, page, "", "one page per block") for b in range(nb)]
         rows.append(BufferRow(f"buffer {j}", page * nb, 0,
                               f"shared by {', '.join(owners)}; page {page:,} B, stride(0) {page:,} B",

@@ -167,3 +167,19 @@ def test_an_eagle_head_with_its_own_config():
     assert spec.head_size == head["hidden_size"] // head["num_attention_heads"]
     assert p.drafter.speculator == "EagleSpeculator"
     assert [list(g.layer_names) for g in p.groups] == grouping_by_vllm(p)
+
+
+def test_maps_explorer_and_compare_show_the_drafter():
+    from kvexplore.explorer.state import ExplorerState
+
+    p = planned(QWEN, "A100", 1, json.dumps(MTP))
+    position = next(i.index for i in p.layers if i.is_draft)
+    assert "(layer position 24, full_attention (draft), group 3" in kvexplore.page_layout(p, position).text()
+    buffers = kvexplore.buffer_layout(p)
+    assert "D0" in {s.label for row in buffers.rows for s in row.segments}
+    state = ExplorerState(QWEN, gpu="A100", speculative_method="mtp", num_speculative_tokens=3)
+    assert state.error is None and len(state.plan.layers) == 25
+    assert state.plan.inputs["speculative_config"] == MTP
+    c = kvexplore.compare({"model": QWEN, "gpu": "A100"}, speculative_method="mtp")
+    assert c.row("layers").a == "24" and c.row("layers").b == "25"
+    assert c.row("drafter").a == "none" and "MTPSpeculator" in c.row("drafter").b

@@ -147,7 +147,7 @@ def test_plan_display_trio():
     assert html.count('class="kvx-bar"') == len(p.groups)  # one page bar per group
     fig = p.figure()
     rows = figures.row_names(fig.axes[0])
-    assert rows == [f"g{g} {k} x6" for g, k in enumerate(["mamba"] * 3 + ["full_attention"])]
+    assert rows == [f"g{g} mamba x6 (gdn_attn)" for g in range(3)] + ["g3 full_attention x6"]
 
 
 def test_forms_are_chosen_by_type_and_an_unknown_type_is_a_clear_error():

@@ -62,10 +62,17 @@ CONTROL_DEFAULTS: dict[str, Any] = {
     "attention_backend": "auto",
     "mamba_cache_mode": "auto",
     "enable_prefix_caching": "auto",
+    "speculative_method": "none",
+    "num_speculative_tokens": 3,
+    "draft_model": "",
     "registration": "unified",
     "layer": 0,
     "block": 0,
 }
+
+#: ``speculative_config`` methods the speculative control offers ("none": no
+#: drafter); a draft model (``draft_model``) is needed by eagle, eagle3 and draft_model.
+SPECULATIVE_METHODS = ("none", "mtp", "eagle", "eagle3", "draft_model", "ngram")
 
 #: Controls that pick what to look at; the others (:data:`PLAN_CONTROLS`) change the plan.
 VIEW_CONTROLS = ("registration", "layer", "block")
@@ -109,6 +116,7 @@ def choices() -> dict[str, list]:
         "mamba_cache_mode": ["auto", *MAMBA_CACHE_MODES],
         "registration": list(REGISTRATIONS),
         "block_size": ["auto", "16", "32", "64", "128", "256", "544", "1088"],
+        "speculative_method": list(SPECULATIVE_METHODS),
     }
 
 
@@ -141,6 +149,26 @@ def _check_controls(names) -> None:
         raise KVExploreError(
             f"unknown Explorer control(s) {unknown}; expected {list(CONTROL_DEFAULTS)}"
         )
+
+
+def _speculative_config(c: dict) -> dict | None:
+    """The ``speculative_config`` the speculative controls describe (None for
+    method "none"): method, ``num_speculative_tokens``, and the draft model
+    when one is named (a catalog id, path or hub id, as the model control)."""
+    method = c["speculative_method"]
+    if method in (None, "", "none"):
+        return None
+    spec: dict[str, Any] = {
+        "method": method,
+        "num_speculative_tokens": _control_int("num_speculative_tokens",
+                                               c["num_speculative_tokens"]),
+    }
+    draft = c["draft_model"]
+    if isinstance(draft, str) and draft.strip():
+        spec["model"] = draft.strip()
+    if method == "ngram":
+        spec["prompt_lookup_max"] = spec["num_speculative_tokens"]
+    return spec
 
 
 class ExplorerState:
@@ -184,6 +212,7 @@ class ExplorerState:
             "attention_backend": _auto(c["attention_backend"]),
             "mamba_cache_mode": _auto(c["mamba_cache_mode"]),
             "enable_prefix_caching": _auto(c["enable_prefix_caching"]),
+            "speculative_config": _speculative_config(c),
         }
 
     def _memoised(self, key: tuple, build: Callable[[], Any]) -> Any:
@@ -466,7 +495,9 @@ def _value_text(value: Any) -> str:
 
 
 def _plan_rows(p) -> dict[tuple[str, str], str]:
-    rows = {("plan", str(q)): _value_text(v) for q, v in zip(p.summary["quantity"], p.summary["value"], strict=True)}
+    rows = {("plan", str(q)): _value_text(v) for q, v in p.summary_rows()}
+    rows[("plan", "layers")] = str(len(p.layers))
+    rows[("plan", "drafter")] = p.drafter.text() if p.drafter is not None else "none"
     cols = ["kind", "layers", "block_size", "kernel_block_size", "page_bytes", "real_page_bytes",
             "padding_bytes", "dtype", "backend"]
     for rec in p.group_table.to_dict("records"):
@@ -477,7 +508,7 @@ def _plan_rows(p) -> dict[tuple[str, str], str]:
 
 def _page_map_rows(lay) -> dict[tuple[str, str], str]:
     rows = {("page map", q): _value_text(getattr(lay, q)) for q in PAGE_MAP_QUANTITIES}
-    rows[("page map", "layer")] = f"{lay.layer} ({lay.kind}, group {lay.group})"
+    rows[("page map", "layer")] = f"{lay.layer} ({lay.label or lay.kind}, group {lay.group})"
     totals: dict[str, list[int]] = {}
     for seg in lay.segments:
         # "K|V p3" -> "K|V": one row per kind of segment, however many kernel pages

@@ -64,6 +64,9 @@ _LABELS = {
     "mamba_cache_mode": "Mamba cache",
     "gpu": "GPU",
     "enable_prefix_caching": "prefix caching",
+    "speculative_method": "speculative",
+    "num_speculative_tokens": "draft tokens",
+    "draft_model": "draft model",
     "registration": "registration",
     "layer": "layer",
     "block": "block",
@@ -74,8 +77,13 @@ def _control(name: str, value: Any, label: str, options: dict, **kwargs) -> widg
     """The widget of one control: an ``IntText`` for a number, a free-text
     ``Combobox`` for the model and the block size, else a ``Dropdown`` (that
     offers ``value`` even when it is not one of ``options[name]``)."""
-    if name in ("tensor_parallel_size", "decode_context_parallel_size", "layer", "block"):
+    if name in ("tensor_parallel_size", "decode_context_parallel_size", "layer", "block",
+                "num_speculative_tokens"):
         return widgets.IntText(value=int(value), description=label, **kwargs)
+    if name == "draft_model":
+        return widgets.Combobox(options=list(options["model"]), value=str(value),
+                                description=label, ensure_option=False,
+                                continuous_update=False, placeholder="none", **kwargs)
     if name in ("model", "block_size"):
         return widgets.Combobox(options=list(options[name]), value=str(value), description=label,
                                 ensure_option=False, continuous_update=False, **kwargs)
@@ -138,6 +146,7 @@ class Explorer(widgets.VBox):
             widgets.HBox([ctl["tensor_parallel_size"], ctl["decode_context_parallel_size"], ctl["block_size"]]),
             widgets.HBox([ctl["attention_backend"], ctl["kv_cache_dtype"], ctl["dtype"]]),
             widgets.HBox([ctl["mamba_cache_mode"], ctl["enable_prefix_caching"], ctl["layer"], ctl["block"]]),
+            widgets.HBox([ctl["speculative_method"], ctl["num_speculative_tokens"], ctl["draft_model"]]),
         ]
         super().__init__(children=[*rows, self.panels["status"], self.tabs])
         self.add_class("kvx-explorer")

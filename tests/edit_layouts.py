@@ -1,4 +1,4 @@
-"""Synthetic registrations for the edit / round-trip tests (GUIDE section 2).
+"""Synthetic registrations for the edit / round-trip tests.
 
 Legacy (vLLM < 0.26): attention ``[kernel_pages, 2, kernel_block, heads, head]``
 contiguous; Mamba ``[conv, ssm]`` views into one padded page per block.
@@ -182,6 +182,11 @@ def storage_bytes(caches):
 def snapshot(caches):
     """A copy of every byte behind ``caches``."""
     return [raw.clone() for raw in storage_bytes(caches)]
+
+
+def same(before, after) -> bool:
+    """Whether two :func:`snapshot` lists hold the same bytes."""
+    return all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
 
 
 def randomize(caches, seed=0):

@@ -2,8 +2,8 @@
 tensors vLLM registers.
 
 ``validation`` (which groups a connector can serve) -> ``rules`` (the edits)
--> the round-trip proof: ``proof`` (address arithmetic), ``tiling`` (the
-fill / store / load-elsewhere / compare engine) and ``roundtrip`` (the public
+-> the round-trip proof: ``proof`` (address arithmetic) and ``roundtrip`` (the
+fill / store / load-elsewhere / compare data check, the public
 :func:`verify_roundtrip` and its :class:`RoundTripReport`)."""
 
 from kvexplore.editing.roundtrip import RoundTripReport, verify_roundtrip

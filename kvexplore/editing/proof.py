@@ -13,10 +13,10 @@ edited views lose nothing.  This module does the part that needs no data:
   layer (``confined_ok``) and that no two pages of one group overlap
   (``disjoint_ok``: no neighbour block, no sibling layer on the same buffer).
 
-The data check of :mod:`kvexplore.editing.tiling` shows the same facts on
+The data check of :mod:`kvexplore.editing.roundtrip` shows the same facts on
 the bytes themselves: it moves every block through the edited views into
-another block, so a registered byte the view misses is left behind with the
-wrong pattern and counted; the arithmetic names the blocks and the bytes.
+another block, so a registered byte the view misses is left zeroed and
+counted; the arithmetic names the blocks and the bytes.
 
 Qwen3.5-0.8B, unified, 64 blocks: a GDN layer's registered row
 ``[64, 1, 1, 1085440]`` int8 is regions ``conv`` (36,864 B) and ``ssm``
@@ -27,6 +27,7 @@ and spills 2,560 B into the 28,672 B of page padding, inside the page.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -113,20 +114,24 @@ class AddressCheck:
 
 
 def selection(blocks: object, num_blocks: int) -> list[int]:
-    """The block ids to exercise: all for ``None``, else distinct ids in range."""
+    """The block ids to exercise: all for ``None``, else distinct ids in range,
+    from a sequence, ``range``, numpy array or tensor of integers (numpy and
+    torch integer scalars count as ints)."""
     if blocks is None:
         return list(range(num_blocks))
-    if isinstance(blocks, torch.Tensor):
-        blocks = blocks.tolist()
-    if isinstance(blocks, range) and blocks.step == 1:
-        chosen = list(blocks)
-    elif isinstance(blocks, Sequence) and not isinstance(blocks, (str, bytes)):
+    if hasattr(blocks, "tolist") and not isinstance(blocks, (list, tuple)):
+        blocks = blocks.tolist()  # numpy arrays and tensors
+    if isinstance(blocks, range) or (
+        isinstance(blocks, Sequence) and not isinstance(blocks, (str, bytes))
+    ):
         chosen = list(blocks)
     else:
         raise KVExploreError(
             f"blocks is a {type(blocks).__name__}; expected None or a sequence of "
             f"block ids in [0, {num_blocks})"
         )
+    chosen = [int(b) if isinstance(b, numbers.Integral) and not isinstance(b, bool) else b
+              for b in chosen]
     bad = [
         b
         for b in chosen
@@ -141,9 +146,9 @@ def selection(blocks: object, num_blocks: int) -> list[int]:
 
 
 def check_chunk_bytes(chunk_bytes: object) -> None:
-    """``chunk_bytes`` must be ``None`` or a positive int (bytes per tile).
+    """``chunk_bytes`` must be ``None`` or a positive int (bytes of one group a step).
 
-    Zero or a negative size describes no tile at all; a float or a string is
+    Zero or a negative size describes no chunk at all; a float or a string is
     a unit mistake.  Both are refused rather than rounded to something that
     runs.
     """

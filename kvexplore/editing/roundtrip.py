@@ -1,20 +1,15 @@
 """Byte-exact proof that a store and a load through edited views lose nothing.
 
 :func:`verify_roundtrip` plays what an LMCache-style connector does with the
-result of :func:`kvexplore.apply_kv_cache_group_edits` and reports, per
-layer, in a frozen :class:`RoundTripReport`.  It joins the two halves of
-the proof:
-
-* :mod:`kvexplore.editing.proof`, address arithmetic: the edited view of
-  every selected block covers every registered byte of that block on the
-  same storage, stays inside that block's page, and no two pages of a group
-  overlap;
-* :mod:`kvexplore.editing.tiling`, data: a pattern written through the
-  registered views, stored and loaded through the edited views into another
-  block (as a connector reloads a saved block wherever there is room), is
-  found byte for byte in that block, tile by cache-sized tile.
-
-Mismatches never raise: the report says where.
+result of :func:`kvexplore.apply_kv_cache_group_edits` (save a block through
+the edited views, free it, load the saved bytes into another block) and
+reports per layer, in a frozen :class:`RoundTripReport`, both halves of the
+proof: the address arithmetic of :mod:`kvexplore.editing.proof` (the edited
+view of each selected block covers that block's registered bytes, stays in
+its page, and no two pages of a group overlap) and the data check here (a
+pattern written through the registered views and moved through the edited
+views into another block is found there byte for byte).  Mismatches never
+raise: the report says which layer, block and byte.
 """
 
 from __future__ import annotations
@@ -35,44 +30,43 @@ from kvexplore.editing.proof import (
     check_chunk_bytes,
     layers_under_test,
     selection,
+    storage_bytes,
 )
 from kvexplore.editing.rules import RegisteredKVCache
-from kvexplore.editing.tiling import LayerDamage, default_chunk_bytes, exercise
+from kvexplore.editing.validation import as_kv_cache_config
 from kvexplore.errors import KVExploreError
-from kvexplore.layout import check_int
+from kvexplore.layout import element_extent
 
-__all__ = ["LayerVerdict", "RoundTripReport", "verify_roundtrip"]
+__all__ = ["LayerVerdict", "RoundTripReport", "default_chunk_bytes", "verify_roundtrip"]
 
 _COLUMNS = [
-    "group",
-    "layer",
-    "edited",
-    "regions",
-    "blocks",
-    "bytes",
-    "roundtrip_ok",
-    "mismatched_bytes",
-    "first_mismatch",
-    "covers_ok",
-    "uncovered_bytes",
-    "confined_ok",
-    "disjoint_ok",
-    "ok",
-    "detail",
-    "checked_with",
-]
+    "group", "layer", "edited", "regions", "blocks", "bytes",
+    "roundtrip_ok", "mismatched_bytes", "first_mismatch",
+    "covers_ok", "uncovered_bytes", "confined_ok", "disjoint_ok", "ok", "detail",
+]  # fmt: skip
+
+# Pattern byte = 1 + (pos + 37 * layer + 97 * block + 53 * region) % 251.
+_MODULUS = 251
+_LAYER_STEP, _BLOCK_STEP, _REGION_STEP = 37, 97, 53
+
+
+@dataclass
+class _Found:
+    """What the data check found for one layer so far."""
+
+    mismatched: int = 0
+    first: tuple[int, int, int] | None = None  # (block, region index, byte)
+    error: str | None = None
 
 
 @dataclass(frozen=True)
 class LayerVerdict:
     """One layer's outcome: one row of :attr:`RoundTripReport.table`.
 
-    ``first_mismatch`` is ``(block, region, byte)``; ``covers_ok`` is False
-    also when torch could not store or load through the edited view at all.
-    ``checked_with`` names the layer whose run stands for this one's data
-    check (its group's registered and edited views are, view for view,
-    that layer's group's, on the same bytes); ``None`` when this layer's
-    own bytes were moved and compared.  Its address checks are always its own.
+    ``first_mismatch`` is ``(block id, region label, byte offset in the
+    region's block)`` of the earliest wrong byte (by block, then region,
+    then byte); ``covers_ok`` is False also when torch could not store or
+    load through the edited view at all.
     """
 
     group: int
@@ -89,36 +83,26 @@ class LayerVerdict:
     confined_ok: bool
     disjoint_ok: bool
     detail: str
-    checked_with: str | None = None
 
     @property
     def ok(self) -> bool:
-        return (
-            self.roundtrip_ok and self.covers_ok and self.confined_ok and self.disjoint_ok
-        )
+        checks = (self.roundtrip_ok, self.covers_ok, self.confined_ok, self.disjoint_ok)
+        return all(checks)
 
     @classmethod
     def of(
-        cls,
-        layer: LayerUnderTest,
-        blocks: int,
-        check: AddressCheck,
-        damage: LayerDamage,
-        checked_with: str | None = None,
+        cls, layer: LayerUnderTest, blocks: int, check: AddressCheck, found: _Found
     ) -> LayerVerdict:
-        notes = list(check.notes)
-        if damage.store_error is not None:
-            notes.append(f"edited view cannot be stored/loaded: {damage.store_error}")
-        if damage.mismatched_bytes:
-            block, label, byte = damage.first_mismatch or (None, None, None)
+        first, notes = None, list(check.notes)
+        if found.error is not None:
+            notes.append(f"edited view cannot be stored/loaded: {found.error}")
+        if found.first is not None:
+            block, region, byte = found.first
+            first = (block, layer.regions[region].label, byte)
             notes.append(
-                f"{damage.mismatched_bytes} bytes differ after the round trip; "
-                f"first at block {block}, {label} byte {byte}"
+                f"{found.mismatched} bytes differ after the round trip; "
+                f"first at block {block}, {first[1]} byte {byte}"
             )
-        if not notes:
-            notes.append("every byte came back")
-        if checked_with is not None:
-            notes.append(f"data checked once with {checked_with} (the same views of the same bytes)")
         return cls(
             group=layer.group,
             layer=layer.name,
@@ -126,22 +110,18 @@ class LayerVerdict:
             regions=",".join(r.label for r in layer.regions),
             blocks=blocks,
             bytes=sum(r.view[0].numel() for r in layer.regions) * blocks,
-            roundtrip_ok=damage.mismatched_bytes == 0,
-            mismatched_bytes=damage.mismatched_bytes,
-            first_mismatch=damage.first_mismatch,
-            covers_ok=check.covers_ok and damage.store_error is None,
+            roundtrip_ok=found.mismatched == 0,
+            mismatched_bytes=found.mismatched,
+            first_mismatch=first,
+            covers_ok=check.covers_ok and found.error is None,
             uncovered_bytes=check.uncovered_bytes,
             confined_ok=check.confined_ok,
             disjoint_ok=check.disjoint_ok,
-            detail="; ".join(notes),
-            checked_with=checked_with,
+            detail="; ".join(notes or ["every byte came back"]),
         )
 
     def row(self) -> dict[str, object]:
-        return {
-            **{name: getattr(self, name) for name in _COLUMNS if name != "ok"},
-            "ok": self.ok,
-        }
+        return {name: getattr(self, name) for name in _COLUMNS}
 
 
 @dataclass(frozen=True)
@@ -201,6 +181,148 @@ class RoundTripReport(Displayable):
         return self.text()
 
 
+def default_chunk_bytes(device: torch.device) -> int:
+    """Registered bytes of one group one step works on: 16 MiB on the CPU, 256 MiB on CUDA."""
+    return (256 << 20) if device.type == "cuda" else (16 << 20)
+
+
+def _chunks(chosen: Sequence[int], most: int) -> list[tuple[int, int]]:
+    """Runs ``(start, stop)`` of consecutive block ids, ascending, ``max(1, most)`` blocks at most.
+
+    ``[4, 1, 2]`` with ``most=8`` -> ``[(1, 3), (4, 5)]``.
+    """
+    runs: list[list[int]] = []
+    for block in sorted(chosen):
+        if runs and runs[-1][1] == block and block - runs[-1][0] < most:
+            runs[-1][1] = block + 1
+        else:
+            runs.append([block, block + 1])
+    return [(start, stop) for start, stop in runs]
+
+
+def _patterns(
+    layer: LayerUnderTest, start: int, stop: int, ramp: torch.Tensor
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per region: its bytes in blocks ``[start, stop)`` and their pattern (views).
+
+    ``ramp[i] = 1 + i % 251``; the pattern reads it with the region's strides
+    modulo 251, so byte ``pos`` of the page (``pos`` counted from the layer's
+    first registered byte) in block ``b`` of region ``k`` of the layer at
+    ``index`` in its group reads ``1 + (pos + 37 index + 97 b + 53 k) % 251``.
+    """
+    base = min(r.view.storage_offset() for r in layer.regions)
+    out = []
+    for k, r in enumerate(layer.regions):
+        view = r.view[start:stop]
+        tag = r.view.storage_offset() - base
+        tag += _LAYER_STEP * layer.index + _BLOCK_STEP * start + _REGION_STEP * k
+        strides = (_BLOCK_STEP, *(s % _MODULUS for s in view.stride()[1:]))
+        out.append((view, ramp.as_strided(view.shape, strides, tag % _MODULUS)))
+    return out
+
+
+def _ramp(
+    layers: Sequence[LayerUnderTest], most: int, device: torch.device
+) -> torch.Tensor:
+    """``1 + i % 251`` as ``uint8``, long enough for :func:`_patterns` of ``most`` blocks."""
+    reach = max(
+        element_extent(r.view.shape[1:], [s % _MODULUS for s in r.view.stride()[1:]])
+        for layer in layers
+        for r in layer.regions
+    )
+    length = _MODULUS + _BLOCK_STEP * (most - 1) + reach
+    return (torch.arange(length, device=device) % _MODULUS + 1).to(torch.uint8)
+
+
+def _spans(
+    layers: Sequence[LayerUnderTest], start: int, stop: int
+) -> list[torch.Tensor]:
+    """The bytes the layers' views reach in blocks ``[start, stop)``: merged spans per storage."""
+    reach: dict[int, list[tuple[int, int]]] = {}
+    flats: dict[int, torch.Tensor] = {}
+    for layer in layers:
+        for t in [r.view for r in layer.regions] + list(layer.edited_parts):
+            part = t[start:stop]
+            lo = part.storage_offset() * part.element_size()
+            size = element_extent(part.shape, part.stride()) * part.element_size()
+            key = part.untyped_storage().data_ptr()
+            flats.setdefault(key, storage_bytes(part))
+            reach.setdefault(key, []).append((lo, lo + size))
+    out = []
+    for key, spans in reach.items():
+        merged: list[list[int]] = []
+        for lo, hi in sorted(spans):
+            if merged and lo <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi])
+        out.extend(flats[key][lo:hi] for lo, hi in merged)
+    return out
+
+
+def _compare(
+    got: torch.Tensor, want: torch.Tensor, block0: int, k: int, found: _Found
+) -> None:
+    """Count the bytes of ``got`` (``[m, ...]``, block ``block0`` first) that differ from ``want``."""
+    if got.numel() == 0 or not int(torch.bitwise_xor(got, want).flatten().max()):
+        return
+    wrong = torch.ne(got, want).reshape(got.shape[0], -1)
+    found.mismatched += int(torch.count_nonzero(wrong))
+    block, byte = torch.nonzero(wrong)[0].tolist()
+    key = (block0 + block, k, byte)
+    if found.first is None or key < found.first:
+        found.first = key
+
+
+def _round_trip(
+    layers: Sequence[LayerUnderTest],
+    start: int,
+    stop: int,
+    ramp: torch.Tensor,
+    restore: bool,
+    found: Mapping[str, _Found],
+) -> None:
+    """Fill, store, zero, load into the next block, compare: blocks ``[start, stop)`` of one group.
+
+    Block ``start + i``'s stored bytes are loaded into block
+    ``start + (i + 1) % n`` (a chunk of one block back into itself).  With
+    ``restore`` the bytes the views reach are saved first and put back
+    last, also when something raises.
+    """
+    n = stop - start
+    spans = _spans(layers, start, stop) if restore else []
+    saved = [(span, span.clone()) for span in spans]
+    try:
+        regions = [_patterns(layer, start, stop, ramp) for layer in layers]
+        for pairs in regions:
+            for view, pattern in pairs:
+                view.copy_(pattern)
+        stored: list[list[torch.Tensor]] = []
+        for layer in layers:
+            try:
+                stored.append([part[start:stop].clone() for part in layer.edited_parts])
+            except RuntimeError as error:
+                found[layer.name].error = found[layer.name].error or str(error)
+                stored.append([])
+        for pairs in regions:
+            for view, _ in pairs:
+                view.zero_()
+        for layer, copies in zip(layers, stored, strict=True):
+            try:
+                for part, copy in zip(layer.edited_parts, copies, strict=False):
+                    part[start + 1 : stop].copy_(copy[: n - 1])
+                    part[start : start + 1].copy_(copy[n - 1 :])
+            except RuntimeError as error:
+                found[layer.name].error = found[layer.name].error or str(error)
+        for layer, pairs in zip(layers, regions, strict=True):
+            for k, (got, want) in enumerate(pairs):
+                _compare(got[1:], want[: n - 1], start + 1, k, found[layer.name])
+                _compare(got[:1], want[n - 1 :], start, k, found[layer.name])
+    finally:
+        for span, copy in reversed(saved):
+            span.copy_(copy)
+
+
 def verify_roundtrip(
     kv_cache_config: KVCacheConfig,
     kv_caches: Mapping[str, RegisteredKVCache],
@@ -209,78 +331,52 @@ def verify_roundtrip(
     blocks: Sequence[int] | None = None,
     restore: bool = True,
     chunk_bytes: int | None = None,
-    threads: int | None = None,
 ) -> RoundTripReport:
     """Store every selected block through ``edited``, load it into another, check every byte.
 
-    Every registered byte gets a pattern of its layer, block and place in the
-    page; the edited views then move each block's bytes to another block of
-    the same layer (as a connector reloads a saved block wherever there is
-    room; in a tile of one block, to the same block of another layer of the
-    group; for a tile of one layer of one block, back to the same block
-    after its bytes are zeroed), and every registered byte must hold the
-    pattern of the block it came from.  A byte the edited view misses, or puts elsewhere in the page,
-    is counted in ``mismatched_bytes``; address arithmetic proves the same
-    per block and byte (``covers_ok``, ``confined_ok``, ``disjoint_ok``).
-
-    vLLM overlays the groups of one spec on the same bytes through the same
-    views (Qwen3.5's three Gated-DeltaNet groups): a group whose registered
-    and edited views are, view for view, an earlier group's would make the
-    very same torch calls on the very same bytes, so it is run once and
-    every such group reports what that run found.
+    Per KV cache group and chunk of consecutive selected blocks: every
+    registered byte (the ``conv`` / ``ssm`` or ``K`` / ``V`` regions of
+    :func:`kvexplore.editing.proof.layers_under_test`) gets
+    ``1 + (pos + 37 * layer + 97 * block + 53 * region) % 251`` (``pos``: its
+    place in the page, ``layer``: the layer's index in its group, ``region``:
+    the region's); the edited views store the chunk into a separate
+    buffer; the registered bytes are zeroed; the edited views load block
+    ``i``'s bytes into block ``i + 1`` of the chunk (cyclically; a chunk of
+    one block into itself), as a connector reloads a saved block wherever
+    there is room; every registered byte must then hold the pattern of the
+    block it came from.  Qwen3.5-0.8B's GDN row ``[64, 1, 1, 1085440]`` int8
+    edited to ``[64, 544, 1, 2000]`` brings back all 1,085,440 state bytes
+    of each page; ``[:, :500]`` of that view loses the last 85,440.
 
     Args:
         kv_cache_config: the vLLM ``KVCacheConfig`` the caches were built for
-            (groups, per-layer specs, ``num_blocks``).
+            (or the ``Plan``, whose ``kv_cache_config`` is taken).
         kv_caches: the registered caches (what vLLM hands a connector).
-        edited: the edited mapping, e.g. :func:`apply_kv_cache_group_edits`'s
-            result; unedited layers may be the registered objects themselves.
+        edited: e.g. :func:`apply_kv_cache_group_edits`'s result; unedited
+            layers may be the registered objects themselves.
         blocks: block ids to exercise; ``None`` for all ``num_blocks``.
-        restore: leave the caches' bytes as they were.  The round trip
-            then runs, one tile at a time, on a replica of the tile: the
-            registered and edited views moved, offset for offset, onto a
-            buffer the size of the tile (the same storage offsets relative
-            to one another, shapes, strides and dtypes, so the same bytes
-            meet), and the caches are never written.  Where no replica can
-            stand for a tile (views of one buffer that step by different
-            bytes per block), the tile's bytes are saved and put back while
-            it is in cache.  ``False`` runs on the caches themselves and
-            leaves the patterns there.
-        chunk_bytes: how many bytes of one group one step works on (a tile:
-            its layers in the window, every block of the chunk), which also
-            bounds the separate store buffer; ``None`` picks
-            :func:`kvexplore.editing.tiling.default_chunk_bytes` (a
-            last-level-cache share on the CPU, 256 MiB on CUDA).  A tile
-            holds at least one layer of one block.  Must be a positive int.
-        threads: CPU threads for the data check; ``None`` for
-            ``torch.get_num_threads()``.  With pages of a mebibyte or more
-            (Qwen3.5-0.8B's on the H100) each takes whole tiles, one at a
-            time, on one intra-op thread, so a thread that is descheduled on
-            a busy machine holds nobody up; with smaller pages, or, on the
-            caches themselves (``restore=False``), where two tiles would
-            write the same byte (an edited view that leaves its page), the
-            tiles run in order, each torch call on ``threads``
-            intra-op threads (the caller's for ``None``).  The
-            caller's intra-op setting is restored afterwards
-            (``benchmarks/bench_edits.py`` measures 1 and the default).
+        restore: save the bytes each chunk's views reach and put them back
+            afterwards, also on an exception; ``False`` leaves the patterns.
+        chunk_bytes: registered bytes of one group one step works on (at
+            least one block); ``None`` for :func:`default_chunk_bytes`.
 
     Returns:
-        :class:`RoundTripReport`; a mismatch is reported, not raised.
+        :class:`RoundTripReport`; a mismatch, or an edited view torch cannot
+        store or load through (token rows that alias), is reported, not raised.
 
     Raises:
         KVExploreError: inputs that do not describe one registration (missing
             or extra layers, tensors not in their spec's dtype, mixed devices,
             leading dims that are not whole blocks), an unusable ``blocks``,
-            or a ``chunk_bytes`` or ``threads`` that is not a positive int,
-            each naming the value.
+            or a ``chunk_bytes`` that is not a positive int, each naming the value.
     """
-    if kv_cache_config is None or not hasattr(kv_cache_config, "num_blocks"):
+    kv_cache_config = as_kv_cache_config(kv_cache_config)
+    if kv_cache_config is None:
         raise KVExploreError(
-            f"kv_cache_config is {type(kv_cache_config).__name__}; expected the "
-            "vLLM KVCacheConfig the caches were built for"
+            "kv_cache_config is None; expected the vLLM KVCacheConfig the caches were "
+            "built for (or their kvexplore.Plan)"
         )
     check_chunk_bytes(chunk_bytes)
-    check_int("threads", threads, minimum=1, allow_none=True)
     started = time.perf_counter()
     num_blocks = int(kv_cache_config.num_blocks)
     chosen = selection(blocks, num_blocks)
@@ -289,23 +385,19 @@ def verify_roundtrip(
         return RoundTripReport((), 0.0, "cpu")
     device = layers[0].device
     checks = address_checks(layers, chosen, num_blocks)
-    if chunk_bytes is None:
-        chunk_bytes = default_chunk_bytes(device)
-    damage = exercise(
-        layers,
-        chosen,
-        chunk_bytes,
-        restore,
-        threads=threads,
-        confined=all(check.confined_ok for check in checks),
-    )
+    found = {layer.name: _Found() for layer in layers}
+    for group in sorted({layer.group for layer in layers}):
+        members = [layer for layer in layers if layer.group == group]
+        per_block = sum(r.view[0].numel() for layer in members for r in layer.regions)
+        most = (chunk_bytes or default_chunk_bytes(device)) // max(1, per_block)
+        runs = _chunks(chosen, most)
+        ramp = _ramp(members, max(stop - start for start, stop in runs), device)
+        for start, stop in runs:
+            _round_trip(members, start, stop, ramp, restore, found)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     verdicts = tuple(
-        LayerVerdict.of(
-            layer, len(chosen), check, hurt,
-            None if hurt.checked_with is None else layers[hurt.checked_with].name,
-        )
-        for layer, check, hurt in zip(layers, checks, damage, strict=True)
+        LayerVerdict.of(layer, len(chosen), check, found[layer.name])
+        for layer, check in zip(layers, checks, strict=True)
     )
     return RoundTripReport(verdicts, time.perf_counter() - started, str(device))

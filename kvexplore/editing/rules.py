@@ -68,6 +68,7 @@ from vllm.v1.kv_cache_interface import (
 
 from kvexplore.display import Displayable
 from kvexplore.editing.validation import (
+    as_kv_cache_config,
     declares_slot_compression,
     validate_kv_cache_groups,
 )
@@ -1025,6 +1026,7 @@ def check_registration(
     Raises:
         KVExploreError: listing every problem, each naming its layer.
     """
+    kv_cache_config = as_kv_cache_config(kv_cache_config)
     if not isinstance(kv_caches, Mapping):
         raise KVExploreError(
             f"kv_caches is a {type(kv_caches).__name__}; expected a mapping of "
@@ -1145,6 +1147,7 @@ def apply_kv_cache_group_edits(
         ValueError: validation failures, registration/config mismatches, or a
             rule's invariant violation, prefixed with the layer and rule.
     """
+    kv_cache_config = as_kv_cache_config(kv_cache_config)
     validate_kv_cache_groups(kv_cache_config)
     chosen = _check_rules(rules)
     where = check_registration(kv_cache_config, kv_caches)

@@ -45,9 +45,11 @@ from vllm.v1.kv_cache_interface import (
 )
 
 from kvexplore.errors import KVExploreError
+from kvexplore.planning.planner import Plan
 
 __all__ = [
     "ACCEPTED",
+    "as_kv_cache_config",
     "REJECTED",
     "check_kv_cache_groups",
     "declares_slot_compression",
@@ -82,14 +84,18 @@ def declares_slot_compression(spec: KVCacheSpec) -> bool:
     )
 
 
-def _require_config(kv_cache_config: object) -> KVCacheConfig:
-    groups = getattr(kv_cache_config, "kv_cache_groups", None)
-    if not isinstance(groups, (list, tuple)):
-        raise KVExploreError(
-            f"kv_cache_config is a {type(kv_cache_config).__name__}; expected a "
-            "vllm.v1.kv_cache_interface.KVCacheConfig (or None)"
-        )
-    return kv_cache_config  # type: ignore[return-value]
+def as_kv_cache_config(value: object) -> KVCacheConfig | None:
+    """``value`` as vLLM's ``KVCacheConfig``: a config (or ``None``) as it is, a
+    kvexplore ``Plan`` as a copy of its ``kv_cache_config``; anything else is
+    refused naming it."""
+    if value is None or isinstance(value, KVCacheConfig):
+        return value
+    if isinstance(value, Plan):
+        return value.kv_cache_config
+    raise KVExploreError(
+        f"kv_cache_config is a {type(value).__name__}; expected a "
+        "vllm.v1.kv_cache_interface.KVCacheConfig, a kvexplore.Plan or None"
+    )
 
 
 def _judge_leaf(spec: KVCacheSpec) -> tuple[str, str]:
@@ -133,9 +139,9 @@ def check_kv_cache_groups(kv_cache_config: KVCacheConfig | None) -> pd.DataFrame
     Raises:
         ValueError: ``kv_cache_config`` is neither ``None`` nor a config.
     """
-    if kv_cache_config is None:
+    config = as_kv_cache_config(kv_cache_config)
+    if config is None:
         return pd.DataFrame(columns=_COLUMNS)
-    config = _require_config(kv_cache_config)
     rows = []
     for index, group in enumerate(config.kv_cache_groups):
         spec = group.kv_cache_spec

@@ -26,7 +26,7 @@ import torch
 
 from kvexplore.errors import KVExploreError
 from kvexplore.memo import per_plan
-from kvexplore.planning.planner import Plan
+from kvexplore.planning.planner import require_plan
 
 REGISTRATIONS = ("unified", "legacy")
 
@@ -56,11 +56,7 @@ MAX_ALLOCATION_BYTES = (1 << 63) - 1
 def check_allocatable(plan) -> None:
     """Refuse what cannot be allocated, naming it: not a plan, no blocks, or
     a backing allocation beyond what a tensor can hold."""
-    if not isinstance(plan, Plan):
-        raise KVExploreError(
-            f"plan is a {type(plan).__name__} ({plan!r:.60}); expected a kvexplore.Plan "
-            "(kvexplore.plan(model, ...))"
-        )
+    require_plan(plan)
     if plan.num_blocks < 1:
         raise KVExploreError(
             f"the plan has num_blocks={plan.num_blocks}: there is nothing to allocate; "

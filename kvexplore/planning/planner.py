@@ -432,6 +432,17 @@ class Plan(Displayable):
         )
 
 
+def require_plan(value: Any, name: str = "plan") -> Plan:
+    """``value`` if it is a :class:`Plan`; else a ``KVExploreError`` naming
+    ``name`` and what was given."""
+    if not isinstance(value, Plan):
+        raise KVExploreError(
+            f"{name} is a {type(value).__name__} ({value!r:.60}); expected a kvexplore.Plan "
+            "(kvexplore.plan(model, ...))"
+        )
+    return value
+
+
 # ---------------------------------------------------------------------------
 # plan()
 # ---------------------------------------------------------------------------
@@ -795,6 +806,7 @@ __all__ = [
     "clear_plan_cache",
     "layer_kind",
     "plan",
+    "require_plan",
     "smallest_kernel_block",
     "vllm_error",
     "vllm_origin",

@@ -43,6 +43,7 @@ from kvexplore.layout import (
     real_page_bytes,
     state_names,
 )
+from kvexplore.planning.planner import require_plan
 from kvexplore.registration import check_registration_name, registered_views
 from kvexplore.rendering.figures import pages_figure, sweep_figure
 from kvexplore.rendering.segments import (
@@ -277,6 +278,7 @@ def page_layout(
     1,048,576 B fp32 ``(16, 128, 128)``, ``pad`` 28,672 B (2.57 % of the
     1,114,112-byte page).
     """
+    require_plan(plan)
     check_registration_name(registration)
     position, info = resolve_layer(plan, layer)
     num_blocks = plan.num_blocks
@@ -618,6 +620,7 @@ def buffer_layout(plan, *, registration: str = "unified") -> BufferLayout:
     ``page x num_blocks`` bytes, shared by layer ``j`` of every group.  An
     unknown ``registration`` raises ``KVExploreError``.
     """
+    require_plan(plan)
     check_registration_name(registration)
     if registration == "unified":
         rows, zoom, zoom_label, notes = _unified_buffers(plan)

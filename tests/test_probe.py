@@ -1,0 +1,187 @@
+"""A property-based probe of the public API, as a hostile but realistic user.
+
+Hypothesis draws arguments for every public entry point (``plan``,
+``allocate``, the edits, ``verify_roundtrip``, ``offload_config``,
+``host_sizing``, ``capacity``, ``sweep``, the page and buffer maps, the
+Explorer's state), mixing valid values, near misses (floats, bools, numpy
+integers, strings of numbers, negative and huge numbers, torch dtypes,
+wrong types) and garbage.  Properties, for every case:
+
+* only ``KVExploreError`` escapes, and its message names the argument;
+* the caller's inputs are unchanged;
+* a valid input's answer equals the answer of a cold cache.
+
+600 cases a run (200 + 120 + 120 + 100 + 60 examples).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import kvexplore
+
+QWEN = "Qwen/Qwen3.5-0.8B"
+
+#: Values a user might pass for a count, an id or a size.
+NUMBERS = st.one_of(
+    st.integers(-3, 70), st.sampled_from([0, 1, 2, 4, 2**62, -(2**40)]),
+    st.floats(allow_nan=True, allow_infinity=True), st.booleans(), st.none(),
+    st.sampled_from(["4", "auto", "", "1e3", "two"]),
+    st.integers(0, 64).map(np.int64), st.integers(1, 8).map(np.int32),
+    st.sampled_from([[1], {"a": 1}, object(), b"16", torch.bfloat16]),
+)
+TEXTS = st.one_of(
+    st.sampled_from(["auto", "bfloat16", "float16", "fp8", "fp9", "none", "align", "all",
+                     "LBNHC", "NHD", "FLASHINFER", "CPU_ATTN", "flash_attn", ""]),
+    st.sampled_from([torch.bfloat16, torch.float32, torch.int8]),
+    st.text(max_size=6), NUMBERS,
+)
+
+PLAN_ARGS = {
+    "tensor_parallel_size": NUMBERS, "decode_context_parallel_size": NUMBERS,
+    "block_size": NUMBERS, "dtype": TEXTS, "kv_cache_dtype": TEXTS,
+    "enable_prefix_caching": st.one_of(st.booleans(), st.none(), TEXTS),
+    "mamba_cache_mode": TEXTS, "mamba_ssm_cache_dtype": TEXTS, "max_model_len": NUMBERS,
+    "attention_backend": TEXTS, "num_blocks": NUMBERS, "kv_cache_memory_bytes": NUMBERS,
+    "kv_cache_layout": TEXTS, "gpu": st.sampled_from(["A100", "h100", "9.0", "sm80", "V100",
+                                                     "7.5", "", 3, None]),
+    "speculative_config": st.one_of(st.none(), st.sampled_from([
+        {"method": "mtp", "num_speculative_tokens": 0}, {"method": "nosuch"}, "mtp", [1],
+        {"method": "mtp", "num_speculative_tokens": {1, 2}}])),
+}
+
+#: Arguments whose value decides the build; the probe keeps most cases on one
+#: build (valid values for these) so that it stays fast.
+BUILD_ARGS = ("tensor_parallel_size", "decode_context_parallel_size", "block_size", "dtype",
+              "kv_cache_dtype", "enable_prefix_caching", "mamba_cache_mode",
+              "mamba_ssm_cache_dtype", "attention_backend", "kv_cache_layout", "speculative_config")
+
+
+def names_argument(exc: Exception, names) -> bool:
+    text = str(exc)
+    return any(name in text for name in names)
+
+
+def call(fn, names, *args, **kwargs):
+    """``fn(*args, **kwargs)``; an error must be a KVExploreError naming one of
+    ``names``; arguments must come back unchanged."""
+    before = snapshot((args, kwargs))
+    try:
+        out = fn(*args, **kwargs)
+    except kvexplore.KVExploreError as exc:
+        assert names_argument(exc, names), (names, str(exc))
+        out = exc
+    except Exception as exc:  # anything else escaping is the failure the probe looks for
+        pytest.fail(f"{type(exc).__name__} escaped {fn.__name__}{args}{kwargs}: {exc}")
+    assert snapshot((args, kwargs)) == before, "an argument was modified"
+    return out
+
+
+def snapshot(value):
+    """The contents of containers (dicts, lists, sets, tuples), recursively,
+    and the identity of everything else: equal before and after a call
+    exactly when the call changed none of its arguments."""
+    if isinstance(value, dict):
+        return ("dict", tuple((repr(k), snapshot(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(snapshot(v) for v in value))
+    if isinstance(value, (set, frozenset)):
+        return ("set", tuple(sorted(repr(v) for v in value)))
+    if isinstance(value, (str, bytes, int, float, bool)) or value is None:
+        return ("value", repr(value))
+    if isinstance(value, np.ndarray | torch.Tensor):
+        return ("array", id(value), repr(value.tolist()))
+    return ("object", id(value))
+
+
+@st.composite
+def plan_calls(draw):
+    """One plan() call: usually one argument drawn from its near misses, the
+    rest at valid values, sometimes several at once."""
+    kwargs = {"gpu": "A100"}
+    names = draw(st.lists(st.sampled_from(sorted(PLAN_ARGS)), min_size=1, max_size=3, unique=True))
+    for name in names:
+        kwargs[name] = draw(PLAN_ARGS[name])
+    return kwargs
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(plan_calls())
+def test_plan_refuses_by_name_or_answers_as_a_cold_cache(kwargs):
+    names = list(kwargs) + ["model", "config", "vLLM"]
+    p = call(kvexplore.plan, names, QWEN, **kwargs)
+    if isinstance(p, kvexplore.KVExploreError):
+        return
+    answer = json.dumps(p.to_dict(), sort_keys=True, default=str)
+    # the same inputs on a cold cache: only when the build is cheap to redo
+    if all(k not in kwargs for k in BUILD_ARGS):
+        kvexplore.clear_plan_cache()
+        cold = kvexplore.plan(QWEN, **kwargs)
+        assert json.dumps(cold.to_dict(), sort_keys=True, default=str) == answer
+    # what a plan hands out is a copy: changing it changes no later plan
+    p.cache_config.block_size = 1
+    assert kvexplore.plan(QWEN, **kwargs).block_size == p.block_size
+
+
+@functools.cache
+def small():
+    """Qwen3.5-0.8B with 3 blocks (not a fixture: hypothesis prints a failing
+    case's arguments, and a plan's vLLM objects do not print)."""
+    return kvexplore.plan(QWEN, gpu="A100", num_blocks=3)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(layer=NUMBERS, block=NUMBERS, registration=TEXTS, edited=st.sampled_from([None, True, 3]))
+def test_page_and_buffer_maps(layer, block, registration, edited):
+    call(kvexplore.page_layout, ["layer", "block", "registration", "edited"], small(), layer,
+         block=block, registration=registration, edited=edited)
+    call(kvexplore.buffer_layout, ["registration"], small(), registration=registration)
+    call(kvexplore.page_layout, ["plan", "Plan"], QWEN, 0)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(extra=st.one_of(st.none(), st.dictionaries(
+    st.sampled_from(["block_size", "blocks_per_chunk", "canonical_layout", "other"]),
+    NUMBERS, max_size=2), st.sampled_from(["x", [1], 3])),
+       cpu=NUMBERS, tp=st.sampled_from([1, 2]))
+def test_offload_and_host_sizing(extra, cpu, tp):
+    p = small() if tp == 1 else kvexplore.plan(QWEN, gpu="A100", tensor_parallel_size=2)
+    result = call(kvexplore.offload_config, ["extra_config", "block_size", "blocks_per_chunk",
+                                              "canonical_layout", "options"], p, extra_config=extra)
+    if isinstance(result, kvexplore.KVExploreError):
+        return
+    call(kvexplore.host_sizing, ["cpu_bytes_to_use", "blocks_per_chunk", "block_size"],
+         result, cpu)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(util=NUMBERS, total=NUMBERS, cpu=NUMBERS, n=NUMBERS)
+def test_capacity(util, total, cpu, n):
+    r = call(kvexplore.capacity, ["gpu_memory_utilization", "total_memory_bytes",
+                                  "cpu_bytes_to_use", "num_blocks", "memory"],
+             small(), gpu_memory_utilization=util, total_memory_bytes=total,
+             cpu_bytes_to_use=cpu)
+    if isinstance(r, kvexplore.KVExploreError):
+        return
+    call(r.prefix_hit_tokens, ["n", "prompt"], n)
+    call(r.requests_of_length, ["n", "tokens"], n)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(blocks=st.one_of(st.none(), st.lists(NUMBERS, max_size=3),
+                        st.sampled_from([np.array([0, 1]), torch.tensor([2, 0]), range(3),
+                                         [np.int64(0)], "01", 5])),
+       chunk=NUMBERS)
+def test_edits_and_round_trip(blocks, chunk):
+    kv = small().allocate()
+    edited = call(kvexplore.apply_kv_cache_group_edits, ["kv_cache"], small().kv_cache_config, kv)
+    call(kvexplore.verify_roundtrip, ["blocks", "chunk_bytes"], small().kv_cache_config, kv,
+         edited, blocks=blocks, chunk_bytes=chunk)
+    call(kvexplore.verify_roundtrip, ["kv_cache_config", "Plan", "plan"], small(), kv, edited)

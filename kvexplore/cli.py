@@ -7,27 +7,36 @@
     kvexplore sweep MODEL --tp 1,2,4,8 [--dcp 1,2 --block-size none,64 --nnodes-within-dp 1,2 --csv out.csv]
     kvexplore capacity MODEL [--gpu G --gpu-memory-utilization 0.9 --max-model-len N --cpu-bytes-to-use N --json]
 
-``--gpu`` names the GPU the answer is for (``kvexplore gpus``; default H100).
-Flags mirror vLLM's engine arguments (``--tensor-parallel-size`` / ``--tp``,
-``--decode-context-parallel-size`` / ``--dcp``, ``--block-size``,
-``--kv-cache-dtype``, ``--attention-backend`` / ``--backend``, ...); the
-offloading flags are the fields of ``OffloadOptions``
-(``--pipeline-parallel-size``, ``--distributed-executor-backend``, ...).  Errors
-print one line to stderr and exit with status 2.
+``--gpu`` names the GPU (default H100); the other flags are vLLM's engine
+arguments and the fields of ``OffloadOptions``.  ``--verbose`` shows vLLM's
+INFO logs; vLLM's logs always go to stderr, so stdout holds only the answer.
+Every failure prints one line to stderr and exits with status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import json
 import logging
 import sys
 
 import pandas as pd
+from vllm.config.logging import LoggingConfig
+from vllm.logger import configure_logging
 
+from kvexplore.capacity_planning import capacity
+from kvexplore.errors import KVExploreError
+from kvexplore.offloading.config import offload_config
+from kvexplore.offloading.options import OffloadOptions
+from kvexplore.offloading.sweep import sweep
+from kvexplore.planning.emulation import vllm_log_level
+from kvexplore.planning.gpus import gpus
+from kvexplore.planning.planner import catalog, plan
 
-def _quiet() -> None:
-    logging.getLogger("vllm").setLevel(logging.ERROR)
+#: Each ``OffloadOptions`` field's type, as written in its annotation.
+_OPTION_TYPES = {f.name: f.type for f in dataclasses.fields(OffloadOptions)}
 
 
 def _add_plan_args(p: argparse.ArgumentParser, *, lists: bool = False) -> None:
@@ -72,25 +81,18 @@ def _json_object(value: str) -> dict:
 
 def _add_offload_args(p: argparse.ArgumentParser, *, lists: bool = False) -> None:
     """One flag per ``OffloadOptions`` field (``extra_config`` is ``--extra``)."""
-    import dataclasses
-
-    from kvexplore.offloading.options import OffloadOptions
-
     for f in dataclasses.fields(OffloadOptions):
-        flag = "--extra" if f.name == "extra_config" else "--" + f.name.replace("_", "-")
-        more = {"action": "store_true"} if f.type == "bool" and not lists else {}
         if f.name == "extra_config":
             what = "a JSON object, or a JSON array of them (one row each)" if lists else "a JSON object"
-            p.add_argument(flag, dest=f.name, default=None, help=f"{f.metadata['help']}: {what}")
+            p.add_argument("--extra", dest=f.name, default=None, help=f"{f.metadata['help']}: {what}")
         else:
+            more = {"action": "store_true"} if f.type == "bool" and not lists else {}
             help_text = f.metadata["help"] + (" (comma-separated)" if lists else "")
-            p.add_argument(flag, dest=f.name, default=None, help=help_text, **more)
+            p.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None, help=help_text, **more)
 
 
 def _extra(value: str, *, lists: bool = False) -> list | dict:
     """``--extra``: a JSON object (or, for a sweep, a JSON array of objects / null)."""
-    from kvexplore.errors import KVExploreError
-
     example = '\'{"block_size": 1088}\''
     try:
         out = json.loads(value)
@@ -107,34 +109,9 @@ def _extra(value: str, *, lists: bool = False) -> list | dict:
     return [out] if lists else out
 
 
-def _offload_kwargs(ns: argparse.Namespace, *, lists: bool = False) -> dict:
-    """The offload options given on the command line (lists of values for a sweep)."""
-    from kvexplore.offloading.options import OffloadOptions
-
-    out = {}
-    for name in OffloadOptions.names():
-        raw = getattr(ns, name, None)
-        if raw is None or raw is False:
-            continue
-        if name == "extra_config":
-            out[name] = _extra(raw, lists=lists)
-        elif not lists:
-            out[name] = _option_value(name, raw)
-        else:
-            out[name] = _split(raw, lambda part, name=name: _option_value(name, part))
-    return out
-
-
-def _option_value(name: str, raw):
+def _option_value(name: str, raw: str):
     """A flag's text as the option's type (``int``, ``bool`` or ``str``; 'none' -> None)."""
-    import dataclasses
-
-    from kvexplore.errors import KVExploreError
-    from kvexplore.offloading.options import OffloadOptions
-
-    kind = next(f.type for f in dataclasses.fields(OffloadOptions) if f.name == name)
-    if not isinstance(raw, str):  # a store_true flag
-        return raw
+    kind = _OPTION_TYPES[name]
     if kind == "int":
         try:
             return int(raw)
@@ -149,21 +126,49 @@ def _option_value(name: str, raw):
     raise KVExploreError(f"{flag} {raw!r} is invalid; expected {'an integer' if kind == 'int' else 'true or false'}")
 
 
-def _block_size(value: str | None):
-    if value is None or value.lower() == "none":
+def _block_size(value: str):
+    if value.lower() == "none":
         return None
     try:
         return int(value)
     except ValueError:
-        from kvexplore.errors import KVExploreError
-
         raise KVExploreError(f"--block-size {value!r} is invalid; expected an integer or 'none'") from None
 
 
-def _plan_kwargs(ns: argparse.Namespace) -> dict:
-    out = {k: getattr(ns, k) for k in _PLAN_KEYS if getattr(ns, k, None) is not None}
-    if "block_size" in out:
-        out["block_size"] = _block_size(out["block_size"])
+#: How a flag's text (or, for a sweep, each comma-separated item) becomes a value; others stay text.
+_CONVERT = {
+    "tensor_parallel_size": int,
+    "decode_context_parallel_size": int,
+    "block_size": _block_size,
+    **{name: functools.partial(_option_value, name) for name in _OPTION_TYPES if name != "extra_config"},
+}
+
+
+def _kwargs(ns: argparse.Namespace, keys, *, lists: bool = False) -> dict:
+    """The flags given among ``keys``, as keyword values (lists of them for a sweep)."""
+    out = {}
+    for key in keys:
+        raw = getattr(ns, key, None)
+        if raw is None:
+            continue
+        if key == "extra_config":
+            out[key] = _extra(raw, lists=lists)
+        elif not isinstance(raw, str):  # argparse made it an int, a dict or a flag's bool
+            out[key] = [raw] if lists else raw
+        else:
+            conv = _CONVERT.get(key, str)
+            out[key] = _split(raw, conv) if lists else conv(raw)
+    return out
+
+
+def _split(value: str, conv) -> list:
+    out = []
+    for part in value.split(","):
+        part = part.strip()
+        try:
+            out.append(conv(part))
+        except ValueError:
+            raise KVExploreError(f"list item {part!r} in {value!r} is invalid") from None
     return out
 
 
@@ -172,178 +177,158 @@ def _print_table(df: pd.DataFrame) -> None:
         print(df.to_string(index=False))
 
 
-def cmd_catalog(ns) -> int:
-    from kvexplore.planning.planner import catalog
+def _print_json(data) -> None:
+    print(json.dumps(data, indent=2, default=str))
 
-    df = catalog(**({"gpu": ns.gpu} if ns.gpu else {}))
-    if ns.json:
+
+def _print_frame(df: pd.DataFrame, as_json: bool) -> None:
+    if as_json:
         print(df.to_json(orient="records", indent=2))
     else:
         _print_table(df)
-    return 0
 
 
-def cmd_gpus(ns) -> int:
-    from kvexplore.planning.gpus import gpus
+def cmd_catalog(ns) -> None:
+    _print_frame(catalog(**({"gpu": ns.gpu} if ns.gpu else {})), ns.json)
 
-    df = gpus()
+
+def cmd_gpus(ns) -> None:
+    _print_frame(gpus(), ns.json)
+
+
+def cmd_plan(ns) -> None:
+    p = plan(ns.model, **_kwargs(ns, _PLAN_KEYS))
     if ns.json:
-        print(df.to_json(orient="records", indent=2))
+        _print_json(p.to_dict())
     else:
-        _print_table(df)
-    return 0
+        print(p.text())
 
 
-def cmd_plan(ns) -> int:
-    from kvexplore.planning.planner import plan
-
-    p = plan(ns.model, **_plan_kwargs(ns))
+def cmd_offload(ns) -> None:
+    options = _kwargs(ns, OffloadOptions.names())  # before planning: a bad flag fails fast
+    result = offload_config(plan(ns.model, **_kwargs(ns, _PLAN_KEYS)), **options)
     if ns.json:
-        print(json.dumps(p.to_dict(), indent=2, default=str))
-        return 0
-    print(p.text())
-    return 0
-
-
-def cmd_offload(ns) -> int:
-    from kvexplore.offloading.config import offload_config
-    from kvexplore.planning.planner import plan
-
-    options = _offload_kwargs(ns)  # before planning: a bad flag fails fast
-    result = offload_config(plan(ns.model, **_plan_kwargs(ns)), **options)
-    if ns.json:
-        print(json.dumps(result.to_dict(), indent=2, default=str))
+        _print_json(result.to_dict())
     else:
         _print_table(result.table())
         print()
         print(result.explain())
-    return 0
 
 
-def _split(value: str | None, conv):
-    if value is None:
-        return None
-    out = []
-    for part in value.split(","):
-        part = part.strip()
-        try:
-            out.append(conv(part))
-        except ValueError:
-            from kvexplore.errors import KVExploreError
-
-            raise KVExploreError(f"list item {part!r} in {value!r} is invalid") from None
-    return out
-
-
-def cmd_sweep(ns) -> int:
-    from kvexplore.offloading.sweep import sweep
-
-    axes = {}
-    for key in _PLAN_KEYS:
-        raw = getattr(ns, key, None)
-        if raw is None:
-            continue
-        if key in ("tensor_parallel_size", "decode_context_parallel_size", "max_model_len", "num_blocks",
-                   "kv_cache_memory_bytes"):
-            axes[key] = _split(str(raw), int)
-        elif key == "block_size":
-            axes[key] = _split(raw, _block_size)
-        elif key == "enable_prefix_caching":
-            axes[key] = [raw]
-        elif key == "gpu":
-            axes[key] = [part.strip() for part in raw.split(",")]
-        else:
-            axes[key] = _split(raw, str)
-    axes.update(_offload_kwargs(ns, lists=True))
+def cmd_sweep(ns) -> None:
+    axes = _kwargs(ns, _PLAN_KEYS, lists=True)
+    axes.update(_kwargs(ns, OffloadOptions.names(), lists=True))
     df = sweep(ns.model, **axes)
     if ns.csv:
-        df.to_csv(ns.csv, index=False)
+        try:
+            df.to_csv(ns.csv, index=False)
+        except OSError as exc:
+            raise KVExploreError(f"--csv {ns.csv!r} cannot be written: {exc}") from None
         print(f"wrote {len(df)} rows to {ns.csv}")
     elif ns.json:
         print(df.to_json(orient="records", indent=2, default_handler=str))
     else:
         _print_table(df)
-    return 0
 
 
-def cmd_capacity(ns) -> int:
-    from kvexplore.capacity_planning import capacity
+#: ``capacity`` byte counts the command line takes, with their help.
+_CAPACITY_BYTES = {
+    "total_memory_bytes": "the card's torch.cuda.mem_get_info() total (default: nominal memory, an estimate)",
+    "activation_peak_bytes": None,
+    "non_torch_bytes": None,
+    "cudagraph_bytes": None,
+    "cpu_bytes_to_use": "host bytes of the native CPU offloading tier",
+}
 
-    kwargs = _plan_kwargs(ns)
-    for key in ("total_memory_bytes", "activation_peak_bytes", "non_torch_bytes",
-                "cudagraph_bytes", "cpu_bytes_to_use"):
-        if getattr(ns, key) is not None:
-            kwargs[key] = getattr(ns, key)
+
+def cmd_capacity(ns) -> None:
+    kwargs = _kwargs(ns, (*_PLAN_KEYS, *_CAPACITY_BYTES))
     r = capacity(ns.model, gpu_memory_utilization=ns.gpu_memory_utilization, **kwargs)
-    if ns.prompt_tokens:
-        lengths = _split(ns.prompt_tokens, int)
-        for n in lengths:
-            # validated here so that a bad length fails before any output
-            r.prefix_hit_tokens(n)
+    lengths = _split(ns.prompt_tokens, int) if ns.prompt_tokens else []
+    for n in lengths:
+        # validated here so that a bad length fails before any output
+        r.prefix_hit_tokens(n)
     if ns.json:
         out = r.to_dict()
-        if ns.prompt_tokens:
+        if lengths:
             out["prefix_hits"] = {str(n): r.prefix_hit_tokens(n) for n in lengths}
-        print(json.dumps(out, indent=2, default=str))
-        return 0
+        _print_json(out)
+        return
     print(r.text())
-    if ns.prompt_tokens:
+    if lengths:
         print()
         _print_table(r.prefix_table(lengths))
-    return 0
+
+
+def _finish(p: argparse.ArgumentParser, func) -> None:
+    """The flags every subcommand ends with, and the function it runs."""
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--verbose", action="store_true", help="show vLLM's INFO logs (on stderr)")
+    p.set_defaults(func=func)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, with a usage error one line like every other failure."""
+
+    def error(self, message: str):
+        self.exit(2, f"kvexplore: error: {message} (see `{self.prog} --help`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kvexplore", description=__doc__.split("\n")[0])
+    parser = _Parser(prog="kvexplore", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("catalog", help="list the bundled model configs")
     c.add_argument("--gpu", default=None)
-    c.add_argument("--json", action="store_true")
-    c.set_defaults(func=cmd_catalog)
-    g = sub.add_parser("gpus", help="the GPUs kvexplore answers for")
-    g.add_argument("--json", action="store_true")
-    g.set_defaults(func=cmd_gpus)
+    _finish(c, cmd_catalog)
+    _finish(sub.add_parser("gpus", help="the GPUs kvexplore answers for"), cmd_gpus)
     p = sub.add_parser("plan", help="the KV cache vLLM 0.33 builds for MODEL")
     _add_plan_args(p)
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_plan)
+    _finish(p, cmd_plan)
     o = sub.add_parser("offload", help="the OffloadingConfig vLLM hands an offloading backend")
     _add_plan_args(o)
     _add_offload_args(o)
-    o.add_argument("--json", action="store_true")
-    o.set_defaults(func=cmd_offload)
+    _finish(o, cmd_offload)
     s = sub.add_parser("sweep", help="plans and offloading configs over comma-separated axes")
     _add_plan_args(s, lists=True)
     _add_offload_args(s, lists=True)
     s.add_argument("--csv", help="write the table to this CSV file")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_sweep)
+    _finish(s, cmd_sweep)
     k = sub.add_parser("capacity", help="KV cache memory, tokens, concurrency and prefix-cache hits on a GPU")
     _add_plan_args(k)
     k.add_argument("--gpu-memory-utilization", dest="gpu_memory_utilization", type=float, default=0.9)
-    k.add_argument("--total-memory-bytes", dest="total_memory_bytes", type=int, default=None,
-                   help="the card's torch.cuda.mem_get_info() total (default: nominal memory, an estimate)")
-    k.add_argument("--activation-peak-bytes", dest="activation_peak_bytes", type=int, default=None)
-    k.add_argument("--non-torch-bytes", dest="non_torch_bytes", type=int, default=None)
-    k.add_argument("--cudagraph-bytes", dest="cudagraph_bytes", type=int, default=None)
-    k.add_argument("--cpu-bytes-to-use", dest="cpu_bytes_to_use", type=int, default=None,
-                   help="host bytes of the native CPU offloading tier")
+    for key, help_text in _CAPACITY_BYTES.items():
+        k.add_argument("--" + key.replace("_", "-"), dest=key, type=int, default=None, help=help_text)
     k.add_argument("--prompt-tokens", dest="prompt_tokens", default=None,
                    help="comma-separated prompt lengths: tokens a repeat reuses")
-    k.add_argument("--json", action="store_true")
-    k.set_defaults(func=cmd_capacity)
+    _finish(k, cmd_capacity)
     return parser
 
 
+def _route_vllm_logs(verbose: bool) -> None:
+    """vLLM's log records at INFO with ``--verbose``, else ERROR, and on
+    stderr in every mode: vLLM's own handler writes to stdout, which holds
+    only the answer (so ``--json`` output always parses)."""
+    level = logging.INFO if verbose else logging.ERROR
+    logger = logging.getLogger("vllm")
+    if verbose and not logger.handlers:
+        configure_logging(LoggingConfig(log_level="INFO"))  # vLLM's own handler, as its engine installs it
+    vllm_log_level(level)
+    logger.setLevel(level)
+    for h in logger.handlers:
+        if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler):
+            h.setStream(sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    ns = parser.parse_args(argv)
-    _quiet()
+    ns = build_parser().parse_args(argv)
     try:
-        return ns.func(ns)
-    except ValueError as exc:
-        print(f"kvexplore: error: {exc}", file=sys.stderr)
+        _route_vllm_logs(ns.verbose)
+        ns.func(ns)
+    except Exception as exc:  # noqa: BLE001 - every failure is one line, never a traceback
+        why = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+        print("kvexplore: error: " + " ".join(why.splitlines()), file=sys.stderr)
         return 2
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -9,7 +9,7 @@ vLLM's functions read a handful of attributes of a ``VllmConfig``; building a
 real one needs a device and runs far more machinery, so
 :class:`VllmConfigStandIn` carries vLLM's *real* ``ModelConfig``,
 ``CacheConfig`` and ``ParallelConfig`` plus the few other sub-configs those
-functions touch (GUIDE section 5).
+functions touch.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def _scheduler_config(model_config):
     """vLLM's ``SchedulerConfig`` with its defaults, for this model's length.
 
     Planning only reads it, so one instance per (length, encoder-decoder) is
-    shared (building one costs milliseconds)."""
+    shared."""
     return _cached_scheduler_config(model_config.max_model_len, model_config.is_encoder_decoder)
 
 

@@ -1,8 +1,13 @@
 """The CLI mirrors the Python API and fails with one clear line."""
 
 import json
+import pathlib
+import subprocess
+import sys
 
-from kvexplore.cli import main
+import pytest
+
+from kvexplore.cli import build_parser, main
 
 
 def test_plan_table(capsys):
@@ -31,3 +36,54 @@ def test_catalog(capsys):
     assert main(["catalog", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert any(r["model"] == "Qwen/Qwen3.5-0.8B" for r in rows)
+
+
+# -- failures and vLLM's logs, through the real command ----------------------------
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def run_cli(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kvexplore", *argv], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("kvexplore: error:")]
+
+
+def test_json_parses_and_vllm_logs_stay_off_stdout():
+    quiet = run_cli("plan", "Qwen/Qwen3.5-0.8B", "--gpu", "A100", "--json")
+    loud = run_cli("plan", "Qwen/Qwen3.5-0.8B", "--gpu", "A100", "--json", "--verbose")
+    assert quiet.returncode == loud.returncode == 0, (quiet.stderr, loud.stderr)
+    assert json.loads(quiet.stdout) == json.loads(loud.stdout)
+    assert json.loads(loud.stdout)["block_size"] == 544
+    assert " INFO " not in quiet.stderr
+    assert " INFO " in loud.stderr  # --verbose lets vLLM's INFO records through, on stderr
+    assert "Traceback" not in quiet.stderr + loud.stderr
+
+
+def test_unwritable_csv_is_one_line_naming_the_path():
+    r = run_cli("sweep", "Qwen/Qwen3.5-0.8B", "--gpu", "A100", "--csv", "/no/such/dir/out.csv")
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    [line] = error_lines(r.stderr)
+    assert "/no/such/dir/out.csv" in line
+    assert r.stdout == ""
+
+
+def test_usage_error_is_one_line(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["plan", "Qwen/Qwen3.5-0.8B", "--tp", "two"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert error_lines(err) == err.splitlines()
+    assert "--tp" in err and "'two'" in err
+
+
+def test_every_subcommand_takes_verbose():
+    parser = build_parser()
+    for command in ("catalog", "gpus", "plan", "offload", "sweep", "capacity"):
+        argv = [command] if command in ("catalog", "gpus") else [command, "m"]
+        assert parser.parse_args([*argv, "--verbose"]).verbose is True
+        assert parser.parse_args(argv).verbose is False

@@ -1,4 +1,4 @@
-"""offload_config: values, reasons, errors and displays (issue 4)."""
+"""offload_config: values, reasons, errors and displays."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """kvexplore's offload_config against vLLM 0.33's own build_offloading_config.
 
-For >= 500 seeded random configurations across the bundled catalog (plus
+For >= 500 reproducible random configurations across the bundled catalog (plus
 hand-built KV cache configs for what the planner never produces: chunked-local
 groups, groups without KV transfer, an empty cache, UniformTypeKVCacheSpecs,
 extra retained sliding-window tokens, prefix_match_unit), both are called with
-the same inputs: vLLM's function on the stand-in VllmConfig (GUIDE section 5)
+the same inputs: vLLM's function on the stand-in VllmConfig
 with a real ParallelConfig / KVTransferConfig / KVEventsConfig.  The results
 must be equal field by field; where vLLM raises or asserts, kvexplore must
 raise a ValueError for the same rule, carrying the same numbers.
@@ -40,7 +40,7 @@ SEED = 20260433
 N_COMPARED = 700  # offload comparisons (valid plans); plan-level DCP cases come on top
 
 MODELS = kvexplore.catalog_names()
-# weight the models the issue names: MLA, sliding window, hybrid Mamba, dense GQA
+# weight the model families that matter most: MLA, sliding window, hybrid Mamba, dense GQA
 WEIGHTED = MODELS + [
     "deepseek-ai/DeepSeek-V3",
     "deepseek-ai/DeepSeek-V3",
@@ -477,7 +477,7 @@ def test_kvexplore_equals_vllm(outcomes):
 
 
 def test_coverage_of_the_issue_cases(outcomes):
-    """The random draw must hit every configuration class the issue names."""
+    """The random draw must hit every configuration class listed here."""
     seen = Counter()
     for _label, outcome, _, p, kw in outcomes:
         seen[outcome.split(":")[0]] += 1

@@ -1,4 +1,4 @@
-"""sweep(): one row per combination, plans shared, invalid rows kept (issue 4)."""
+"""sweep(): one row per combination, plans shared, invalid rows kept."""
 
 from __future__ import annotations
 

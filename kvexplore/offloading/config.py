@@ -6,28 +6,11 @@ vLLM's ``OffloadingConnector`` turns the engine's configuration and the
 ``vllm/distributed/kv_transfer/kv_connector/v1/offloading/config.py``.
 :func:`offload_config` derives the same object from a :class:`~kvexplore.Plan`
 plus the :class:`~kvexplore.offloading.options.OffloadOptions` the plan does
-not carry, and records for every derived field the rule and the actual
-numbers behind it.
+not carry, in vLLM's steps and order
+(:func:`kvexplore.offloading.derive.derive`), and records for every derived
+field the rule and the actual numbers behind it.
 
-The derivation (:func:`kvexplore.offloading.derive.derive`) takes vLLM's
-steps in vLLM's order (so the same input fails on the same rule):
-
-1. ``get_offloading_group_ids``: the transferable, prefix-cacheable groups.
-2. ``resolve_dcp_kv_block_size``: each group's ``tokens_per_block``; a
-   DCP-sharded (attention) group spans ``block_size x DCP`` tokens, a Mamba
-   group keeps ``block_size``.
-3. ``resolve_kv_cache_block_sizes`` (``vllm/v1/core/kv_cache_utils.py``) with a
-   connector configured: ``tokens_per_hash``; every group's
-   ``tokens_per_block`` must be a multiple of it.
-4. ``blocks_per_chunk`` from ``kv_connector_extra_config``: ``blocks_per_chunk``
-   directly, or ``block_size`` (tokens) divided by the one common
-   ``tokens_per_block``.
-5. ``get_sliding_window_size_in_chunks`` per group.
-6. ``worker_kv_bytes_per_block``: the backing allocation over ``num_blocks``.
-7. ``replicated_layout``, ``is_parallelism_agnostic`` and the
-   ``canonical_layout`` gate.
-
-Worked example (GUIDE section 4), Qwen3.5-0.8B on an A100 at TP 4 with DCP 2: the
+Worked example, Qwen3.5-0.8B on an A100 at TP 4 with DCP 2: the
 attention group spans 272 x 2 tokens per block, the GDN groups 272, so the
 hash unit is their gcd and a chunk given in tokens cannot be expressed:
 
@@ -42,6 +25,8 @@ hash unit is their gcd and a chunk given in tokens cannot be expressed:
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
@@ -82,16 +67,23 @@ class FieldRow(NamedTuple):
     rule: str
 
 
+def _fields(obj, prefix: str = ""):
+    """``(dotted name, value)`` of every field of a config dataclass but its
+    groups, nested configs flattened, in field order."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            yield from _fields(value, f"{prefix}{f.name}.")
+        elif f.name != "groups":
+            yield prefix + f.name, value
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class OffloadResult(Displayable):
-    """``offload_config``'s answer: the real ``OffloadingConfig`` and its reasons.
-
-    ``config`` is a ``vllm.v1.kv_offload.config.OffloadingConfig``;
-    ``derivation`` holds every derived value with its rule; :meth:`explain`
-    (== :meth:`text`), :attr:`reasons` and :meth:`rule` give, per derived
-    field, the rule and the actual inputs; :meth:`table` lists every field;
-    :meth:`to_dict` is JSON-ready; :meth:`figure` draws each group's GPU block
-    against the offloaded chunk.  Frozen: nothing in it can be reassigned.
+    """``offload_config``'s answer, frozen: ``config``, the real
+    ``vllm.v1.kv_offload.config.OffloadingConfig``, and ``derivation``, every
+    derived value with its rule (the actual inputs), shown per field by
+    :meth:`explain`, :attr:`reasons`, :meth:`rule` and :meth:`table`.
     """
 
     plan: Plan
@@ -117,47 +109,26 @@ class OffloadResult(Displayable):
                     d.sliding_window_size_in_chunks[i].rule,
                 ),
             ]
-        par = c.parallel
-        rows += [
-            FieldRow("worker_kv_bytes_per_block", c.worker_kv_bytes_per_block, d.worker_kv_bytes_per_block.rule),
-            FieldRow(
-                "enable_kv_cache_events",
-                c.enable_kv_cache_events,
-                f"kv_events_config.enable_kv_cache_events = {o.enable_kv_cache_events}",
-            ),
-            FieldRow("extra_config", _json_text(c.extra_config), ""),
-            FieldRow("engine_id", c.engine_id, ""),
-            FieldRow("model.name", c.model.name, f"model_config.model (for {self.plan.model.name})"),
-            FieldRow("model.dtype", c.model.dtype, d.dtype.rule),
-            FieldRow("model.max_model_len", c.model.max_model_len, "model_config.max_model_len"),
-            FieldRow("cache.tokens_per_hash", c.cache.tokens_per_hash, d.tokens_per_hash.rule),
-            FieldRow("cache.blocks_per_chunk", c.cache.blocks_per_chunk, d.blocks_per_chunk.rule),
-            FieldRow("parallel.rank", par.rank, ""),
-            FieldRow("parallel.world_size", par.world_size, d.world_size.rule),
-            FieldRow("parallel.tp_size", par.tp_size, ""),
-            FieldRow("parallel.pp_size", par.pp_size, ""),
-            FieldRow("parallel.pcp_size", par.pcp_size, ""),
-            FieldRow("parallel.dcp_size", par.dcp_size, ""),
-            FieldRow(
-                "parallel.data_parallel_index",
-                par.data_parallel_index,
-                f"data_parallel_rank {o.data_parallel_rank}",
-            ),
-            FieldRow("parallel.data_parallel_size", par.data_parallel_size, ""),
-            FieldRow(
-                "parallel.data_parallel_rank_local",
-                par.data_parallel_rank_local,
-                d.data_parallel_rank_local.rule,
-            ),
-            FieldRow(
-                "parallel.is_parallelism_agnostic",
-                par.is_parallelism_agnostic,
-                d.is_parallelism_agnostic.rule,
-            ),
-            FieldRow("replicated_layout", c.replicated_layout, d.replicated_layout.rule),
-            FieldRow("canonical_layout", c.canonical_layout, d.canonical_layout.rule),
-            FieldRow("kv_cache_layout", c.kv_cache_layout, "cache_config.kv_cache_layout"),
-        ]
+        rules = {
+            "worker_kv_bytes_per_block": d.worker_kv_bytes_per_block.rule,
+            "enable_kv_cache_events": f"kv_events_config.enable_kv_cache_events = {o.enable_kv_cache_events}",
+            "model.name": f"model_config.model (for {self.plan.model.name})",
+            "model.dtype": d.dtype.rule,
+            "model.max_model_len": "model_config.max_model_len",
+            "cache.tokens_per_hash": d.tokens_per_hash.rule,
+            "cache.blocks_per_chunk": d.blocks_per_chunk.rule,
+            "parallel.world_size": d.world_size.rule,
+            "parallel.data_parallel_index": f"data_parallel_rank {o.data_parallel_rank}",
+            "parallel.data_parallel_rank_local": d.data_parallel_rank_local.rule,
+            "parallel.is_parallelism_agnostic": d.is_parallelism_agnostic.rule,
+            "replicated_layout": d.replicated_layout.rule,
+            "canonical_layout": d.canonical_layout.rule,
+            "kv_cache_layout": "cache_config.kv_cache_layout",
+        }
+        for name, value in _fields(c):
+            if name == "extra_config":
+                value = json.dumps(jsonable(value), sort_keys=True)
+            rows.append(FieldRow(name, value, rules.get(name, "")))
         return tuple(rows)
 
     def table(self) -> pd.DataFrame:
@@ -177,10 +148,8 @@ class OffloadResult(Displayable):
         ``rule("parallel.is_parallelism_agnostic")``.
         """
         rows = self.rows()
-        for r in rows:
-            if r.field == field:
-                return r.rule
-        tails = [r for r in rows if r.field.rsplit(".", 1)[-1] == field]
+        exact = [r for r in rows if r.field == field]
+        tails = exact or [r for r in rows if r.field.rsplit(".", 1)[-1] == field]
         if len(tails) == 1:
             return tails[0].rule
         if tails:
@@ -222,12 +191,6 @@ class OffloadResult(Displayable):
             f"is_parallelism_agnostic={c.parallel.is_parallelism_agnostic}, "
             f"canonical_layout={c.canonical_layout})"
         )
-
-
-def _json_text(mapping) -> str:
-    import json
-
-    return json.dumps(jsonable(mapping), sort_keys=True)
 
 
 def build_config(p: Plan, o: OffloadOptions, d: Derivation):
@@ -278,21 +241,15 @@ def offload_config(plan: Plan, options: OffloadOptions | None = None, **kwargs: 
 
     TP and DCP come from ``plan``; everything else is an
     :class:`~kvexplore.offloading.options.OffloadOptions`, given as one
-    (``options``) or by its field names as keywords (``extra_config``,
-    ``pipeline_parallel_size``, ``prefill_context_parallel_size``,
-    ``data_parallel_size``, ``data_parallel_rank``,
-    ``distributed_executor_backend``, ``nnodes_within_dp``,
-    ``use_v2_model_runner``, ``enable_kv_cache_events``, ``rank``,
-    ``engine_id``); keywords override ``options``.  Values vLLM reads from
-    environment variables (``VLLM_DP_RANK_LOCAL``) take their defaults.
+    (``options``) or by its field names as keywords (:data:`OFFLOAD_KEYWORDS`),
+    keywords overriding ``options``; environment variables vLLM reads
+    (``VLLM_DP_RANK_LOCAL``) take their defaults.  With
+    ``pipeline_parallel_size > 1`` the plan's ``KVCacheConfig`` still lists
+    every layer (one stage's share is not modelled).
 
-    The plan's ``KVCacheConfig`` is used as is: with ``pipeline_parallel_size >
-    1`` it still lists every layer (one stage's share is not modelled).
-
-    Raises ``ValueError`` (:class:`OffloadConfigError`, with ``code``) where
-    vLLM raises or asserts, with the same facts, and ``KVExploreError`` (a
-    ``ValueError``) for malformed inputs or unknown option names.
-    ``extra_config`` is copied, never modified.
+    Raises :class:`OffloadConfigError` (a ``ValueError``, with ``code``) where
+    vLLM raises or asserts, with the same facts, and ``KVExploreError`` for
+    malformed inputs or unknown option names.
     """
     if options is None:
         o = OffloadOptions.from_kwargs(**kwargs)

@@ -19,6 +19,7 @@ Derived(value=544, rule="gcd(544, 544, 544, 544) of the prefix-cacheable groups'
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -80,31 +81,28 @@ def verdict(clauses: Iterable[Clause]) -> Derived:
     return Derived(True, "; ".join(c.text for c in clauses))
 
 
-def _cmp(a, b) -> str:
-    return "==" if a == b else "!="
+def _eq(name: str, value, expected, shown=None) -> Clause:
+    """``name value == expected`` (``!=`` when it fails); ``shown`` names ``expected``."""
+    op = "==" if value == expected else "!="
+    return Clause(value == expected, f"{name} {value} {op} {expected if shown is None else shown}")
 
 
-def _eq_clause(name: str, value, expected) -> Clause:
-    return Clause(value == expected, f"{name} {value} {_cmp(value, expected)} {expected}")
+def _gt(name: str, value: int, bound: int) -> Clause:
+    """``name value > bound`` (``<=`` when it fails)."""
+    return Clause(value > bound, f"{name} {value} {'>' if value > bound else '<='} {bound}")
+
+
+def _named(ok: bool, yes: str, no: str) -> Clause:
+    return Clause(ok, yes if ok else no)
 
 
 def _spec_name(spec) -> str:
     return type(spec).__name__
 
 
-def _is_per_token_head(spec) -> bool:
-    mode = getattr(spec, "kv_quant_mode", None)
-    return bool(mode is not None and mode.is_per_token_head)
-
-
-def _round_up(x: int, y: int) -> int:
-    """vLLM's ``round_up`` (``vllm/utils/math_utils.py``)."""
-    return ((x + y - 1) // y) * y
-
-
-# ---------------------------------------------------------------------------
-# The steps, in build_offloading_config's order
-# ---------------------------------------------------------------------------
+def _offloaded(p: Plan) -> list:
+    """The plan's ``GroupInfo`` of each offloaded group, in group order."""
+    return [p.groups[gid] for gid in offloading_groups(p).value]
 
 
 class ParallelLayout(NamedTuple):
@@ -113,28 +111,26 @@ class ParallelLayout(NamedTuple):
     data_parallel_rank_local: Derived
 
 
-def parallel_layout(pp: int, tp: int, pcp: int, dp: int, backend: str | None) -> ParallelLayout:
+def parallel_layout(o: OffloadOptions, tp: int) -> ParallelLayout:
     """What ``ParallelConfig.__post_init__`` (``vllm/config/parallel.py``) fills
-    in before ``build_offloading_config`` reads it: the world size (PP x TP x
-    PCP, times DP under ``external_launcher``), the executor backend when none
-    is named, and the local DP rank (read from ``VLLM_DP_RANK_LOCAL``,
-    default 0, with one DP replica)."""
-    world = pp * tp * pcp
-    world_rule = f"PP {pp} x TP {tp} x PCP {pcp}"
+    in before ``build_offloading_config`` reads it: the world size
+    (:meth:`OffloadOptions.world_size`), the executor backend when none is
+    named, and the local DP rank (read from ``VLLM_DP_RANK_LOCAL``, default 0,
+    with one DP replica)."""
+    dp, backend = o.data_parallel_size, o.distributed_executor_backend
+    world = o.world_size(tp)
+    world_rule = f"PP {o.pipeline_parallel_size} x TP {tp} x PCP {o.prefill_context_parallel_size}"
     if backend == "external_launcher":
-        world *= dp
         world_rule += f" x DP {dp} (external_launcher)"
     if backend is None:
         backend = "mp" if world * dp > 1 else "uni"
         backend_rule = f"None resolves to {backend!r} for {world * dp} worker(s) on one node"
     else:
         backend_rule = "as given"
-    local = Derived(
-        0 if dp == 1 else None,
-        "DP 1: vLLM reads VLLM_DP_RANK_LOCAL (default 0)"
-        if dp == 1
-        else f"DP {dp}: set only in SPMD mode",
-    )
+    if dp == 1:
+        local = Derived(0, "DP 1: vLLM reads VLLM_DP_RANK_LOCAL (default 0)")
+    else:
+        local = Derived(None, f"DP {dp}: set only in SPMD mode")
     return ParallelLayout(Derived(world, world_rule), Derived(backend, backend_rule), local)
 
 
@@ -167,7 +163,7 @@ def offloading_groups(p: Plan) -> Derived:
 
 def offloaded_layer_names(p: Plan) -> tuple[tuple[str, ...], ...]:
     """``OffloadingGroupConfig.layer_names`` of each offloaded group."""
-    return tuple(p.groups[gid].layer_names for gid in offloading_groups(p).value)
+    return tuple(g.layer_names for g in _offloaded(p))
 
 
 def dcp_tokens_per_block(spec, dcp: int) -> Derived:
@@ -189,8 +185,7 @@ def dcp_tokens_per_block(spec, dcp: int) -> Derived:
 def tokens_per_block(p: Plan) -> tuple[Derived, ...]:
     """Each offloaded group's ``tokens_per_block`` (:func:`dcp_tokens_per_block`)."""
     dcp = p.decode_context_parallel_size
-    return tuple(dcp_tokens_per_block(p.groups[gid].kv_cache_spec, dcp)
-                 for gid in offloading_groups(p).value)
+    return tuple(dcp_tokens_per_block(g.kv_cache_spec, dcp) for g in _offloaded(p))
 
 
 def hash_block_size(groups, block_size: int, prefix_match_unit: int | None, dcp: int) -> Derived:
@@ -218,7 +213,7 @@ def hash_block_size(groups, block_size: int, prefix_match_unit: int | None, dcp:
             + (f" x DCP {d}" if d != 1 else "")
             + (" (not DCP-sharded)" if not sharded and dcp != 1 else ""),
         )
-    sizes = [g.kv_cache_spec.block_size * (dcp if g.kv_cache_spec.dcp_sharded else 1) for g in groups]
+    sizes = [dcp_tokens_per_block(g.kv_cache_spec, dcp).value for g in groups]
     lcm = math.lcm(*sizes)
     specs = [s for g in groups for s in leaf_specs(g.kv_cache_spec)]
     non_align = sorted(
@@ -246,22 +241,21 @@ def hash_block_size(groups, block_size: int, prefix_match_unit: int | None, dcp:
             if s.prefix_cacheable and isinstance(s.tokens_per_state, int) and s.tokens_per_state > 1
         }
     )
-    if alignments:
-        # partial_hash_hits_enabled: an align-mode Mamba block larger than the hash unit
-        partial = any(
-            isinstance(s, MambaSpec)
-            and s.mamba_cache_mode == "align"
-            and ((dcp == 1 and s.block_size > h) or (dcp > 1 and s.block_size >= h))
-            for s in specs
+    # partial_hash_hits_enabled: an align-mode Mamba block larger than the hash unit
+    partial = any(
+        isinstance(s, MambaSpec)
+        and s.mamba_cache_mode == "align"
+        and ((dcp == 1 and s.block_size > h) or (dcp > 1 and s.block_size >= h))
+        for s in specs
+    )
+    hit = h if partial else lcm
+    if any(hit % a for a in alignments):
+        raise OffloadConfigError(
+            f"prefix_match_unit={h} is invalid: prefix-cache boundaries ({hit} tokens) "
+            f"must align with each spec's per-state compression; got alignments="
+            f"{alignments} (resolve_kv_cache_block_sizes)",
+            code="prefix_match_unit",
         )
-        hit = h if partial else lcm
-        if any(hit % a for a in alignments):
-            raise OffloadConfigError(
-                f"prefix_match_unit={h} is invalid: prefix-cache boundaries ({hit} tokens) "
-                f"must align with each spec's per-state compression; got alignments="
-                f"{alignments} (resolve_kv_cache_block_sizes)",
-                code="prefix_match_unit",
-            )
     return Derived(
         h,
         f"prefix_match_unit {unit}"
@@ -337,7 +331,7 @@ def blocks_per_chunk(extra: Mapping[str, Any], group_ids: tuple[int, ...], tpb: 
     if tokens % t:
         raise OffloadConfigError(
             f"extra_config['block_size']={tokens} must be a multiple of the GPU KV "
-            f"cache block size ({t} tokens); use {_round_up(tokens, t)} instead, or set "
+            f"cache block size ({t} tokens); use {cdiv(tokens, t) * t} instead, or set "
             "'blocks_per_chunk' to express the chunk size in blocks",
             code="block_size_not_multiple",
         )
@@ -357,25 +351,21 @@ class Window(NamedTuple):
     extra_retained_tokens: int = 0
 
 
+def _window(spec) -> Window:
+    name = _spec_name(spec)
+    if isinstance(spec, SlidingWindowSpec):
+        return Window("sliding", name, spec.sliding_window, spec.extra_retained_tokens)
+    if isinstance(spec, ChunkedLocalAttentionSpec):
+        return Window("chunked", name, spec.attention_chunk_size)
+    if isinstance(spec, MambaSpec):
+        return Window("mamba", name)
+    return Window("full" if isinstance(spec, FullAttentionSpec) else "unsupported", name)
+
+
 def group_windows(p: Plan) -> tuple[Window, ...]:
     """Each offloaded group's :class:`Window`, from the first of its layer
     specs (``next(iter(iter_layer_specs(group.kv_cache_spec)))``)."""
-    groups = p.groups
-    out = []
-    for gid in offloading_groups(p).value:
-        first = leaf_specs(groups[gid].kv_cache_spec)[0]
-        name = _spec_name(first)
-        if isinstance(first, SlidingWindowSpec):
-            out.append(Window("sliding", name, first.sliding_window, first.extra_retained_tokens))
-        elif isinstance(first, ChunkedLocalAttentionSpec):
-            out.append(Window("chunked", name, first.attention_chunk_size))
-        elif isinstance(first, MambaSpec):
-            out.append(Window("mamba", name))
-        elif isinstance(first, FullAttentionSpec):
-            out.append(Window("full", name))
-        else:
-            out.append(Window("unsupported", name))
-    return tuple(out)
+    return tuple(_window(leaf_specs(g.kv_cache_spec)[0]) for g in _offloaded(p))
 
 
 def sliding_window_size_in_chunks(gid: int, window: Window, tpb: int, bpc: int) -> Derived:
@@ -433,50 +423,43 @@ def worker_kv_bytes_per_block(p: Plan) -> Derived:
     """``worker_kv_bytes_per_block``: the backing allocation over ``num_blocks``
     (every ``KVCacheTensor`` places layers in the same allocation, so its
     size is the total), else the offloaded groups' pages summed."""
-    if p.num_blocks > 0 and p.tensors:
+    if p.num_blocks <= 0:
+        return Derived(0, f"0: the KV cache has {p.num_blocks} blocks")
+    if p.tensors:
         total = p.tensors[0].size
         return Derived(
             total // p.num_blocks,
             f"backing KV cache allocation {total} B // {p.num_blocks} blocks "
             "(every KVCacheTensor places layers in one shared allocation)",
         )
-    if p.num_blocks <= 0:
-        return Derived(0, f"0: the KV cache has {p.num_blocks} blocks")
     parts = []
-    for gid in offloading_groups(p).value:
-        g = p.groups[gid]
+    for g in _offloaded(p):
         page = g.kv_cache_spec.page_size_bytes
         if isinstance(g.kv_cache_spec, UniformTypeKVCacheSpecs):
-            parts.append(f"group {gid}: {page}")
+            parts.append(f"group {g.index}: {page}")
         else:
-            parts.append(f"group {gid}: {page} x {len(g.layer_names)} layers")
-    total = sum(group_bytes_per_block(p.groups[gid]) for gid in offloading_groups(p).value)
+            parts.append(f"group {g.index}: {page} x {len(g.layer_names)} layers")
+    total = sum(group_bytes_per_block(g) for g in _offloaded(p))
     return Derived(total, "sum of the offloaded groups' pages per block (" + "; ".join(parts) + ")")
 
 
-def replicated_layout(
-    use_mla: bool, tp: int, kv_tp_replicas: int, worker_bytes: int,
-    pp: int, pcp: int, dcp: int, world: int, backend: str, nnodes_within_dp: int,
-) -> Derived:
+def replicated_layout(p: Plan, o: OffloadOptions, par: ParallelLayout, worker_bytes: int) -> Derived:
     """``replicated_layout`` for the direct layout: an MLA latent replicated on
     every TP rank (``kv_tp_replicas == TP``), TP only, single-node ``mp`` (one
     shared host copy)."""
-    replicas, nnodes = kv_tp_replicas, nnodes_within_dp
+    tp = p.tensor_parallel_size
     return verdict(
         (
-            Clause(use_mla, "the model uses MLA" if use_mla else "the model does not use MLA"),
-            Clause(tp > 1, f"TP {tp} {'>' if tp > 1 else '<='} 1"),
-            Clause(replicas == tp, f"kv_tp_replicas {replicas} {_cmp(replicas, tp)} TP {tp}"),
-            Clause(
-                worker_bytes > 0,
-                f"worker_kv_bytes_per_block {worker_bytes} {'>' if worker_bytes > 0 else '<='} 0",
-            ),
-            _eq_clause("PP", pp, 1),
-            _eq_clause("PCP", pcp, 1),
-            _eq_clause("DCP", dcp, 1),
-            Clause(world == tp, f"world size {world} {_cmp(world, tp)} TP {tp}"),
-            Clause(backend == "mp", f"executor backend {backend!r} {_cmp(backend, 'mp')} 'mp'"),
-            _eq_clause("nnodes_within_dp", nnodes, 1),
+            _named(p.use_mla, "the model uses MLA", "the model does not use MLA"),
+            _gt("TP", tp, 1),
+            _eq("kv_tp_replicas", p.kv_tp_replicas, tp, f"TP {tp}"),
+            _gt("worker_kv_bytes_per_block", worker_bytes, 0),
+            _eq("PP", o.pipeline_parallel_size, 1),
+            _eq("PCP", o.prefill_context_parallel_size, 1),
+            _eq("DCP", p.decode_context_parallel_size, 1),
+            _eq("world size", par.world_size.value, tp, f"TP {tp}"),
+            _eq("executor backend", repr(par.distributed_executor_backend.value), repr("mp")),
+            _eq("nnodes_within_dp", o.nnodes_within_dp, 1),
         )
     )
 
@@ -487,43 +470,33 @@ def canonical_layout(extra: Mapping[str, Any]) -> Derived:
     return Derived(bool(raw), f"bool(extra_config.get('canonical_layout', False)) = bool({raw!r})")
 
 
+def _full_attention_terms(spec, p: Plan) -> tuple[Clause, ...]:
+    """The terms of :func:`single_full_attention_group` about the one group's spec."""
+    if isinstance(spec, MLAAttentionSpec) or not isinstance(spec, FullAttentionSpec):
+        why = "MLA" if isinstance(spec, MLAAttentionSpec) else "not FullAttentionSpec"
+        return (Clause(False, f"the single group is {_spec_name(spec)} ({why})"),)
+    tp, total = p.tensor_parallel_size, p.total_num_kv_heads
+    prod = spec.num_kv_heads * tp
+    heads = f"{spec.num_kv_heads} KV heads per rank x TP {tp} = {prod}"
+    return (
+        Clause(True, "a single FullAttentionSpec group"),
+        _named(prod == total, f"{heads} == {total} total KV heads",
+               f"{heads} != {total} total KV heads (heads replicated across ranks)"),
+        _named(not spec.kv_quant_mode.is_per_token_head, "no per-token-head KV quantization",
+               f"per-token-head KV quantization ({p.kv_cache_dtype})"),
+    )
+
+
 def single_full_attention_group(p: Plan) -> tuple[Clause, ...]:
     """The plan's terms of the direct ``is_parallelism_agnostic`` rule: a
     single non-MLA ``FullAttentionSpec`` group whose KV heads are really split
     over TP, without per-token-head quantization, and DCP 1."""
     groups = p.groups
-    tp, dcp, total = p.tensor_parallel_size, p.decode_context_parallel_size, p.total_num_kv_heads
-    clauses: list[Clause] = []
-    single = groups[0].kv_cache_spec if len(groups) == 1 else None
-    if single is None:
-        clauses.append(Clause(False, f"{len(groups)} KV cache groups, not a single full-attention group"))
-    elif not isinstance(single, FullAttentionSpec) or isinstance(single, MLAAttentionSpec):
-        why = "MLA" if isinstance(single, MLAAttentionSpec) else "not FullAttentionSpec"
-        clauses.append(Clause(False, f"the single group is {_spec_name(single)} ({why})"))
+    if len(groups) == 1:
+        terms = _full_attention_terms(groups[0].kv_cache_spec, p)
     else:
-        clauses.append(Clause(True, "a single FullAttentionSpec group"))
-        per_rank = single.num_kv_heads
-        prod = per_rank * tp
-        if prod == total:
-            clauses.append(
-                Clause(True, f"{per_rank} KV heads per rank x TP {tp} = {prod} == {total} total KV heads")
-            )
-        else:
-            clauses.append(
-                Clause(
-                    False,
-                    f"{per_rank} KV heads per rank x TP {tp} = {prod} != {total} total KV heads "
-                    "(heads replicated across ranks)",
-                )
-            )
-        if _is_per_token_head(single):
-            clauses.append(
-                Clause(False, f"per-token-head KV quantization ({p.kv_cache_dtype})")
-            )
-        else:
-            clauses.append(Clause(True, "no per-token-head KV quantization"))
-    clauses.append(_eq_clause("DCP", dcp, 1))
-    return tuple(clauses)
+        terms = (Clause(False, f"{len(groups)} KV cache groups, not a single full-attention group"),)
+    return (*terms, _eq("DCP", p.decode_context_parallel_size, 1))
 
 
 def uncertifiable(spec, tp: int, total_kv_heads: int) -> str | None:
@@ -533,7 +506,7 @@ def uncertifiable(spec, tp: int, total_kv_heads: int) -> str | None:
     name = _spec_name(spec)
     if not isinstance(spec, AttentionSpec):
         return f"{name} is not an attention spec"
-    if _is_per_token_head(spec):
+    if spec.kv_quant_mode.is_per_token_head:
         return f"{name} uses per-token-head KV quantization"
     if type(spec) is MLAAttentionSpec:
         if spec.tokens_per_state != 1:
@@ -564,13 +537,8 @@ def canonical_certification(p: Plan) -> Clause:
     the plan's term of the ``canonical_layout`` gate."""
     tp, total = p.tensor_parallel_size, p.total_num_kv_heads
     specs = [s for g in p.groups for s in leaf_specs(g.kv_cache_spec)]
-    if not specs:
-        return Clause(False, "no layer specs to certify")
-    failures: dict[str, int] = {}
-    for s in specs:
-        why = uncertifiable(s, tp, total)
-        if why is not None:
-            failures[why] = failures.get(why, 0) + 1
+    whys = [uncertifiable(s, tp, total) for s in specs]
+    failures = Counter(why for why in whys if why is not None)
     if failures:
         return Clause(False, "; ".join(f"{n} layer(s): {why}" for why, n in failures.items()))
     return Clause(True, f"all {len(specs)} layer specs certifiable (canonical mapping derivable)")
@@ -579,12 +547,11 @@ def canonical_certification(p: Plan) -> Clause:
 def offloaded_layers_exact_mla(p: Plan) -> Clause:
     """Every offloaded layer exactly ``MLAAttentionSpec`` (the canonical
     layout's ``replicated_layout`` term)."""
-    groups = p.groups
     not_mla = sorted(
         {
             _spec_name(s)
-            for gid in offloading_groups(p).value
-            for s in leaf_specs(groups[gid].kv_cache_spec)
+            for g in _offloaded(p)
+            for s in leaf_specs(g.kv_cache_spec)
             if type(s) is not MLAAttentionSpec
         }
     )
@@ -593,20 +560,18 @@ def offloaded_layers_exact_mla(p: Plan) -> Clause:
     return Clause(True, "every offloaded layer is MLAAttentionSpec")
 
 
-def is_parallelism_agnostic(
-    v2: bool, single_group: tuple[Clause, ...], pcp: int, canonical: bool,
-    certification: Clause, dcp: int, world: int, tp: int,
-) -> Derived:
+def is_parallelism_agnostic(p: Plan, o: OffloadOptions, world: int, canonical: bool) -> Derived:
     """``is_parallelism_agnostic``: the direct rule (V1 model runner,
     :func:`single_full_attention_group`'s terms, PCP 1), widened by the
     canonical layout gate to every config whose layers all certify
     (:func:`canonical_certification`), with no context parallelism and
     world size == TP."""
+    pcp, tp = o.prefill_context_parallel_size, p.tensor_parallel_size
     direct = verdict(
         (
-            Clause(not v2, "V2 model runner" if v2 else "V1 model runner"),
-            *single_group,
-            _eq_clause("PCP", pcp, 1),
+            _named(not o.use_v2_model_runner, "V1 model runner", "V2 model runner"),
+            *single_full_attention_group(p),
+            _eq("PCP", pcp, 1),
         )
     )
     if not canonical:
@@ -615,27 +580,28 @@ def is_parallelism_agnostic(
         return Derived(True, f"direct rule holds, canonical layout kept it: {direct.rule}")
     gate = verdict(
         (
-            certification,
-            _eq_clause("DCP", dcp, 1),
-            _eq_clause("PCP", pcp, 1),
-            Clause(world == tp, f"world size {world} {_cmp(world, tp)} TP {tp}"),
+            canonical_certification(p),
+            _eq("DCP", p.decode_context_parallel_size, 1),
+            _eq("PCP", pcp, 1),
+            _eq("world size", world, tp, f"TP {tp}"),
         )
     )
     return Derived(gate.value, f"canonical layout gate: {gate.rule} (direct rule: {direct.rule})")
 
 
 def canonical_replicated_layout(
-    agnostic: bool, exact_mla: Clause, nnodes_within_dp: int, world: int, backend: str
+    p: Plan, o: OffloadOptions, par: ParallelLayout, agnostic: bool
 ) -> Derived:
     """``replicated_layout`` under the canonical layout: parallelism-agnostic,
     pure MLA (:func:`offloaded_layers_exact_mla`), one node, and one worker
     or ``mp``."""
+    world, backend = par.world_size.value, par.distributed_executor_backend.value
     single_host = world == 1 or backend == "mp"
     rule = verdict(
         (
-            Clause(agnostic, "parallelism-agnostic" if agnostic else "not parallelism-agnostic"),
-            exact_mla,
-            _eq_clause("nnodes_within_dp", nnodes_within_dp, 1),
+            _named(agnostic, "parallelism-agnostic", "not parallelism-agnostic"),
+            offloaded_layers_exact_mla(p),
+            _eq("nnodes_within_dp", o.nnodes_within_dp, 1),
             Clause(
                 single_host,
                 f"world size {world} with executor backend {backend!r}"
@@ -652,11 +618,6 @@ def cache_dtype(p: Plan) -> Derived:
     if p.kv_cache_dtype == "auto":
         return Derived(p.model_dtype, f"kv_cache_dtype 'auto' follows the model dtype ({p.model_dtype})")
     return Derived(p.kv_cache_dtype, f"kv_cache_dtype {p.kv_cache_dtype!r}")
-
-
-# ---------------------------------------------------------------------------
-# The pass
-# ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -679,10 +640,6 @@ class Derivation:
     dtype: Derived
 
 
-#: Stands in for the canonical certification when the canonical layout is off.
-_NOT_ASKED = Clause(False, "canonical layout not requested")
-
-
 def check_plan(p: Any) -> None:
     """Raise ``KVExploreError`` unless ``p`` is a :class:`~kvexplore.Plan`."""
     if not isinstance(p, Plan):
@@ -700,35 +657,23 @@ def derive(p: Plan, o: OffloadOptions) -> Derivation:
     ``build_offloading_config`` raises or asserts.
     """
     check_plan(p)
-    tp, dcp = p.tensor_parallel_size, p.decode_context_parallel_size
-    o.check_parallel(tp, dcp)
-    pp, pcp = o.pipeline_parallel_size, o.prefill_context_parallel_size
-    par = parallel_layout(pp, tp, pcp, o.data_parallel_size, o.distributed_executor_backend)
-    world, backend = par.world_size.value, par.distributed_executor_backend.value
-    extra = o.extra_config
+    o.check_parallel(p.tensor_parallel_size, p.decode_context_parallel_size)
+    par = parallel_layout(o, p.tensor_parallel_size)
     groups = offloading_groups(p)
     tpb = tokens_per_block(p)
     hashing = tokens_per_hash(p)
     tpb_values = tuple(t.value for t in tpb)
-    bpc = blocks_per_chunk(extra, groups.value, tpb_values)
+    bpc = blocks_per_chunk(o.extra_config, groups.value, tpb_values)
     windows = tuple(
         sliding_window_size_in_chunks(gid, w, t, bpc.value)
         for gid, w, t in zip(groups.value, group_windows(p), tpb_values, strict=True)
     )
     wbytes = worker_kv_bytes_per_block(p)
-    replicated = replicated_layout(
-        p.use_mla, tp, p.kv_tp_replicas, wbytes.value,
-        pp, pcp, dcp, world, backend, o.nnodes_within_dp,
-    )
-    canonical = canonical_layout(extra)
-    agnostic = is_parallelism_agnostic(
-        o.use_v2_model_runner, single_full_attention_group(p), pcp, canonical.value,
-        canonical_certification(p) if canonical.value else _NOT_ASKED, dcp, world, tp,
-    )
+    replicated = replicated_layout(p, o, par, wbytes.value)
+    canonical = canonical_layout(o.extra_config)
+    agnostic = is_parallelism_agnostic(p, o, par.world_size.value, canonical.value)
     if canonical.value:
-        replicated = canonical_replicated_layout(
-            agnostic.value, offloaded_layers_exact_mla(p), o.nnodes_within_dp, world, backend
-        )
+        replicated = canonical_replicated_layout(p, o, par, agnostic.value)
     return Derivation(
         world_size=par.world_size,
         distributed_executor_backend=par.distributed_executor_backend,

@@ -33,8 +33,6 @@ MULTI_NODE_BACKENDS = (None, "mp", "uni", "external_launcher")
 
 DEFAULT_ENGINE_ID = "kvexplore"
 
-_EMPTY: Mapping[str, Any] = FrozenDict({})
-
 
 def _help(text: str, **more: Any) -> dict[str, Any]:
     return {"help": text, **more}
@@ -45,14 +43,11 @@ class OffloadOptions:
     """What the engine's ``ParallelConfig``, ``KVEventsConfig`` and
     ``KVTransferConfig`` hold besides TP and DCP, checked on construction.
 
-    ``extra_config`` is ``kv_connector_extra_config``: ``block_size`` in tokens
-    *or* ``blocks_per_chunk``, ``canonical_layout``; it is copied into a
-    read-only mapping, so the caller's dict is never shared.
-    ``distributed_executor_backend=None`` resolves as
-    ``ParallelConfig.__post_init__`` does on one node (``mp`` for more than one
-    worker, else ``uni``).  ``nnodes_within_dp`` is the number of nodes one DP
-    replica spans.  Checks that need the plan's TP and DCP (``rank`` below the
-    world size, PCP against DCP) are :meth:`check_parallel`.
+    ``extra_config`` (``kv_connector_extra_config``: ``block_size`` in tokens
+    *or* ``blocks_per_chunk``, ``canonical_layout``) is copied into a read-only
+    mapping.  ``distributed_executor_backend=None`` resolves as on one node
+    (:func:`~kvexplore.offloading.derive.parallel_layout`).  Checks that need
+    the plan's TP and DCP are :meth:`check_parallel`.
     """
 
     extra_config: Mapping[str, Any] | None = field(
@@ -84,21 +79,15 @@ class OffloadOptions:
     )
 
     def __post_init__(self) -> None:
-        extra = self.extra_config
-        if extra is None:
-            extra = _EMPTY
-        elif not isinstance(extra, Mapping):
+        extra = {} if self.extra_config is None else self.extra_config
+        if not isinstance(extra, Mapping):
             raise KVExploreError(
                 f"extra_config={extra!r} is invalid; expected a mapping such as "
                 "{'block_size': 1088} or {'blocks_per_chunk': 2} (kv_connector_extra_config)"
             )
-        elif extra is not _EMPTY:  # a private, read-only copy
-            extra = FrozenDict(dict(extra)) if extra else _EMPTY
-        object.__setattr__(self, "extra_config", extra)
+        object.__setattr__(self, "extra_config", FrozenDict(extra))  # a private, read-only copy
         for name, minimum in _MINIMUMS:
-            value = getattr(self, name)
-            if type(value) is not int or value < minimum:  # the common case is checked fast
-                check_int(name, value, minimum=minimum)
+            check_int(name, getattr(self, name), minimum=minimum)
         for name in _FLAGS:
             value = getattr(self, name)
             if value is not True and value is not False:
@@ -126,7 +115,6 @@ class OffloadOptions:
                 f"engine_id={self.engine_id!r} is invalid; expected a non-empty string"
             )
 
-    # -- construction by name ------------------------------------------------------
     @classmethod
     def names(cls) -> tuple[str, ...]:
         """The option names, in field order."""
@@ -154,7 +142,6 @@ class OffloadOptions:
         out["extra_config"] = dict(self.extra_config)
         return out
 
-    # -- checks that need the plan -----------------------------------------------------
     def world_size(self, tensor_parallel_size: int) -> int:
         """``ParallelConfig.world_size``: PP x TP x PCP, times DP under
         ``external_launcher`` (every DP replica is one world there)."""

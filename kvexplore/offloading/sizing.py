@@ -4,27 +4,17 @@
 :func:`kvexplore.offload_config` derives into the numbers vLLM's CPU backend
 computes from ``kv_connector_extra_config["cpu_bytes_to_use"]``
 (``vllm/v1/kv_offload/cpu/spec.py: CPUOffloadingSpec.__init__``), in its
-order:
-
-1. ``num_copies`` = 1 when ``replicated_layout`` holds and the backend uses its
-   shared mmap region (CUDA / XPU platforms), else ``world_size``;
-2. ``kv_bytes_per_chunk`` = ``worker_kv_bytes_per_block x num_copies x
-   blocks_per_chunk``;
-3. that rounded up to ``SharedOffloadRegion.BLOCK_SIZE_ALIGNMENT``
-   (``mmap.PAGESIZE`` of the host, 4096 B on x86-64 Linux);
-4. ``num_chunks = cpu_bytes_to_use // aligned_kv_bytes_per_chunk``.
+order: ``num_copies`` (1 when ``replicated_layout`` holds and the backend uses
+its shared mmap region, else ``world_size``), ``kv_bytes_per_chunk``, that
+rounded up to ``SharedOffloadRegion.BLOCK_SIZE_ALIGNMENT`` (``mmap.PAGESIZE``),
+and ``num_chunks``.
 
 A chunk holds ``blocks_per_chunk`` blocks of *one* group: the scheduler side
 keys every chunk by ``(block hash, group)``
 (``offloading/scheduler.py: make_offload_key(req_block_hash, group_idx)``), so a
-span of context costs one chunk per offloaded group.  That is why host bytes
-per token are not GPU bytes per block over the block size: a hybrid model
-with 4 groups needs 4 chunks for every ``tokens_per_block x blocks_per_chunk``
-tokens, and the chunk holds every rank's copy.
-
-Worked example: Qwen3.5-0.8B on an A100 (block 544, 4 groups, one block id =
-6 layers x 1,114,112 B): a chunk is 6,684,672 B, 10 GiB hold 1,606 chunks,
-i.e. 401 spans of 544 tokens = 218,144 tokens.
+span of context costs one chunk per offloaded group, and the chunk holds every
+rank's copy.  That is why host bytes per token are not GPU bytes per block over
+the block size.  Qwen3.5-0.8B on an A100 (4 groups, block 544):
 
 >>> from kvexplore import plan, offload_config
 >>> h = host_sizing(offload_config(plan("Qwen/Qwen3.5-0.8B", gpu="A100")), 10 << 30)
@@ -34,6 +24,7 @@ i.e. 401 spans of 544 tokens = 218,144 tokens.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import mmap
 from collections.abc import Sequence
@@ -50,20 +41,21 @@ from kvexplore.offloading.config import OffloadResult
 HOST_PAGE_ALIGNMENT = mmap.PAGESIZE
 
 
-def _round_up(x: int, y: int) -> int:
-    return cdiv(x, y) * y
+def _check_result(result) -> None:
+    if not isinstance(result, OffloadResult):
+        raise KVExploreError(
+            f"result={type(result).__name__} is invalid; expected the OffloadResult "
+            "kvexplore.offload_config(plan) returns"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
 class HostSizing(Displayable):
     """How much context the CPU tier holds: vLLM 0.33's ``CPUOffloadingSpec``
-    arithmetic for one ``OffloadingConfig`` and ``cpu_bytes_to_use``.
-
-    ``host_bytes_per_block`` is one block of one group for *all* ranks (the
-    aligned chunk over ``blocks_per_chunk``); ``host_bytes_per_token`` counts
-    every offloaded group; ``tokens`` is the context the ``num_chunks`` chunks
-    hold in whole spans (``span_tokens`` tokens cost ``chunks_per_span``
-    chunks).  ``gpu_bytes_per_token_one_group`` is the figure people wrongly
+    arithmetic for one ``OffloadingConfig`` and ``cpu_bytes_to_use``, each
+    number's rule in ``derivation``.  ``tokens`` is what the ``num_chunks``
+    chunks hold in whole spans (``span_tokens`` tokens cost ``chunks_per_span``
+    chunks); ``gpu_bytes_per_token_one_group`` is the figure people wrongly
     scale host memory by (one rank's block bytes over the block size).
     """
 
@@ -115,18 +107,14 @@ def host_sizing(
     ``result`` is :func:`kvexplore.offload_config`'s answer; ``alignment`` is
     the host page size the region rounds chunks to (``mmap.PAGESIZE``).
     """
-    if not isinstance(result, OffloadResult):
-        raise KVExploreError(
-            f"result={type(result).__name__} is invalid; expected the OffloadResult "
-            "kvexplore.offload_config(plan) returns"
-        )
+    _check_result(result)
     check_int("cpu_bytes_to_use", cpu_bytes_to_use)
     check_int("alignment", alignment)
     c = result.config
     world = c.parallel.world_size
     bpc = c.cache.blocks_per_chunk
     per_block = c.worker_kv_bytes_per_block
-    if per_block <= 0 or world <= 0 or not c.groups:
+    if per_block <= 0:
         raise KVExploreError(
             f"worker_kv_bytes_per_block={per_block}, world_size={world}, "
             f"{len(c.groups)} groups: nothing to offload; expected a plan with KV cache groups"
@@ -135,54 +123,13 @@ def host_sizing(
     # region, which the CUDA platform kvexplore answers for uses.
     num_copies = 1 if c.replicated_layout else world
     raw_chunk = per_block * num_copies * bpc
-    aligned = _round_up(raw_chunk, alignment)
+    aligned = cdiv(raw_chunk, alignment) * alignment
     num_chunks = cpu_bytes_to_use // aligned
     tpc = tuple(g.tokens_per_block * bpc for g in c.groups)
     span = math.lcm(*tpc)
     chunks_per_span = sum(span // t for t in tpc)
-    tokens = (num_chunks // chunks_per_span) * span
-    host_per_token = aligned * chunks_per_span / span
     p = result.plan
-    gpu_per_token = p.bytes_per_block / p.block_size if p.block_size else 0.0
-    d = {
-        "num_copies": (
-            f"{num_copies}: replicated_layout={c.replicated_layout} "
-            + ("(one copy for all ranks in the shared mmap region)" if c.replicated_layout
-               else f"-> one copy per worker, world_size {world}")
-        ),
-        "kv_bytes_per_chunk": (
-            f"{raw_chunk:,} = worker_kv_bytes_per_block {per_block:,} x {num_copies} "
-            f"copies x blocks_per_chunk {bpc}"
-        ),
-        "aligned_kv_bytes_per_chunk": (
-            f"{aligned:,} = round_up({raw_chunk:,}, {alignment}) "
-            "(SharedOffloadRegion.BLOCK_SIZE_ALIGNMENT = mmap.PAGESIZE)"
-        ),
-        "num_chunks": f"{num_chunks:,} = cpu_bytes_to_use {cpu_bytes_to_use:,} // {aligned:,}",
-        "chunks_per_span": (
-            f"{chunks_per_span}: a chunk holds one group's blocks (offload key = "
-            f"(block hash, group)); {len(tpc)} groups with "
-            f"{', '.join(map(str, tpc))} tokens per chunk -> {chunks_per_span} chunks "
-            f"per {span:,}-token span"
-        ),
-        "tokens": (
-            f"{tokens:,} = {num_chunks:,} // {chunks_per_span} spans x {span:,} tokens"
-        ),
-        "host_bytes_per_block": (
-            f"{aligned / bpc:,.1f} = aligned chunk {aligned:,} / {bpc} blocks "
-            f"(all {num_copies} copies of one group's block)"
-        ),
-        "host_bytes_per_token": (
-            f"{host_per_token:,.1f} = {aligned:,} x {chunks_per_span} chunks / {span:,} tokens"
-        ),
-        "not_gpu_bytes_per_token": (
-            f"one rank's GPU block {p.bytes_per_block:,} B / {p.block_size} tokens = "
-            f"{gpu_per_token:,.1f} B per token would promise "
-            f"{int(cpu_bytes_to_use // gpu_per_token) if gpu_per_token else 0:,} tokens; "
-            f"host tokens are {tokens:,}"
-        ),
-    }
-    return HostSizing(
+    h = HostSizing(
         cpu_bytes_to_use=cpu_bytes_to_use,
         world_size=world,
         num_copies=num_copies,
@@ -196,12 +143,55 @@ def host_sizing(
         group_tokens_per_chunk=tpc,
         span_tokens=span,
         chunks_per_span=chunks_per_span,
-        tokens=tokens,
+        tokens=(num_chunks // chunks_per_span) * span,
         host_bytes_per_block=aligned / bpc,
-        host_bytes_per_token=host_per_token,
-        gpu_bytes_per_token_one_group=gpu_per_token,
-        derivation=FrozenDict(d),
+        host_bytes_per_token=aligned * chunks_per_span / span,
+        gpu_bytes_per_token_one_group=p.bytes_per_block / p.block_size if p.block_size else 0.0,
+        derivation=FrozenDict(),
     )
+    return dataclasses.replace(h, derivation=FrozenDict(_host_reasons(h, p.bytes_per_block, p.block_size)))
+
+
+def _host_reasons(h: HostSizing, gpu_block_bytes: int, block_size: int) -> dict[str, str]:
+    """:attr:`HostSizing.derivation`: each number's rule with its inputs."""
+    bpc, aligned, span = h.blocks_per_chunk, h.aligned_kv_bytes_per_chunk, h.span_tokens
+    tpc, chunks = h.group_tokens_per_chunk, h.chunks_per_span
+    gpu_per_token = h.gpu_bytes_per_token_one_group
+    return {
+        "num_copies": (
+            f"{h.num_copies}: replicated_layout={h.replicated_layout} "
+            + ("(one copy for all ranks in the shared mmap region)" if h.replicated_layout
+               else f"-> one copy per worker, world_size {h.world_size}")
+        ),
+        "kv_bytes_per_chunk": (
+            f"{h.kv_bytes_per_chunk:,} = worker_kv_bytes_per_block {h.worker_kv_bytes_per_block:,} "
+            f"x {h.num_copies} copies x blocks_per_chunk {bpc}"
+        ),
+        "aligned_kv_bytes_per_chunk": (
+            f"{aligned:,} = round_up({h.kv_bytes_per_chunk:,}, {h.alignment}) "
+            "(SharedOffloadRegion.BLOCK_SIZE_ALIGNMENT = mmap.PAGESIZE)"
+        ),
+        "num_chunks": f"{h.num_chunks:,} = cpu_bytes_to_use {h.cpu_bytes_to_use:,} // {aligned:,}",
+        "chunks_per_span": (
+            f"{chunks}: a chunk holds one group's blocks (offload key = "
+            f"(block hash, group)); {len(tpc)} groups with "
+            f"{', '.join(map(str, tpc))} tokens per chunk -> {chunks} chunks "
+            f"per {span:,}-token span"
+        ),
+        "tokens": f"{h.tokens:,} = {h.num_chunks:,} // {chunks} spans x {span:,} tokens",
+        "host_bytes_per_block": (
+            f"{h.host_bytes_per_block:,.1f} = aligned chunk {aligned:,} / {bpc} blocks "
+            f"(all {h.num_copies} copies of one group's block)"
+        ),
+        "host_bytes_per_token": (
+            f"{h.host_bytes_per_token:,.1f} = {aligned:,} x {chunks} chunks / {span:,} tokens"
+        ),
+        "not_gpu_bytes_per_token": (
+            f"one rank's GPU block {gpu_block_bytes:,} B / {block_size} tokens = "
+            f"{gpu_per_token:,.1f} B per token would promise {h.naive_tokens:,} tokens; "
+            f"host tokens are {h.tokens:,}"
+        ),
+    }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -249,17 +239,11 @@ def lmcache_chunk_sizes(
     """The LMCache chunk sizes valid for ``result``'s plan (model, TP, DCP,
     dtypes): multiples of the hybrid block, the first ``count`` of them, and a
     verdict on each size in ``check`` (LMCache's default is 256)."""
-    if not isinstance(result, OffloadResult):
-        raise KVExploreError(
-            f"result={type(result).__name__} is invalid; expected the OffloadResult "
-            "kvexplore.offload_config(plan) returns"
-        )
+    _check_result(result)
     check_int("count", count)
     for size in check:
         check_int("chunk_size", size)
     sizes = tuple(g.tokens_per_block for g in result.config.groups)
-    if not sizes:
-        raise KVExploreError("the plan has no offloadable KV cache groups; expected at least one")
     hybrid = math.lcm(*sizes)
     p = result.plan
     checked = {s: s % hybrid == 0 for s in check}

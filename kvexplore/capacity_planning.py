@@ -65,14 +65,12 @@ from kvexplore.planning.planner import Plan, plan
 
 MiB = 1 << 20
 
-#: Non-torch memory vLLM's profile measures after its start-up snapshot (CUDA
-#: context growth, cuBLAS / cuDNN workspaces, NCCL buffers at TP > 1).
-DEFAULT_NON_TORCH_BYTES = 512 * MiB
-#: Extra NCCL buffer memory per rank when TP > 1 (ESTIMATE).
-DEFAULT_NCCL_BYTES = 256 * MiB
-#: CUDA-graph pool when graphs are captured (ESTIMATE; vLLM measures it with
-#: ``profile_cudagraph_memory`` and logs it at start-up).
-DEFAULT_CUDAGRAPH_BYTES = 512 * MiB
+#: vLLM 0.33's default ``--gpu-memory-utilization`` (``CacheConfig``).
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
+
+#: The memory terms of ``determine_available_memory`` a caller may give.
+MEMORY_TERMS = ("total_memory_bytes", "weight_bytes", "activation_peak_bytes",
+                "non_torch_bytes", "cudagraph_bytes")
 
 
 def _check_util(value: Any) -> float:
@@ -83,67 +81,29 @@ def _check_util(value: Any) -> float:
     return float(value)
 
 
-def _check_bytes(name: str, value: Any) -> None:
-    check_int(name, value, minimum=0, allow_none=True)
-
-
-# ---------------------------------------------------------------------------
-# Memory vLLM learns by profiling: explicit estimates
-# ---------------------------------------------------------------------------
-
-
-def profile_estimates(p: Plan) -> dict[str, tuple[int, str]]:
-    """ESTIMATES of the memory vLLM 0.33 only measures at start-up, with sources.
-
-    ``activation_peak_bytes``: ``memory_profiling``'s transient peak headroom
-    during ``profile_run``.  Estimated as the dummy forward over
-    ``max_num_batched_tokens`` tokens (the MLP's gate/up and down activations,
-    ``3 x intermediate_size / TP``, plus ``4 x hidden_size`` residual /
-    attention buffers, in the model dtype) plus the dummy sampler run
-    (``max_num_seqs x vocab_size`` fp32 logits, twice: logits and probs).
-    ``non_torch_bytes``: CUDA context growth, library workspaces, and NCCL
-    buffers when TP > 1.  ``cudagraph_bytes``: the graph pool that
-    ``profile_cudagraph_memory`` measures (0 with ``enforce_eager``).
-    Replace them with the numbers vLLM logs (``Memory profiling takes ...``
-    and the CUDA graph line) for an exact answer.
-    """
-    vc = p.vllm_config
-    mc, sc, pc = vc.model_config, vc.scheduler_config, vc.parallel_config
-    hf = mc.hf_text_config
-    tp = pc.tensor_parallel_size
-    hidden = int(getattr(hf, "hidden_size", 0) or 0)
-    inter = int(getattr(hf, "intermediate_size", 0) or getattr(hf, "moe_intermediate_size", 0) or 0)
-    vocab = int(getattr(hf, "vocab_size", 0) or 0)
-    dtype_bytes = mc.dtype.itemsize
-    tokens = int(sc.max_num_batched_tokens)
-    seqs = int(sc.max_num_seqs)
-    forward = tokens * (3 * cdiv(inter, tp) + 4 * hidden) * dtype_bytes
-    sampler = 2 * seqs * vocab * 4
-    eager = bool(mc.enforce_eager)
-    nccl = DEFAULT_NCCL_BYTES if tp > 1 else 0
-    return {
-        "activation_peak_bytes": (
-            forward + sampler,
-            f"ESTIMATE {forward + sampler:,} = forward {tokens} max_num_batched_tokens x "
-            f"(3 x {inter} intermediate / TP {tp} + 4 x {hidden} hidden) x {dtype_bytes} B "
-            f"+ sampler 2 x {seqs} max_num_seqs x {vocab} vocab x 4 B "
-            "(memory_profiling: transient_peak_headroom of profile_run)",
-        ),
-        "non_torch_bytes": (
-            DEFAULT_NON_TORCH_BYTES + nccl,
-            f"ESTIMATE {DEFAULT_NON_TORCH_BYTES + nccl:,} = {DEFAULT_NON_TORCH_BYTES // MiB} MiB "
-            "CUDA context / library workspaces"
-            + (f" + {nccl // MiB} MiB NCCL buffers (TP {tp})" if nccl else "")
-            + " (memory_profiling: non_torch_increase, part of total_consumed)",
-        ),
-        "cudagraph_bytes": (
-            0 if eager else DEFAULT_CUDAGRAPH_BYTES,
-            "0: enforce_eager captures no CUDA graphs" if eager else
-            f"ESTIMATE {DEFAULT_CUDAGRAPH_BYTES:,} = {DEFAULT_CUDAGRAPH_BYTES // MiB} MiB graph pool "
-            "(gpu_worker.py: profile_cudagraph_memory, applied because "
-            "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS defaults to 1)",
-        ),
-    }
+def profile_estimates(p: Plan) -> dict[str, tuple[int, int, str]]:
+    """``(low, high, source)`` bytes per rank of every term vLLM 0.33's
+    ``determine_available_memory`` subtracts, for plan ``p`` on its GPU:
+    ``total_memory_bytes`` (what ``torch.cuda.mem_get_info()`` reports, per
+    card, :func:`kvexplore.gpus`), and the build's memory profile
+    (:attr:`kvexplore.Plan.memory_profile`): ``weight_bytes`` (exact),
+    ``activation_peak_bytes``, ``non_torch_bytes``, ``cudagraph_bytes``."""
+    mp = p.memory_profile
+    low, high = p.gpu.total_memory_range
+    known = p.gpu.total_memory_gib is not None
+    total = (f"ESTIMATE {low:,}-{high:,} B: torch.cuda.mem_get_info() of the {p.gpu.device_name} "
+             f"({p.gpu.total_memory_source})" if known else
+             f"ESTIMATE {low:,} B: the card's nominal {p.gpu.memory_gib} GiB (no "
+             "mem_get_info reading known; pass total_memory_bytes)")
+    out = {"total_memory_bytes": (low, high, total)}
+    for name, term in (("weight_bytes", mp.weights), ("activation_peak_bytes", mp.activation_peak),
+                       ("non_torch_bytes", mp.non_torch), ("cudagraph_bytes", mp.cudagraph)):
+        out[name] = (term.low, term.high, term.source)
+    if p.inputs.get("kv_cache_memory_bytes") is None and mp.leaves_out:
+        out["activation_peak_bytes"] = (*out["activation_peak_bytes"][:2],
+                                        out["activation_peak_bytes"][2] + "; leaves out "
+                                        + ", ".join(mp.leaves_out))
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -156,8 +116,11 @@ class CapacityReport(Displayable):
     """vLLM 0.33's capacity for one plan on its GPU: memory, blocks, tokens,
     concurrency, prefix-cache reuse, DCP and (optionally) the CPU tier.
 
-    Memory fields are bytes per rank.  ``estimated`` names the fields that
-    are estimates (not given by the caller); ``sources`` says where each
+    Memory fields are bytes per rank.  ``kv_cache_memory`` is the low end of
+    ``kv_cache_memory_range``: the total's low end minus each estimated
+    term's high end, so it is never above what vLLM would find; the memory
+    terms shown are the ones it subtracts.  ``estimated`` names the fields
+    that are estimates (not given by the caller); ``sources`` says where each
     memory figure comes from.  ``plan`` is the plan asked about (re-planned
     with ``kv_cache_memory_bytes`` only when ``max_model_len=-1`` asks vLLM to
     auto-fit the length to the memory).
@@ -172,6 +135,7 @@ class CapacityReport(Displayable):
     non_torch_bytes: int
     cudagraph_bytes: int
     kv_cache_memory: int
+    kv_cache_memory_range: tuple[int, int]
     kv_cache_memory_given: bool
     estimated: tuple[str, ...]
     sources: FrozenDict = field(repr=False, compare=False)
@@ -289,6 +253,7 @@ class CapacityReport(Displayable):
             ("non_torch_bytes", self.non_torch_bytes),
             ("cudagraph_bytes", self.cudagraph_bytes),
             ("kv_cache_memory", self.kv_cache_memory),
+            ("kv_cache_memory_high", self.kv_cache_memory_range[1]),
             ("bytes_per_block", self.bytes_per_block),
             ("num_blocks", self.num_blocks),
             ("block_size", self.block_size),
@@ -447,11 +412,44 @@ def _vllm_answers(p: Plan, available: int) -> dict[str, Any]:
             "admitted": message is None, "message": message, "plan": p}
 
 
+def _plan_of(model: Any, plan_kwargs: dict) -> Plan:
+    if isinstance(model, Plan):
+        return model.replace(**plan_kwargs) if plan_kwargs else model
+    if plan_kwargs.get("num_blocks") is not None:
+        raise KVExploreError(
+            f"num_blocks={plan_kwargs['num_blocks']!r} is invalid here; expected None: "
+            "capacity sizes the cache from memory (give kv_cache_memory_bytes to fix it)"
+        )
+    return plan(model, **plan_kwargs)
+
+
+def _memory(p: Plan, util: float, given: dict[str, int | None]) -> dict[str, Any]:
+    """The KV cache memory ``determine_available_memory`` leaves, as a range:
+    ``ceil(total x util)`` minus every term; the low end subtracts each
+    term's high end from the total's low end.  A term given by the caller is
+    exact."""
+    terms, estimated, sources = {}, [], {}
+    for name, (low, high, source) in profile_estimates(p).items():
+        if given[name] is not None:
+            low = high = given[name]
+            source = f"given: {low:,}"
+        elif low != high or source.startswith("ESTIMATE"):
+            estimated.append(name)
+        terms[name], sources[name] = (low, high), source
+    (t_low, t_high) = terms.pop("total_memory_bytes")
+    low = math.ceil(t_low * util) - sum(high for _, high in terms.values())
+    high = math.ceil(t_high * util) - sum(low for low, _ in terms.values())
+    return {"low": low, "high": high, "requested": math.ceil(t_low * util), "total": t_low,
+            "terms": {k: v[1] for k, v in terms.items()}, "estimated": estimated,
+            "sources": sources}
+
+
 def capacity(
     model: Any = "Qwen/Qwen3.5-0.8B",
     *,
-    gpu_memory_utilization: float = 0.9,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
     total_memory_bytes: int | None = None,
+    weight_bytes: int | None = None,
     activation_peak_bytes: int | None = None,
     non_torch_bytes: int | None = None,
     cudagraph_bytes: int | None = None,
@@ -466,88 +464,45 @@ def capacity(
     ``tensor_parallel_size``, ``max_model_len``, ...).  With
     ``kv_cache_memory_bytes`` the memory accounting is skipped, as vLLM's
     ``--kv-cache-memory-bytes`` skips profiling.  Otherwise the KV cache gets
-    ``ceil(total_memory_bytes x gpu_memory_utilization)`` minus the exact
-    weight bytes minus ``activation_peak_bytes``, ``non_torch_bytes`` and
-    ``cudagraph_bytes``: each defaults to an ESTIMATE
-    (:func:`profile_estimates`); pass vLLM's logged figures for an exact
-    answer.  ``total_memory_bytes`` defaults to the card's nominal memory
-    (``GPU.memory_bytes``), an ESTIMATE above what ``torch.cuda.mem_get_info``
-    reports (the driver reserves part of it).  ``cpu_bytes_to_use`` adds the
-    CPU offloading tier (:func:`kvexplore.offloading.sizing.host_sizing`, with
+    ``ceil(total_memory_bytes x gpu_memory_utilization)`` minus
+    ``weight_bytes``, ``activation_peak_bytes``, ``non_torch_bytes`` and
+    ``cudagraph_bytes`` (``Worker.determine_available_memory``); each term
+    defaults to :func:`profile_estimates` and is exact when given (vLLM's
+    logged figures).  ``kv_cache_memory`` is the low end of the range;
+    ``cpu_bytes_to_use`` adds the CPU offloading tier
+    (:func:`kvexplore.offloading.sizing.host_sizing`, with
     ``offload_extra_config`` as ``kv_connector_extra_config``).
     """
     util = _check_util(gpu_memory_utilization)
-    for name, value in (("total_memory_bytes", total_memory_bytes),
-                        ("activation_peak_bytes", activation_peak_bytes),
-                        ("non_torch_bytes", non_torch_bytes),
-                        ("cudagraph_bytes", cudagraph_bytes)):
-        _check_bytes(name, value)
+    given = {"total_memory_bytes": total_memory_bytes, "weight_bytes": weight_bytes,
+             "activation_peak_bytes": activation_peak_bytes,
+             "non_torch_bytes": non_torch_bytes, "cudagraph_bytes": cudagraph_bytes}
+    for name, value in given.items():
+        check_int(name, value, minimum=0, allow_none=True)
     check_int("cpu_bytes_to_use", cpu_bytes_to_use, allow_none=True)
-    if isinstance(model, Plan):
-        p = model.replace(**plan_kwargs) if plan_kwargs else model
-    else:
-        if "num_blocks" in plan_kwargs and plan_kwargs["num_blocks"] is not None:
-            raise KVExploreError(
-                f"num_blocks={plan_kwargs['num_blocks']!r} is invalid here; expected None: "
-                "capacity sizes the cache from memory (give kv_cache_memory_bytes to fix it)"
-            )
-        p = plan(model, **plan_kwargs)
+    p = _plan_of(model, plan_kwargs)
     given_kv = p.inputs.get("kv_cache_memory_bytes")
-    total = total_memory_bytes if total_memory_bytes is not None else p.gpu.memory_bytes
-    requested = math.ceil(total * util)
-    est = profile_estimates(p)
-    chosen = {
-        "activation_peak_bytes": activation_peak_bytes,
-        "non_torch_bytes": non_torch_bytes,
-        "cudagraph_bytes": cudagraph_bytes,
-    }
-    estimated = []
-    sources = {
-        "total_memory_bytes": (
-            f"given: {total:,}" if total_memory_bytes is not None else
-            f"ESTIMATE {total:,} = nominal {p.gpu.memory_gib} GiB of the {p.gpu.device_name}; "
-            "vLLM reads torch.cuda.mem_get_info()'s total, which is lower by the driver's "
-            "reservation: pass total_memory_bytes for the exact figure"
-        ),
-        "weight_bytes": (
-            f"{p.weight_bytes:,}: parameters of vLLM's model built on the meta device, "
-            f"per rank at TP {p.tensor_parallel_size} "
-            "(numel x element_size, packed / quantised dtypes included)"
-        ),
-    }
-    if total_memory_bytes is None:
-        estimated.append("total_memory_bytes")
-    for name, value in list(chosen.items()):
-        if value is None:
-            chosen[name] = est[name][0]
-            sources[name] = est[name][1]
-            if est[name][0]:
-                estimated.append(name)
-        else:
-            sources[name] = f"given: {value:,}"
     if given_kv is not None:
-        for name in chosen:
-            chosen[name] = 0
-            sources[name] = "not used: kv_cache_memory_bytes is given"
-        available = int(given_kv)
-        sources["kv_cache_memory"] = (
-            f"given: kv_cache_memory_bytes={available:,} (vLLM skips memory profiling "
-            "and gpu_memory_utilization)"
-        )
-        estimated = []
+        m = {"low": given_kv, "high": given_kv, "requested": 0, "total": 0,
+             "terms": {**dict.fromkeys(MEMORY_TERMS[1:], 0), "weight_bytes": p.loaded_weight_bytes},
+             "estimated": [],
+             "sources": {"kv_cache_memory": (
+                 f"given: kv_cache_memory_bytes={given_kv:,} (vLLM skips memory profiling "
+                 "and gpu_memory_utilization)")}}
     else:
-        available = (requested - p.weight_bytes - chosen["activation_peak_bytes"]
-                     - chosen["non_torch_bytes"] - chosen["cudagraph_bytes"])
-        if available <= 0:
+        m = _memory(p, util, given)
+        if m["low"] <= 0:
             raise KVExploreError(
-                f"gpu_memory_utilization={util} of {total:,} B leaves {requested:,} B, not "
-                f"enough for {p.model.name}'s {p.weight_bytes:,} B of weights per rank plus "
-                f"{chosen['activation_peak_bytes'] + chosen['non_torch_bytes'] + chosen['cudagraph_bytes']:,} B "
-                "of activations, non-torch memory and CUDA graphs; expected more memory "
-                "(raise gpu_memory_utilization or tensor_parallel_size)"
+                f"gpu_memory_utilization={util} of {m['total']:,} B leaves {m['requested']:,} B, "
+                f"not enough for {p.model.name}'s {m['terms']['weight_bytes']:,} B of weights per "
+                f"rank plus {sum(m['terms'].values()) - m['terms']['weight_bytes']:,} B of "
+                "activations, non-torch memory and CUDA graphs (high ends); expected more "
+                "memory (raise gpu_memory_utilization or tensor_parallel_size)"
             )
-    v = _vllm_answers(p, available)
-    f: _Facts = v["facts"]
+    return _report(p, util, m, given_kv is not None, cpu_bytes_to_use, offload_extra_config)
+
+
+def _warnings(f, v) -> list[str]:
     cc = f.vc.cache_config
     warnings = []
     prefix = bool(cc.enable_prefix_caching)
@@ -569,25 +524,37 @@ def capacity(
         )
     if not v["admitted"]:
         warnings.append(f"vLLM 0.33 refuses to start: {v['message']}")
+    return warnings
+
+
+def _report(p: Plan, util: float, m: dict, kv_given: bool, cpu_bytes_to_use,
+            offload_extra_config) -> CapacityReport:
+    available = int(m["low"])
+    v = _vllm_answers(p, available)
+    f: _Facts = v["facts"]
+    cc = f.vc.cache_config
+    mml = f.vc.model_config.max_model_len
     host = None
     if cpu_bytes_to_use is not None:
         from kvexplore.offloading.config import offload_config
         from kvexplore.offloading.sizing import host_sizing
 
         host = host_sizing(offload_config(v["plan"], extra_config=offload_extra_config), cpu_bytes_to_use)
+    terms = m["terms"]
     return CapacityReport(
         plan=v["plan"],
         gpu_memory_utilization=util,
-        total_memory_bytes=int(total),
-        requested_memory_bytes=int(requested),
-        weight_bytes=int(p.weight_bytes),
-        activation_peak_bytes=int(chosen["activation_peak_bytes"]),
-        non_torch_bytes=int(chosen["non_torch_bytes"]),
-        cudagraph_bytes=int(chosen["cudagraph_bytes"]),
-        kv_cache_memory=int(available),
-        kv_cache_memory_given=given_kv is not None,
-        estimated=tuple(estimated),
-        sources=FrozenDict(sources),
+        total_memory_bytes=int(m["total"]),
+        requested_memory_bytes=int(m["requested"]),
+        weight_bytes=int(terms["weight_bytes"]),
+        activation_peak_bytes=int(terms["activation_peak_bytes"]),
+        non_torch_bytes=int(terms["non_torch_bytes"]),
+        cudagraph_bytes=int(terms["cudagraph_bytes"]),
+        kv_cache_memory=available,
+        kv_cache_memory_range=(int(m["low"]), int(m["high"])),
+        kv_cache_memory_given=kv_given,
+        estimated=tuple(m["estimated"]),
+        sources=FrozenDict(m["sources"]),
         bytes_per_block=f.pool_bytes,
         num_blocks=v["num_blocks"],
         max_model_len=int(mml),
@@ -597,13 +564,13 @@ def capacity(
         admitted=v["admitted"],
         admission_message=v["message"],
         largest_max_model_len=v["largest"],
-        prefix_caching=prefix,
+        prefix_caching=bool(cc.enable_prefix_caching),
         mamba_cache_mode=str(cc.mamba_cache_mode),
         block_size=int(cc.block_size),
         scheduler_block_size=f.scheduler_bs,
         hash_block_size=f.hash_bs,
         cache_hit_alignment=f.alignment,
-        warnings=tuple(warnings),
+        warnings=tuple(_warnings(f, v)),
         host=host,
         _vllm=(f.vc, v["cfg"]),
     )
@@ -619,10 +586,10 @@ def _has_mamba(cfg) -> bool:
 def _derivation(r: CapacityReport) -> dict[str, str]:
     p = r.plan
     out: dict[str, str] = {}
-    out["total_memory_bytes"] = r.sources["total_memory_bytes"]
     if r.kv_cache_memory_given:
         out["kv_cache_memory"] = r.sources["kv_cache_memory"]
     else:
+        out["total_memory_bytes"] = r.sources["total_memory_bytes"]
         out["requested_memory_bytes"] = (
             f"{r.requested_memory_bytes:,} = ceil({r.total_memory_bytes:,} x "
             f"{r.gpu_memory_utilization}) (worker/utils.py: request_memory)"
@@ -633,7 +600,8 @@ def _derivation(r: CapacityReport) -> dict[str, str]:
         out["kv_cache_memory"] = (
             f"{r.kv_cache_memory:,} = {r.requested_memory_bytes:,} - {r.weight_bytes:,} weights "
             f"- {r.activation_peak_bytes:,} activations - {r.non_torch_bytes:,} non-torch "
-            f"- {r.cudagraph_bytes:,} CUDA graphs (gpu_worker.py: determine_available_memory)"
+            f"- {r.cudagraph_bytes:,} CUDA graphs (gpu_worker.py: determine_available_memory), "
+            f"the low end of {r.kv_cache_memory_range[0]:,}-{r.kv_cache_memory_range[1]:,}"
             + (f"; estimated: {', '.join(r.estimated)}" if r.estimated else "")
         )
     out["num_blocks"] = (
@@ -713,9 +681,8 @@ def capacity_sweep(models: Iterable[Any], **kwargs) -> pd.DataFrame:
 
 
 __all__ = [
-    "DEFAULT_CUDAGRAPH_BYTES",
-    "DEFAULT_NCCL_BYTES",
-    "DEFAULT_NON_TORCH_BYTES",
+    "DEFAULT_GPU_MEMORY_UTILIZATION",
+    "MEMORY_TERMS",
     "CapacityReport",
     "capacity",
     "capacity_sweep",

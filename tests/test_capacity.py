@@ -79,13 +79,19 @@ def test_blocks_tokens_concurrency_match_get_kv_cache_configs(which, util, reque
 
 def test_memory_accounting_adds_up(qwen_32k_a100):
     r = qwen_32k_a100.capacity(0.8, activation_peak_bytes=1 << 28, non_torch_bytes=1 << 29, cudagraph_bytes=0)
-    total = qwen_32k_a100.gpu.memory_gib << 30
+    # an A100 reports 79.14-79.25 GiB through mem_get_info; the low end, less log rounding
+    total = int((79.14 - 0.005) * GiB)
+    assert r.total_memory_bytes == total
     assert r.requested_memory_bytes == -(-total * 8 // 10)
     assert r.kv_cache_memory == r.requested_memory_bytes - r.weight_bytes - (1 << 28) - (1 << 29)
+    assert r.weight_bytes == qwen_32k_a100.loaded_weight_bytes
     assert set(r.estimated) == {"total_memory_bytes"}
+    low, high = r.kv_cache_memory_range
+    assert low == r.kv_cache_memory and high - low == -(-int((79.25 + 0.005) * GiB) * 8 // 10) - (
+        -(-total * 8 // 10))
     exact = qwen_32k_a100.capacity(0.8, total_memory_bytes=total - (1 << 30), activation_peak_bytes=1,
                                non_torch_bytes=1, cudagraph_bytes=1)
-    assert exact.estimated == ()
+    assert exact.estimated == () and exact.kv_cache_memory_range[0] == exact.kv_cache_memory_range[1]
     assert exact.num_blocks < r.num_blocks + (1 << 30) // r.bytes_per_block + 1
     # every estimate is named in the derivation as an ESTIMATE with its source
     for name in r.estimated:
@@ -118,7 +124,12 @@ def test_llama_hand_computed():
     norms = (2 * layers + 1) * hidden
     params = (2 * vocab * hidden + norms
               + layers * (2 * hidden * hidden + 2 * hidden * kv_heads * head + 3 * hidden * inter))
-    assert r.weight_bytes == 2 * params  # bf16, untied embeddings
+    assert r.plan.weight_bytes == 2 * params  # bf16, untied embeddings
+    # what the loaded model holds: the parameters, one rotary cos/sin cache of
+    # max_position_embeddings x head_dim bf16 shared by every layer, and four
+    # fp32 scales per attention layer
+    buffers = cfg["max_position_embeddings"] * head * 2 + 4 * 4 * layers
+    assert r.weight_bytes == 2 * params + buffers
 
 
 def test_llama_tp2_weights_per_rank():
@@ -129,7 +140,7 @@ def test_llama_tp2_weights_per_rank():
     norms = (2 * layers + 1) * hidden * 2  # replicated on every rank
     assert p2.weight_bytes == (p1.weight_bytes - norms) // 2 + norms
     r1, r2 = p1.capacity(0.9), p2.capacity(0.9)
-    assert r2.weight_bytes == p2.weight_bytes
+    assert r2.weight_bytes == p2.loaded_weight_bytes
     assert r2.kv_cache_memory - r1.kv_cache_memory == (
         r1.weight_bytes - r2.weight_bytes + r1.activation_peak_bytes - r2.activation_peak_bytes
         + r1.non_torch_bytes - r2.non_torch_bytes)

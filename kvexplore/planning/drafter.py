@@ -41,8 +41,8 @@ class Drafter:
     ``EagleSpeculator``, ``StandaloneARSpeculator``, ...) or ``None`` when the
     method builds no model; ``architecture`` the draft model's; ``layer_names``
     the attention layers it adds (vLLM's names, each ``is_draft``);
-    ``weight_bytes`` the parameter bytes of the draft model that the target
-    does not already hold (a shared embedding or LM head counts once);
+    ``weight_bytes`` the bytes of the draft model's parameters and buffers that
+    the target does not already hold (a shared embedding or LM head counts once);
     ``dcp_size`` the decode context parallel size it runs at.
     """
 
@@ -87,8 +87,12 @@ def _natural(name: str) -> list:
 
 
 def _own_parameter_bytes(draft: torch.nn.Module, target: torch.nn.Module) -> int:
-    shared = {id(p) for p in target.parameters()}
-    return sum(p.numel() * p.element_size() for p in draft.parameters() if id(p) not in shared)
+    """Bytes of the draft's parameters and buffers the target does not hold."""
+    def tensors(m):
+        return [*m.parameters(), *m.buffers()]
+
+    shared = {id(t) for t in tensors(target)}
+    return sum(t.numel() * t.element_size() for t in tensors(draft) if id(t) not in shared)
 
 
 def build_drafter(vc, target: torch.nn.Module) -> Drafter | None:

@@ -152,7 +152,7 @@ def _platform_class():
 
         @classmethod
         def get_device_total_memory(cls, device_id: int = 0) -> int:
-            return cls.gpu.memory_bytes
+            return cls.gpu.total_memory_range[0]
 
         @classmethod
         def get_cuda_runtime_major(cls) -> int:

@@ -48,6 +48,10 @@ class GPU:
     sm_count: int
     cuda_runtime_major: int = CUDA_RUNTIME_MAJOR
     aliases: tuple[str, ...] = ()
+    #: ``torch.cuda.mem_get_info()``'s total as vLLM logs it (GiB, lowest and
+    #: highest public reading; a log rounds to 0.01 GiB); None: unknown.
+    total_memory_gib: tuple[float, float] | None = None
+    total_memory_source: str = ""
 
     @property
     def compute_capability(self) -> str:
@@ -55,7 +59,18 @@ class GPU:
 
     @property
     def memory_bytes(self) -> int:
+        """The card's nominal memory (``memory_gib`` GiB)."""
         return self.memory_gib << 30
+
+    @property
+    def total_memory_range(self) -> tuple[int, int]:
+        """``(low, high)`` bytes of what ``torch.cuda.mem_get_info()`` reports as
+        the total (the readings +- 0.005 GiB of log rounding); the nominal
+        memory when no reading is known."""
+        if self.total_memory_gib is None:
+            return self.memory_bytes, self.memory_bytes
+        low, high = self.total_memory_gib
+        return int((low - 0.005) * (1 << 30)), int((high + 0.005) * (1 << 30))
 
     def __str__(self) -> str:
         return f"{self.name} (SM {self.compute_capability})"
@@ -63,27 +78,49 @@ class GPU:
 
 _GPUS: tuple[GPU, ...] = (
     GPU(name="A100", device_name="NVIDIA A100-SXM4-80GB", major=8, minor=0,
-        memory_gib=80, sm_count=108, aliases=("A100-80GB", "A100-SXM4-80GB")),
+        memory_gib=80, sm_count=108, aliases=("A100-80GB", "A100-SXM4-80GB"),
+        total_memory_gib=(79.14, 79.25),
+        total_memory_source='vLLM logs "(78.84/79.25 GiB)", "total_gpu_memory (79.25GiB)"; one reading 79.14 GiB'),
     GPU(name="A10G", device_name="NVIDIA A10G", major=8, minor=6,
-        memory_gib=24, sm_count=80),
+        memory_gib=24, sm_count=80,
+        total_memory_gib=(22.06, 22.06),
+        total_memory_source='torch device listings "NVIDIA A10G (22.06 GiB)"'),
     GPU(name="RTX 3090", device_name="NVIDIA GeForce RTX 3090", major=8, minor=6,
-        memory_gib=24, sm_count=82, aliases=("3090", "RTX3090")),
+        memory_gib=24, sm_count=82, aliases=("3090", "RTX3090"),
+        total_memory_gib=(23.56, 23.58),
+        total_memory_source='vLLM logs "total_gpu_memory=23.58GiB" (vllm issue #10517), "(22.93/23.56 GiB)"'),
     GPU(name="L4", device_name="NVIDIA L4", major=8, minor=9,
-        memory_gib=24, sm_count=58),
+        memory_gib=24, sm_count=58,
+        total_memory_gib=(22.03, 22.03),
+        total_memory_source='vLLM 0.29 log "Free memory on device (21.84/22.03 GiB)"'),
     GPU(name="L40S", device_name="NVIDIA L40S", major=8, minor=9,
-        memory_gib=48, sm_count=142),
+        memory_gib=48, sm_count=142,
+        total_memory_gib=(44.39, 44.42),
+        total_memory_source='torch readings "L40S (44.39 GiB)", "(44.42 GiB usable)"'),
     GPU(name="RTX 4090", device_name="NVIDIA GeForce RTX 4090", major=8, minor=9,
-        memory_gib=24, sm_count=128, aliases=("4090", "RTX4090")),
+        memory_gib=24, sm_count=128, aliases=("4090", "RTX4090"),
+        total_memory_gib=(23.51, 23.51),
+        total_memory_source='torch reading "RTX 4090 (23.51 GiB)"'),
     GPU(name="H100", device_name="NVIDIA H100 80GB HBM3", major=9, minor=0,
-        memory_gib=80, sm_count=132, aliases=("H100-SXM", "H100-80GB")),
+        memory_gib=80, sm_count=132, aliases=("H100-SXM", "H100-80GB"),
+        total_memory_gib=(79.18, 79.22),
+        total_memory_source='vLLM 0.19 logs "total_memory=79.19GiB" (llm-d-planner), 79.18 (llm-d-benchmark), 79.22 (vllm PR #10511)'),
     GPU(name="H200", device_name="NVIDIA H200", major=9, minor=0,
-        memory_gib=141, sm_count=132),
+        memory_gib=141, sm_count=132,
+        total_memory_gib=(139.81, 139.81),
+        total_memory_source='vLLM 0.10.2 log "Free memory on device (139.21/139.81 GiB)"'),
     GPU(name="B200", device_name="NVIDIA B200", major=10, minor=0,
-        memory_gib=180, sm_count=148),
+        memory_gib=180, sm_count=148,
+        total_memory_gib=(178.35, 178.36),
+        total_memory_source='cudaGetDeviceProperties "178.35 GB" (pytorch/ao PR #4002), vLLM "(177.66/178.36 GiB)" (vllm PR #21489)'),
     GPU(name="RTX 5090", device_name="NVIDIA GeForce RTX 5090", major=12, minor=0,
-        memory_gib=32, sm_count=170, aliases=("5090", "RTX5090")),
+        memory_gib=32, sm_count=170, aliases=("5090", "RTX5090"),
+        total_memory_gib=(31.36, 31.40),
+        total_memory_source='vLLM logs "total_gpu_memory (31.37GiB)" (vllm issue #14452), "(30.27/31.4 GiB)"'),
     GPU(name="RTX PRO 6000", device_name="NVIDIA RTX PRO 6000 Blackwell Server Edition",
-        major=12, minor=0, memory_gib=96, sm_count=188, aliases=("RTX-PRO-6000",)),
+        major=12, minor=0, memory_gib=96, sm_count=188, aliases=("RTX-PRO-6000",),
+        total_memory_gib=(94.97, 94.97),
+        total_memory_source='the Max-Q Workstation Edition reading "(79.12/94.97 GiB)" (same 96 GB); no Server Edition reading found'),
 )
 
 
@@ -99,8 +136,11 @@ def gpus() -> pd.DataFrame:
 
     Columns: ``gpu`` (the name ``plan(gpu=...)`` takes), ``device_name`` (what
     ``torch.cuda.get_device_name`` reports), ``compute_capability``,
-    ``memory_gib`` (nominal), ``sm_count`` and ``cuda_runtime_major`` (the
-    runtime kvexplore assumes, that of the pinned wheels).
+    ``memory_gib`` (nominal), ``total_memory_gib`` (what
+    ``torch.cuda.mem_get_info()`` reports, as public vLLM logs print it: low
+    and high reading) with ``total_memory_source``, ``sm_count`` and
+    ``cuda_runtime_major`` (the runtime kvexplore assumes, that of the pinned
+    wheels).
     """
     return pd.DataFrame(
         [
@@ -109,6 +149,8 @@ def gpus() -> pd.DataFrame:
                 "device_name": g.device_name,
                 "compute_capability": g.compute_capability,
                 "memory_gib": g.memory_gib,
+                "total_memory_gib": g.total_memory_gib,
+                "total_memory_source": g.total_memory_source,
                 "sm_count": g.sm_count,
                 "cuda_runtime_major": g.cuda_runtime_major,
             }

@@ -42,6 +42,8 @@ PLAN_DEFAULTS: dict[str, Any] = {
     "num_blocks": None,
     "kv_cache_memory_bytes": None,
     "kv_cache_layout": None,
+    "max_num_batched_tokens": None,
+    "max_num_seqs": None,
 }
 
 #: ``plan()`` keywords the model build does not depend on (a plan that changes
@@ -191,6 +193,9 @@ def plan_request(**kwargs: Any) -> tuple[tuple[str, Any], ...]:
                                         allow_none=True),
         "kv_cache_layout": as_choice("kv_cache_layout", r["kv_cache_layout"],
                                      KV_CACHE_LAYOUTS, allow_none=True),
+        "max_num_batched_tokens": as_int("max_num_batched_tokens", r["max_num_batched_tokens"],
+                                         allow_none=True),
+        "max_num_seqs": as_int("max_num_seqs", r["max_num_seqs"], allow_none=True),
     }
     out["draft_model"] = _draft_model(r["speculative_config"])
     if out["num_blocks"] is not None and out["kv_cache_memory_bytes"] is not None:
@@ -207,7 +212,8 @@ def engine_kwargs(request: Mapping[str, Any]) -> dict[str, Any]:
     kw = {name: request[name] for name in (
         "tensor_parallel_size", "decode_context_parallel_size", "dtype",
         "kv_cache_dtype", "mamba_ssm_cache_dtype")}
-    for name in ("block_size", "enable_prefix_caching", "mamba_cache_mode", "attention_backend"):
+    for name in ("block_size", "enable_prefix_caching", "mamba_cache_mode", "attention_backend",
+                 "max_num_batched_tokens", "max_num_seqs"):
         if request[name] is not None:
             kw[name] = request[name]
     if request["speculative_config"] is not None:

@@ -239,6 +239,7 @@ class Plan(Displayable):
     kv_cache_layout_name: str = ""
     _vllm_config: Any = field(repr=False)
     _kv_cache_config: Any = field(repr=False)
+    _build: Any = field(default=None, repr=False)
 
     # -- inputs ---------------------------------------------------------------
     @property
@@ -325,6 +326,22 @@ class Plan(Displayable):
     def padding_share(self) -> float:
         """Share of a block's bytes that are padding (worst group)."""
         return self.padding_bytes_per_block / self.bytes_per_block if self.bytes_per_block else 0.0
+
+    @property
+    def loaded_weight_bytes(self) -> int:
+        """Bytes the loaded model holds per rank: parameters and buffers, and a
+        drafter's (:func:`kvexplore.planning.profile.weight_term`); exact."""
+        from kvexplore.planning.profile import weight_term
+
+        return weight_term(self._build).low
+
+    @property
+    def memory_profile(self):
+        """vLLM's start-up memory terms for this plan's build, estimated on the
+        meta device (:func:`kvexplore.planning.profile.profile_build`)."""
+        from kvexplore.planning.profile import profile_build
+
+        return profile_build(self._build)
 
     @cached_property
     def derivation(self) -> FrozenDict:
@@ -472,6 +489,8 @@ def plan(
     num_blocks: int | None = None,
     kv_cache_memory_bytes: int | None = None,
     kv_cache_layout: str | None = None,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
 ) -> Plan:
     """Plan the KV cache vLLM 0.33 would build for ``model`` on one ``gpu`` worker.
 
@@ -482,8 +501,10 @@ def plan(
     ``--mamba-ssm-cache-dtype``, ``--max-model-len`` (``-1`` auto-fits),
     ``--attention-backend``, ``--speculative-config``,
     ``--num-gpu-blocks-override`` as ``num_blocks``,
-    ``--kv-cache-memory-bytes``); ``None`` lets vLLM decide, as an unset flag
-    does.  ``kv_cache_layout`` is what ``VLLM_KV_CACHE_LAYOUT`` would request
+    ``--kv-cache-memory-bytes``, ``--max-num-batched-tokens``,
+    ``--max-num-seqs``: the dummy run vLLM's memory profile measures);
+    ``None`` lets vLLM decide as ``vllm serve`` does for the GPU, as an unset
+    flag does.  ``kv_cache_layout`` is what ``VLLM_KV_CACHE_LAYOUT`` would request
     (``NHD``/``HND`` alias ``LBNHC``/``LBHNC``); ``None`` takes the layout the
     engine core resolves.  ``gpu`` is a name or a compute capability
     (:func:`kvexplore.gpus`).  With neither ``num_blocks`` nor
@@ -502,7 +523,8 @@ def plan(
         mamba_ssm_cache_dtype=mamba_ssm_cache_dtype, max_model_len=max_model_len,
         attention_backend=attention_backend, speculative_config=speculative_config,
         num_blocks=num_blocks, kv_cache_memory_bytes=kv_cache_memory_bytes,
-        kv_cache_layout=kv_cache_layout,
+        kv_cache_layout=kv_cache_layout, max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
     )
     src = load_model_config(model)
     return _cached_plan(src, resolve_gpu(gpu), request)
@@ -764,7 +786,7 @@ def _plan_from_build(src: ModelSource, gpu: GPU, request: tuple, built) -> Plan:
         admission=admission, decisions=built.decisions, weight_bytes=built.weight_bytes,
         kv_cache_size_tokens=int(tokens), max_concurrency=float(concurrency),
         kv_tp_replicas=int(cfg.kv_tp_replicas), drafter=built.drafter, blocks_per_request=pins,
-        _vllm_config=vc, _kv_cache_config=cfg,
+        _vllm_config=vc, _kv_cache_config=cfg, _build=built,
         **_config_facts(vc, built), **_layout_facts(vc, built),
     )
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -46,7 +46,7 @@ from kvexplore.planning.gpus import GPU
 _DIST_LOCK = threading.Lock()
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class BuiltModel:
     """The model-dependent half of a plan: everything before memory is known.
 
@@ -58,8 +58,9 @@ class BuiltModel:
     ``prefill_checkpoint_alignment`` from vLLM's
     ``get_mamba_prefill_checkpoint_alignment``); ``drafter`` what a
     ``speculative_config`` adds (:mod:`kvexplore.planning.drafter`), whose
-    layers are in ``layer_specs`` too.  The built layers themselves
-    are released (``static_forward_context`` is emptied) once these are read.
+    layers are in ``layer_specs`` too.  ``model`` is the meta-device model and
+    ``forward_context`` its layers by name (vLLM's ``static_forward_context``,
+    emptied on the config), which :mod:`kvexplore.planning.profile` runs.
     """
 
     vllm_config: Any
@@ -72,6 +73,8 @@ class BuiltModel:
     decisions: FrozenDict
     weight_bytes: int
     drafter: Drafter | None = None
+    model: Any = field(default=None, repr=False)
+    forward_context: FrozenDict = field(default_factory=FrozenDict, repr=False)
 
 
 def _free_port() -> int:
@@ -98,7 +101,7 @@ def _ensure_distributed() -> None:
 
 
 @contextlib.contextmanager
-def _parallel_groups(vc):
+def parallel_groups(vc):
     """vLLM's model-parallel groups, with rank 0's view of TP and DCP sizes."""
     from vllm.distributed import parallel_state as ps
 
@@ -119,6 +122,7 @@ def _parallel_groups(vc):
 def _engine_config(model_dir: str, kwargs: dict):
     from vllm.config.logging import LoggingConfig
     from vllm.engine.arg_utils import EngineArgs
+    from vllm.usage.usage_lib import UsageContext
 
     args = EngineArgs(
         model=model_dir,
@@ -129,7 +133,8 @@ def _engine_config(model_dir: str, kwargs: dict):
         logging_config=LoggingConfig(configure_logging=False),
         **kwargs,
     )
-    return args.create_engine_config()
+    # the defaults `vllm serve` takes (max_num_batched_tokens, max_num_seqs per GPU)
+    return args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
 
 
 def _runner_specs(vc) -> dict:
@@ -248,7 +253,7 @@ def build_model(
         vc = _engine_config(model_dir, engine_kwargs)
         requested_block = vc.cache_config.block_size
         user_block = vc.cache_config.user_specified_block_size
-        with set_current_vllm_config(vc), _parallel_groups(vc):
+        with set_current_vllm_config(vc), parallel_groups(vc):
             model, weight_bytes = _build_layers(vc)
             drafter = build_drafter(vc, model)
             with patch_attributes(_alignment_recorder(current_platform, record)):
@@ -261,9 +266,8 @@ def build_model(
             groups = _resolved_groups(vc, specs, kv_cache_layout)
             decisions = _layer_decisions(vc, model, specs, record)
             classes = {name: type(ctx[name]).__name__ for name in specs}
-            # Nothing later reads the layers; the specs hold what they decided.
+            forward_context = FrozenDict(ctx)
             ctx.clear()
-            del model
     return BuiltModel(
         vllm_config=vc,
         gpu=gpu,
@@ -275,7 +279,9 @@ def build_model(
         decisions=FrozenDict(decisions),
         weight_bytes=weight_bytes,
         drafter=drafter,
+        model=model,
+        forward_context=forward_context,
     )
 
 
-__all__ = ["BuiltModel", "build_model"]
+__all__ = ["BuiltModel", "build_model", "parallel_groups"]

@@ -1,0 +1,235 @@
+"""vLLM 0.33's memory profile of a build, estimated offline on the meta device.
+
+``Worker.determine_available_memory`` (``vllm/v1/worker/gpu_worker.py``) gives
+the KV cache ``requested - weights - peak activation - non-torch memory -
+CUDA graphs``, each measured on the GPU at start-up.  :func:`profile_build`
+estimates each term from the model vLLM builds on the meta device:
+
+* **weights**: the parameters and buffers the built model holds (quantized
+  layouts as vLLM creates them), plus what a drafter adds; exact.
+* **peak activation**: ``profile_run`` runs a dummy forward of
+  ``max_num_batched_tokens`` tokens, then the sampler over ``max_num_seqs``
+  rows.  The forward is run here on meta tensors under a dispatch-level
+  tracker of live bytes, every vLLM custom op on its PyTorch-native path
+  (attention and state kernels that write their output in place are
+  skipped; their workspaces are not counted); the logits are the model's own
+  ``compute_logits``; the sampler's float32 pipeline is 3 to 4 copies of the
+  logits in float32 (the range's ends).  The peak is the larger phase.
+* **non-torch memory** (cuBLAS workspaces, NCCL buffers at TP > 1) and the
+  **CUDA-graph pool** (``profile_cudagraph_memory``, applied because
+  ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` defaults to 1) cannot be
+  measured without a GPU: ranges from public start-up logs (vLLM 0.19, H100:
+  non-torch 0.13-0.27 GiB at TP 1, 2.06-2.17 GiB at TP >= 2; per capture mode
+  8-260 MiB for the first graph and 6-8 MiB for each further one), times the
+  capture sizes vLLM's config lists.
+
+Every term is a ``(low, high)`` :class:`Term` with its source.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from dataclasses import dataclass
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from kvexplore.layout import GiB
+from kvexplore.planning.emulation import emulate, patch_attributes
+
+MiB = 1 << 20
+#: Non-torch memory at TP 1 and at TP >= 2 (bytes), from vLLM 0.19 logs on H100.
+NON_TORCH = {1: (int(0.13 * GiB), int(0.27 * GiB)), 2: (int(2.06 * GiB), int(2.17 * GiB))}
+#: One capture mode's first graph and each further graph (bytes), from vLLM 0.19 logs.
+CUDAGRAPH_FIRST = (8 * MiB, 260 * MiB)
+CUDAGRAPH_PER_GRAPH = (6 * MiB, 8 * MiB)
+#: Float32 copies of the logits the sampler's warm-up pass holds at once.
+SAMPLER_FP32_COPIES = (3, 4)
+
+
+@dataclass(frozen=True)
+class Term:
+    """One memory term: bytes between ``low`` and ``high``, and where they come from."""
+
+    low: int
+    high: int
+    source: str
+
+
+@dataclass(frozen=True)
+class MemoryProfile:
+    """The terms of ``determine_available_memory`` for one build (bytes per rank)."""
+
+    weights: Term
+    activation_peak: Term
+    non_torch: Term
+    cudagraph: Term
+    forward_peak_bytes: int
+    logits_bytes: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    leaves_out: tuple[str, ...]
+
+
+class LiveBytes(TorchDispatchMode):
+    """Peak of the bytes held by the tensors ops create while the mode is on
+    (each storage counted from its creation to its collection).  vLLM ops
+    with no meta kernel that return nothing (they write their output in
+    place) are skipped and named in ``skipped``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = self.peak = 0
+        self.sizes: dict[int, int] = {}
+        self.skipped: set[str] = set()
+
+    def _track(self, t) -> None:
+        if not isinstance(t, torch.Tensor):
+            return
+        storage = t.untyped_storage()
+        key = id(storage)
+        if key in self.sizes:
+            return
+        self.sizes[key] = storage.nbytes()
+        self.live += self.sizes[key]
+        self.peak = max(self.peak, self.live)
+        weakref.finalize(storage, self._free, key)
+
+    def _free(self, key: int) -> None:
+        self.live -= self.sizes.pop(key, 0)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        try:
+            out = func(*args, **(kwargs or {}))
+        except NotImplementedError:
+            if func.namespace == "vllm" and not func._schema.returns:
+                self.skipped.add(func.name())
+                return None
+            raise
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            self._track(t)
+        return out
+
+
+def _native_ops(model) -> list:
+    """Patch pairs: every vLLM ``CustomOp`` on its PyTorch-native forward, and
+    no ``torch.compile`` (the forward is traced op by op)."""
+    from vllm.model_executor.custom_op import CustomOp
+
+    pairs = []
+    for m in model.modules():
+        if isinstance(m, CustomOp):
+            pairs.append((m, "_forward_method", m.forward_native))
+        if hasattr(m, "do_not_compile"):
+            pairs.append((m, "do_not_compile", True))
+    return pairs
+
+
+def _traced_forward(built, tokens: int, seqs: int) -> tuple[int, int, str | None]:
+    """``(forward peak, logits peak, why not traced)`` of the dummy run."""
+    from vllm.config import set_current_vllm_config
+    from vllm.forward_context import set_forward_context
+
+    from kvexplore.planning.worker import parallel_groups
+
+    vc, model = built.vllm_config, built.model
+    ctx = vc.compilation_config.static_forward_context
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(emulate(built.gpu))
+        stack.enter_context(set_current_vllm_config(vc))
+        stack.enter_context(parallel_groups(vc))
+        stack.enter_context(patch_attributes(_native_ops(model)))
+        ctx.update(built.forward_context)
+        stack.callback(ctx.clear)
+        try:
+            ids = torch.zeros(tokens, dtype=torch.long, device="meta")
+            positions = torch.arange(tokens, device="meta")
+            forward, logits = LiveBytes(), LiveBytes()
+            with set_forward_context(None, vc), torch.inference_mode():
+                with forward:
+                    hidden = model(input_ids=ids, positions=positions)
+                with logits:
+                    model.compute_logits(hidden[:seqs])
+            return forward.peak, logits.peak, None
+        except Exception as exc:  # a model whose forward cannot run on meta tensors
+            return 0, 0, f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+
+
+def _cudagraph(vc) -> Term:
+    from vllm.config.compilation import CUDAGraphMode
+
+    cc = vc.compilation_config
+    mode = cc.cudagraph_mode
+    if vc.model_config.enforce_eager or mode in (None, CUDAGraphMode.NONE):
+        return Term(0, 0, "0: no CUDA graphs are captured (enforce_eager / cudagraph_mode NONE)")
+    modes = 2 if mode == CUDAGraphMode.FULL_AND_PIECEWISE else 1
+    n = len(cc.cudagraph_capture_sizes or [])
+    low, high = (modes * (first + max(n - 1, 0) * per) for first, per in
+                 zip(CUDAGRAPH_FIRST, CUDAGRAPH_PER_GRAPH, strict=True))
+    return Term(low, high, (
+        f"ESTIMATE {low / GiB:.2f}-{high / GiB:.2f} GiB: {modes} capture mode(s) ({mode.name}) x "
+        f"{n} capture sizes, 8-260 MiB for the first graph and 6-8 MiB per further graph "
+        "(public vLLM 0.19 logs; vLLM measures it with profile_cudagraph_memory)"))
+
+
+def _activation(built, forward: int, logits: int, why: str | None) -> Term:
+    vc = built.vllm_config
+    mc, sc = vc.model_config, vc.scheduler_config
+    tokens, seqs = int(sc.max_num_batched_tokens), int(sc.max_num_seqs)
+    vocab, hidden = mc.get_vocab_size(), mc.get_hidden_size()
+    elem = mc.dtype.itemsize
+    if not logits:
+        logits = seqs * vocab * elem
+    fp32 = seqs * vocab * 4
+    kept = tokens * hidden * elem
+    low = max(forward, logits + SAMPLER_FP32_COPIES[0] * fp32)
+    high = max(forward, kept + logits + SAMPLER_FP32_COPIES[1] * fp32)
+    traced = (f"forward of {tokens} tokens traced on meta tensors: {forward / GiB:.2f} GiB peak"
+              if why is None else f"forward not traced ({why})")
+    return Term(low, high, (
+        f"ESTIMATE {low / GiB:.2f}-{high / GiB:.2f} GiB = max(forward, sampler): {traced}; "
+        f"sampler over {seqs} max_num_seqs x {vocab} vocab: logits {logits / GiB:.2f} GiB + "
+        f"{SAMPLER_FP32_COPIES[0]}-{SAMPLER_FP32_COPIES[1]} float32 copies "
+        "(gpu_model_runner profile_run: _dummy_run + _dummy_sampler_run)"))
+
+
+def weight_term(built) -> Term:
+    """What the loaded model holds per rank: the parameters and buffers of the
+    model built on the meta device (a buffer shared by layers, such as a
+    rotary cache, counted once), plus what a drafter adds; exact."""
+    model = built.model
+    target = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    draft = built.drafter.weight_bytes if built.drafter is not None else 0
+    tp = built.vllm_config.parallel_config.tensor_parallel_size
+    return Term(target + draft, target + draft, (
+        f"{target + draft:,} B: parameters and buffers of vLLM's model built on the meta device "
+        f"per rank at TP {tp}" + (f", {draft:,} B of them the drafter's" if draft else "")))
+
+
+def profile_build(built) -> MemoryProfile:
+    """The memory profile of a :class:`~kvexplore.planning.worker.BuiltModel`
+    (see the module doc); the forward is traced once per build."""
+    from kvexplore.memo import per_plan
+
+    return per_plan(built, ("memory_profile",), lambda: _profile(built))
+
+
+def _profile(built) -> MemoryProfile:
+    vc = built.vllm_config
+    sc, pc = vc.scheduler_config, vc.parallel_config
+    tokens, seqs = int(sc.max_num_batched_tokens), int(sc.max_num_seqs)
+    forward, logits, why = _traced_forward(built, tokens, seqs)
+    weights = weight_term(built)
+    low, high = NON_TORCH[1 if pc.tensor_parallel_size == 1 else 2]
+    non_torch = Term(low, high, (
+        f"ESTIMATE {low / GiB:.2f}-{high / GiB:.2f} GiB at TP {pc.tensor_parallel_size}: cuBLAS "
+        "workspaces" + (", NCCL buffers" if pc.tensor_parallel_size > 1 else "")
+        + " (memory_profiling: non_torch_increase; public vLLM 0.19 logs)"))
+    leaves = ("attention and state kernel workspaces", "the drafter's dummy forward",
+              "multimodal encoder profiling", "memory fragmentation")
+    return MemoryProfile(weights, _activation(built, forward, logits, why), non_torch,
+                         _cudagraph(vc), forward, logits, tokens, seqs, leaves)
+
+
+__all__ = ["LiveBytes", "MemoryProfile", "Term", "profile_build", "weight_term"]

@@ -1,27 +1,16 @@
-"""The analysis half of the round-trip proof: what to check, and address arithmetic.
+"""The address half of the round-trip proof: what is checked, by arithmetic alone.
 
-:func:`kvexplore.verify_roundtrip` proves that a store and a load through the
-edited views lose nothing.  This module does the part that needs no data:
-
-* :func:`layers_under_test` names each layer's registered bytes as
-  :class:`Region` views (``conv`` / ``ssm`` of a Mamba page, ``K`` / ``V`` of an
-  attention page) next to its edited tensors, both as ``[num_blocks, ...]``;
-* :func:`address_checks` proves from sizes, strides and storage offsets alone
-  that the edited view of block ``i`` covers every registered byte of block
-  ``i`` on the same storage (``covers_ok``; ``uncovered_bytes`` counts the
-  misses, exact to the byte), that it stays inside block ``i``'s page of that
-  layer (``confined_ok``) and that no two pages of one group overlap
-  (``disjoint_ok``: no neighbour block, no sibling layer on the same buffer).
-
-The data check of :mod:`kvexplore.editing.roundtrip` shows the same facts on
-the bytes themselves: it moves every block through the edited views into
-another block, so a registered byte the view misses is left zeroed and
-counted; the arithmetic names the blocks and the bytes.
-
-Qwen3.5-0.8B, unified, 64 blocks: a GDN layer's registered row
-``[64, 1, 1, 1085440]`` int8 is regions ``conv`` (36,864 B) and ``ssm``
-(1,048,576 B) per block; its edited view ``[64, 544, 1, 2000]`` covers both
-and spills 2,560 B into the 28,672 B of page padding, inside the page.
+:func:`layers_under_test` names each layer's registered bytes as
+:class:`Region` views (``conv`` / ``ssm`` of a Mamba page, ``K`` / ``V`` of an
+attention page) next to its edited tensors, both ``[num_blocks, ...]``;
+:func:`address_checks` proves from sizes, strides and storage offsets that
+the edited view of block ``i`` covers every registered byte of block ``i`` on
+the same storage (``covers_ok``; ``uncovered_bytes`` counts the misses), stays
+inside block ``i``'s page (``confined_ok``) and that no two pages of a group
+overlap (``disjoint_ok``).  E.g. a Qwen3.5-0.8B unified GDN row
+``[64, 1, 1, 1085440]`` int8 is ``conv`` (36,864 B) and ``ssm`` (1,048,576 B)
+per block; its edited ``[64, 544, 1, 2000]`` covers both and spills 2,560 B
+into the page padding, inside the page.
 """
 
 from __future__ import annotations
@@ -34,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheSpec, KVCacheSpecKind
 
-from kvexplore.editing.rules import (
+from kvexplore.editing.registered import (
     RegisteredKVCache,
     check_registration,
     spec_kind,
@@ -42,34 +31,12 @@ from kvexplore.editing.rules import (
     tensors_of,
 )
 from kvexplore.errors import KVExploreError
-from kvexplore.layout import check_int, state_names
-
-__all__ = [
-    "AddressCheck",
-    "LayerUnderTest",
-    "Region",
-    "address_checks",
-    "block_runs",
-    "check_chunk_bytes",
-    "layers_under_test",
-    "selection",
-    "storage_bytes",
-    "union_bytes",
-]
-
-
-# --------------------------------------------------------------------------
-# What is checked
-# --------------------------------------------------------------------------
+from kvexplore.layout import element_size, state_names
 
 
 @dataclass(frozen=True)
 class Region:
-    """One named part of a layer's registered bytes, as ``uint8 [num_blocks, ...]``.
-
-    ``conv`` of a Qwen3.5-0.8B GDN page is ``[64, 36864]`` (unified) or
-    ``[64, 3, 12288]`` (the legacy bf16 ``[64, 3, 6144]`` state as bytes).
-    """
+    """One named part of a layer's registered bytes, as ``uint8 [num_blocks, ...]``."""
 
     label: str
     view: torch.Tensor
@@ -79,9 +46,8 @@ class Region:
 class LayerUnderTest:
     """A layer's registered regions and edited tensors, both by block.
 
-    ``index`` is the layer's position in its group (the ``i``-th layers of
-    all groups share one ``KVCacheTensor`` in vLLM 0.33); ``edited`` is False
-    when the edits handed back the registered object itself.
+    ``index`` is the layer's position in its group; ``edited`` is False when
+    the edits handed back the registered object itself.
     """
 
     group: int
@@ -108,11 +74,6 @@ class AddressCheck:
     notes: tuple[str, ...] = ()
 
 
-# --------------------------------------------------------------------------
-# Inputs
-# --------------------------------------------------------------------------
-
-
 def selection(blocks: object, num_blocks: int) -> list[int]:
     """The block ids to exercise: all for ``None``, else distinct ids in range,
     from a sequence, ``range``, numpy array or tensor of integers (numpy and
@@ -130,8 +91,10 @@ def selection(blocks: object, num_blocks: int) -> list[int]:
             f"blocks is a {type(blocks).__name__}; expected None or a sequence of "
             f"block ids in [0, {num_blocks})"
         )
-    chosen = [int(b) if isinstance(b, numbers.Integral) and not isinstance(b, bool) else b
-              for b in chosen]
+    chosen = [
+        int(b) if isinstance(b, numbers.Integral) and not isinstance(b, bool) else b
+        for b in chosen
+    ]
     bad = [
         b
         for b in chosen
@@ -143,16 +106,6 @@ def selection(blocks: object, num_blocks: int) -> list[int]:
             f"expected distinct block ids in [0, {num_blocks})"
         )
     return chosen
-
-
-def check_chunk_bytes(chunk_bytes: object) -> None:
-    """``chunk_bytes`` must be ``None`` or a positive int (bytes of one group a step).
-
-    Zero or a negative size describes no chunk at all; a float or a string is
-    a unit mistake.  Both are refused rather than rounded to something that
-    runs.
-    """
-    check_int("chunk_bytes", chunk_bytes, minimum=1, allow_none=True)
 
 
 def _as_bytes(t: torch.Tensor, what: str) -> torch.Tensor:
@@ -168,11 +121,7 @@ def _as_bytes(t: torch.Tensor, what: str) -> torch.Tensor:
 
 
 def _by_block(t: torch.Tensor, num_blocks: int, what: str) -> torch.Tensor:
-    """``[num_blocks * r, ...]`` -> ``[num_blocks, r, ...]`` (a view).
-
-    The registered attention ``[1088, 2, 32, 512]`` of 64 blocks becomes
-    ``[64, 17, 2, 32, 512]``: block ``b`` is its 17 kernel pages.
-    """
+    """``[num_blocks * r, ...]`` -> ``[num_blocks, r, ...]`` (a view)."""
     if t.ndim == 0 or num_blocks <= 0 or t.shape[0] % num_blocks:
         raise KVExploreError(
             f"{what} has shape {tuple(t.shape)}; expected a multiple of the "
@@ -181,18 +130,13 @@ def _by_block(t: torch.Tensor, num_blocks: int, what: str) -> torch.Tensor:
     return t.unflatten(0, (num_blocks, t.shape[0] // num_blocks))
 
 
-def _element_size(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
-
-
 def _regions(
     spec: KVCacheSpec, value: RegisteredKVCache, num_blocks: int, name: str
 ) -> tuple[Region, ...]:
     """Named byte views ``[num_blocks, ...]`` of a layer's registered data.
 
-    Legacy Mamba: one region per state tensor.  Unified Mamba: the row split
-    at the state sizes of ``MambaSpec.shapes`` (``conv`` 36,864 B then
-    ``ssm`` 1,048,576 B for Qwen3.5-0.8B).  Attention: ``K`` and ``V`` (the
+    Legacy Mamba: one region per state.  Unified Mamba: the row split at the
+    state sizes of ``MambaSpec.shapes``.  Attention: ``K`` and ``V`` (the
     legacy K/V dim, or the two halves of the unified ``C`` dim), else one
     ``kv`` (``latent`` for MLA) region.
     """
@@ -206,7 +150,7 @@ def _regions(
     blocks = _as_bytes(_by_block(value, num_blocks, what), name)
     if kind == KVCacheSpecKind.MAMBA:
         sizes = [
-            math.prod(shape) * _element_size(dtype)
+            math.prod(shape) * element_size(dtype)
             for shape, dtype in zip(spec.shapes, spec.dtypes, strict=False)
         ]
         if value.ndim == 4 and sum(sizes) == blocks.shape[-1]:
@@ -225,7 +169,7 @@ def _regions(
         and head_size
         and head_size_v
         and getattr(spec, "state_content_bytes", None) is None
-        and value.element_size() == _element_size(spec.dtype)
+        and value.element_size() == element_size(spec.dtype)
     ):
         k_bytes = head_size * value.element_size()
         if blocks.shape[-1] == k_bytes + head_size_v * value.element_size():
@@ -244,12 +188,9 @@ def layers_under_test(
 ) -> tuple[LayerUnderTest, ...]:
     """Every layer of the registration, checked against the config and ``edited``.
 
-    Raises:
-        KVExploreError: the registration does not match the config (see
-            :func:`kvexplore.editing.rules.check_registration`), ``edited``
-            names other layers, holds something that is not a tensor or a
-            tensor list, lives on another device, or a leading dim is not a
-            whole number of blocks.
+    Refused: what :func:`check_registration` refuses, an ``edited`` that
+    names other layers, holds something that is not a tensor or a tensor
+    list or lives on another device, and a leading dim of whole blocks.
     """
     where = check_registration(kv_cache_config, kv_caches)
     if not isinstance(edited, Mapping) or set(edited) != set(kv_caches):
@@ -263,11 +204,6 @@ def layers_under_test(
     per_group: dict[int, int] = {}
     for name, value in kv_caches.items():
         group, spec = where[name]
-        if group is None or spec is None:
-            raise KVExploreError(
-                f"layer {name!r} is in no group of kv_cache_config; expected every "
-                "registered layer in one group"
-            )
         new = edited[name]
         parts = (
             tensors_of(new) if isinstance(new, (torch.Tensor, list, tuple)) else None
@@ -301,11 +237,6 @@ def layers_under_test(
     return tuple(layers)
 
 
-# --------------------------------------------------------------------------
-# Address arithmetic
-# --------------------------------------------------------------------------
-
-
 def storage_bytes(t: torch.Tensor) -> torch.Tensor:
     """All of ``t``'s untyped storage as one flat ``uint8`` tensor (a view)."""
     return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
@@ -314,11 +245,9 @@ def storage_bytes(t: torch.Tensor) -> torch.Tensor:
 def block_runs(blocks: torch.Tensor, which: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Byte runs of blocks ``which`` of ``blocks`` (dim 0 = block), on the CPU.
 
-    Returns ``(starts, run_bytes)``: ``starts`` is ``[len(which), runs]``
-    absolute byte offsets into the untyped storage, every run ``run_bytes``
-    long.  Dims are merged innermost-first while they are contiguous, so a
-    dense page is one run (the Qwen3.5 attention block ``[2, 544, 1, 512]``
-    bf16 is a single 1,114,112-byte run).
+    Returns ``(starts, run_bytes)``: ``[len(which), runs]`` absolute byte
+    offsets into the storage, every run ``run_bytes`` long.  Dims merge
+    innermost-first while contiguous, so a dense page is one run.
     """
     elem = blocks.element_size()
     dims = [
@@ -343,10 +272,8 @@ def block_runs(blocks: torch.Tensor, which: torch.Tensor) -> tuple[torch.Tensor,
 def union_bytes(parts: list[tuple[torch.Tensor, int]]) -> torch.Tensor:
     """Per row: how many distinct bytes the runs of ``parts`` cover together.
 
-    Runs sorted by start: run ``i`` adds ``max(0, end_i - max(start_i,
-    reach_{i-1}))`` where ``reach`` is the furthest end so far (the run that
-    reaches it starts no later than run ``i``, so it covers
-    ``[start_i, reach_{i-1})``).
+    Sorted by start, run ``i`` adds ``max(0, end_i - max(start_i, reach))``,
+    ``reach`` being the furthest end of the runs before it.
     """
     starts = torch.cat([s for s, _ in parts], dim=1)
     ends = torch.cat([s + n for s, n in parts], dim=1)
@@ -370,60 +297,35 @@ class _Pages:
 def _coverage(
     layer: LayerUnderTest, idx: torch.Tensor, num_blocks: int, position: int
 ) -> tuple[AddressCheck, list[_Pages], int]:
-    """Coverage and confinement of one layer, and its page intervals.
-
-    Block ``b``'s runs are block 0's shifted by ``b * stride(0)`` of each
-    view, so when every view of a layer has the same block step the relation
-    is the same in every block and one block stands for all of them (exactly,
-    not as a sample).  Returns the check (``disjoint_ok`` still True), the
-    page intervals of every block for the disjointness pass, and the storage
-    they lie on.
-    """
+    """Coverage and confinement of one layer (``disjoint_ok`` still True), the
+    page intervals of all its blocks, and the storage they lie on."""
     regions = [r.view for r in layer.regions]
     storage = regions[0].untyped_storage().data_ptr()
     same_storage = all(
         e.untyped_storage().data_ptr() == storage for e in layer.edited_parts
     )
-    steps = {t.stride(0) * t.element_size() for t in regions + list(layer.edited_parts)}
-    uniform = len(steps) == 1
-    which = idx[:1] if uniform else idx
-    reg_runs = [block_runs(r, which) for r in regions]
-    edit_runs = [block_runs(e, which) for e in layer.edited_parts]
+    reg_runs = [block_runs(r, idx) for r in regions]
+    edit_runs = [block_runs(e, idx) for e in layer.edited_parts]
     reg_bytes = union_bytes(reg_runs)
     all_bytes = union_bytes(reg_runs + edit_runs)
     # bytes of the registered union outside the edited union
     uncovered = all_bytes - union_bytes(edit_runs) if same_storage else reg_bytes
-
-    everyone = torch.arange(num_blocks)
     page = spec_page_bytes(layer.spec)
-    reg_steps = {r.stride(0) * r.element_size() for r in regions}
-    shift = reg_steps.pop() if len(reg_steps) == 1 else None
-    block0 = torch.zeros(1, dtype=torch.int64)
-    runs0 = [block_runs(r, block0 if shift else everyone) for r in regions]
-    first = torch.cat([s for s, _ in runs0], 1).amin(1)
-    hull = torch.cat([s + n for s, n in runs0], 1).amax(1) - first
-    if shift is not None:
-        first = first + everyone * shift
-    pages: list[_Pages] = []
+    runs = [block_runs(r, torch.arange(num_blocks)) for r in regions]
+    first = torch.cat([s for s, _ in runs], 1).amin(1)
+    hull = torch.cat([s + n for s, n in runs], 1).amax(1) - first
     if bool((hull <= page).all()):
-        pages.append(_Pages(first, first + page, position))
+        pages = [_Pages(first, first + page, position)]
         e_lo = torch.cat([s for s, _ in edit_runs], 1).amin(1)
         e_hi = torch.cat([s + n for s, n in edit_runs], 1).amax(1)
-        confined = (e_lo >= first[which]) & (e_hi <= first[which] + page)
+        confined = (e_lo >= first[idx]) & (e_hi <= first[idx] + page)
     else:
         # No single page interval (e.g. heads outside blocks): the layer's
         # bytes of a block are exactly its registered runs.
-        if shift is not None:
-            runs0 = [(s + everyone[:, None] * shift, n) for s, n in runs0]
-        for starts, length in runs0:
-            flat = starts.reshape(-1)
-            pages.append(_Pages(flat, flat + length, position))
+        pages = [_Pages(s.reshape(-1), s.reshape(-1) + n, position) for s, n in runs]
         confined = all_bytes == reg_bytes
     confined = confined & same_storage
     covers = (uncovered == 0) & same_storage
-    if uniform:  # block idx[0] stands for every selected block
-        uncovered = uncovered.expand(idx.numel())
-        covers, confined = covers.expand(idx.numel()), confined.expand(idx.numel())
     notes = []
     if not same_storage:
         notes.append("edited view is over other storage (a copy?)")
@@ -444,38 +346,6 @@ def _coverage(
         notes=tuple(notes),
     )
     return check, pages, storage
-
-
-def _shape(layer: LayerUnderTest) -> tuple[tuple, int] | None:
-    """``(geometry, base)``: the layer's views relative to its first registered byte.
-
-    ``base`` is that byte's offset in the storage; ``geometry`` holds every
-    view's dtype size, shape, strides and offset from ``base``, the one
-    block step they share, the page size and whether the edited views are
-    on the regions' storage.  Two layers with equal geometry are the same
-    layout moved by the difference of their bases, which
-    :func:`address_checks` uses to check a group's layers once.  ``None``
-    when the views do not share one block step (:func:`_coverage` then
-    looks at every selected block).
-    """
-    regions = [r.view for r in layer.regions]
-    views = regions + list(layer.edited_parts)
-    steps = {t.stride(0) * t.element_size() for t in views}
-    if len(steps) != 1:
-        return None
-    storage = regions[0].untyped_storage().data_ptr()
-    base = regions[0].storage_offset() * regions[0].element_size()
-    geometry = tuple(
-        (
-            t.untyped_storage().data_ptr() == storage,
-            t.element_size(),
-            tuple(t.shape),
-            t.stride(),
-            t.storage_offset() * t.element_size() - base,
-        )
-        for t in views
-    )
-    return (len(regions), steps.pop(), spec_page_bytes(layer.spec), geometry), base
 
 
 def _overlaps(
@@ -505,34 +375,17 @@ def address_checks(
 ) -> tuple[AddressCheck, ...]:
     """Coverage, confinement and disjoint pages of every layer (CPU only).
 
-    Per selected block ``b`` and layer: ``uncovered_bytes`` counts the
-    registered bytes of ``b`` that the edited view of ``b`` does not touch
-    (all of them when the view is over other storage); ``confined_ok`` says
-    the edited view of ``b`` stays inside ``b``'s page (or, without one page
-    interval per block, inside ``b``'s registered bytes); ``disjoint_ok``
-    says no page of the layer overlaps another page of its group on the same
-    storage, for every block, selected or not.
+    Per selected block ``b``: ``uncovered_bytes`` counts the registered bytes
+    of ``b`` the edited view of ``b`` misses (all of them on other storage);
+    ``confined_ok``: that view stays inside ``b``'s page (without one page
+    interval per block, inside ``b``'s registered bytes); ``disjoint_ok``: no
+    page of the layer, selected or not, overlaps another of its group.
     """
     idx = torch.tensor(list(chosen), dtype=torch.int64)
     checks: list[AddressCheck] = []
     pages: dict[tuple[int, int], list[_Pages]] = {}
-    seen: dict[tuple, tuple[AddressCheck, list[_Pages], int]] = {}
     for position, layer in enumerate(layers):
-        shape = _shape(layer)
-        if shape is not None and shape[0] in seen:
-            # The layer is an earlier one moved by ``delta`` bytes: every run
-            # moves with it, so coverage and confinement are the same and
-            # the page intervals move by ``delta``.
-            check, earlier, base = seen[shape[0]]
-            delta = shape[1] - base
-            intervals = [
-                _Pages(p.starts + delta, p.ends + delta, position) for p in earlier
-            ]
-            storage = layer.regions[0].view.untyped_storage().data_ptr()
-        else:
-            check, intervals, storage = _coverage(layer, idx, num_blocks, position)
-            if shape is not None:
-                seen[shape[0]] = check, intervals, shape[1]
+        check, intervals, storage = _coverage(layer, idx, num_blocks, position)
         checks.append(check)
         pages.setdefault((layer.group, storage), []).extend(intervals)
     names = [layer.name for layer in layers]

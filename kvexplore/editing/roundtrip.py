@@ -1,15 +1,11 @@
 """Byte-exact proof that a store and a load through edited views lose nothing.
 
-:func:`verify_roundtrip` plays what an LMCache-style connector does with the
+:func:`verify_roundtrip` does what an LMCache-style connector does with the
 result of :func:`kvexplore.apply_kv_cache_group_edits` (save a block through
-the edited views, free it, load the saved bytes into another block) and
-reports per layer, in a frozen :class:`RoundTripReport`, both halves of the
-proof: the address arithmetic of :mod:`kvexplore.editing.proof` (the edited
-view of each selected block covers that block's registered bytes, stays in
-its page, and no two pages of a group overlap) and the data check here (a
-pattern written through the registered views and moved through the edited
-views into another block is found there byte for byte).  Mismatches never
-raise: the report says which layer, block and byte.
+the edited views, free it, load it into another block) and reports per layer,
+in a frozen :class:`RoundTripReport`, the address checks of
+:mod:`kvexplore.editing.proof` next to the data check.  Mismatches never
+raise: the report names the layer, block and byte.
 """
 
 from __future__ import annotations
@@ -27,15 +23,14 @@ from kvexplore.editing.proof import (
     AddressCheck,
     LayerUnderTest,
     address_checks,
-    check_chunk_bytes,
     layers_under_test,
     selection,
     storage_bytes,
 )
-from kvexplore.editing.rules import RegisteredKVCache
+from kvexplore.editing.registered import RegisteredKVCache
 from kvexplore.editing.validation import as_kv_cache_config
 from kvexplore.errors import KVExploreError
-from kvexplore.layout import element_extent
+from kvexplore.layout import check_int, element_extent
 
 __all__ = ["LayerVerdict", "RoundTripReport", "default_chunk_bytes", "verify_roundtrip"]
 
@@ -63,10 +58,9 @@ class _Found:
 class LayerVerdict:
     """One layer's outcome: one row of :attr:`RoundTripReport.table`.
 
-    ``first_mismatch`` is ``(block id, region label, byte offset in the
-    region's block)`` of the earliest wrong byte (by block, then region,
-    then byte); ``covers_ok`` is False also when torch could not store or
-    load through the edited view at all.
+    ``first_mismatch``: ``(block, region label, byte in the region's block)``
+    of the earliest wrong byte; ``covers_ok`` is False also when torch could
+    not store or load through the edited view at all.
     """
 
     group: int
@@ -128,14 +122,10 @@ class LayerVerdict:
 class RoundTripReport(Displayable):
     """Per-layer outcome of :func:`verify_roundtrip` (frozen).
 
-    ``table`` (a new DataFrame on every access) has one row per layer:
-    whether every byte came back (``roundtrip_ok``, ``mismatched_bytes``,
-    ``first_mismatch`` as ``(block, region, byte)``), whether the edited view
-    of each block covers every registered byte of that block on the same
-    storage (``covers_ok``, by address arithmetic; ``uncovered_bytes`` counts
-    the misses), whether it stays inside that block's page of the layer
-    (``confined_ok``) and whether the group's pages overlap nowhere
-    (``disjoint_ok``).  ``ok`` is the conjunction over all layers.
+    ``table`` (a new DataFrame each access): one row per layer with the data
+    check (``roundtrip_ok``, ``mismatched_bytes``, ``first_mismatch``) and
+    the address checks (``covers_ok``, ``uncovered_bytes``, ``confined_ok``,
+    ``disjoint_ok``).  ``ok`` is the conjunction over all layers;
     ``seconds`` is wall time and appears in no text form.
     """
 
@@ -182,12 +172,12 @@ class RoundTripReport(Displayable):
 
 
 def default_chunk_bytes(device: torch.device) -> int:
-    """Registered bytes of one group one step works on: 16 MiB on the CPU, 256 MiB on CUDA."""
+    """Registered bytes of one group a step: 16 MiB on the CPU, 256 MiB on CUDA."""
     return (256 << 20) if device.type == "cuda" else (16 << 20)
 
 
 def _chunks(chosen: Sequence[int], most: int) -> list[tuple[int, int]]:
-    """Runs ``(start, stop)`` of consecutive block ids, ascending, ``max(1, most)`` blocks at most.
+    """Runs ``(start, stop)`` of consecutive ids, at most ``max(1, most)`` blocks.
 
     ``[4, 1, 2]`` with ``most=8`` -> ``[(1, 3), (4, 5)]``.
     """
@@ -205,10 +195,10 @@ def _patterns(
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per region: its bytes in blocks ``[start, stop)`` and their pattern (views).
 
-    ``ramp[i] = 1 + i % 251``; the pattern reads it with the region's strides
-    modulo 251, so byte ``pos`` of the page (``pos`` counted from the layer's
-    first registered byte) in block ``b`` of region ``k`` of the layer at
-    ``index`` in its group reads ``1 + (pos + 37 index + 97 b + 53 k) % 251``.
+    The pattern reads ``ramp[i] = 1 + i % 251`` with the region's strides
+    modulo 251: byte ``pos`` (from the layer's first registered byte) of
+    block ``b`` of region ``k`` of the layer at ``index`` in its group reads
+    ``1 + (pos + 37 index + 97 b + 53 k) % 251``.
     """
     base = min(r.view.storage_offset() for r in layer.regions)
     out = []
@@ -224,7 +214,7 @@ def _patterns(
 def _ramp(
     layers: Sequence[LayerUnderTest], most: int, device: torch.device
 ) -> torch.Tensor:
-    """``1 + i % 251`` as ``uint8``, long enough for :func:`_patterns` of ``most`` blocks."""
+    """``1 + i % 251`` as ``uint8``, long enough for ``most`` blocks of patterns."""
     reach = max(
         element_extent(r.view.shape[1:], [s % _MODULUS for s in r.view.stride()[1:]])
         for layer in layers
@@ -237,33 +227,21 @@ def _ramp(
 def _spans(
     layers: Sequence[LayerUnderTest], start: int, stop: int
 ) -> list[torch.Tensor]:
-    """The bytes the layers' views reach in blocks ``[start, stop)``: merged spans per storage."""
-    reach: dict[int, list[tuple[int, int]]] = {}
-    flats: dict[int, torch.Tensor] = {}
+    """The storage bytes each view of the layers reaches in blocks ``[start, stop)``."""
+    out = []
     for layer in layers:
         for t in [r.view for r in layer.regions] + list(layer.edited_parts):
             part = t[start:stop]
             lo = part.storage_offset() * part.element_size()
             size = element_extent(part.shape, part.stride()) * part.element_size()
-            key = part.untyped_storage().data_ptr()
-            flats.setdefault(key, storage_bytes(part))
-            reach.setdefault(key, []).append((lo, lo + size))
-    out = []
-    for key, spans in reach.items():
-        merged: list[list[int]] = []
-        for lo, hi in sorted(spans):
-            if merged and lo <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], hi)
-            else:
-                merged.append([lo, hi])
-        out.extend(flats[key][lo:hi] for lo, hi in merged)
+            out.append(storage_bytes(part)[lo : lo + size])
     return out
 
 
 def _compare(
     got: torch.Tensor, want: torch.Tensor, block0: int, k: int, found: _Found
 ) -> None:
-    """Count the bytes of ``got`` (``[m, ...]``, block ``block0`` first) that differ from ``want``."""
+    """Count the bytes of ``got`` (block ``block0`` first) that differ from ``want``."""
     if got.numel() == 0 or not int(torch.bitwise_xor(got, want).flatten().max()):
         return
     wrong = torch.ne(got, want).reshape(got.shape[0], -1)
@@ -282,12 +260,10 @@ def _round_trip(
     restore: bool,
     found: Mapping[str, _Found],
 ) -> None:
-    """Fill, store, zero, load into the next block, compare: blocks ``[start, stop)`` of one group.
+    """Fill, store, zero, load, compare blocks ``[start, stop)`` of one group.
 
-    Block ``start + i``'s stored bytes are loaded into block
-    ``start + (i + 1) % n`` (a chunk of one block back into itself).  With
-    ``restore`` the bytes the views reach are saved first and put back
-    last, also when something raises.
+    Block ``start + i`` is loaded into ``start + (i + 1) % n``.  With
+    ``restore`` the bytes the views reach are put back, also on an exception.
     """
     n = stop - start
     spans = _spans(layers, start, stop) if restore else []
@@ -332,43 +308,31 @@ def verify_roundtrip(
     restore: bool = True,
     chunk_bytes: int | None = None,
 ) -> RoundTripReport:
-    """Store every selected block through ``edited``, load it into another, check every byte.
+    """Store every selected block through ``edited``, load it into another, check it.
 
-    Per KV cache group and chunk of consecutive selected blocks: every
-    registered byte (the ``conv`` / ``ssm`` or ``K`` / ``V`` regions of
-    :func:`kvexplore.editing.proof.layers_under_test`) gets
-    ``1 + (pos + 37 * layer + 97 * block + 53 * region) % 251`` (``pos``: its
-    place in the page, ``layer``: the layer's index in its group, ``region``:
-    the region's); the edited views store the chunk into a separate
-    buffer; the registered bytes are zeroed; the edited views load block
-    ``i``'s bytes into block ``i + 1`` of the chunk (cyclically; a chunk of
-    one block into itself), as a connector reloads a saved block wherever
-    there is room; every registered byte must then hold the pattern of the
-    block it came from.  Qwen3.5-0.8B's GDN row ``[64, 1, 1, 1085440]`` int8
-    edited to ``[64, 544, 1, 2000]`` brings back all 1,085,440 state bytes
-    of each page; ``[:, :500]`` of that view loses the last 85,440.
+    Per group and chunk of consecutive selected blocks: every registered byte
+    gets a pattern of its place, layer, block and region; the edited views
+    store the chunk, the registered bytes are zeroed, and the edited views
+    load block ``i`` into block ``i + 1`` of the chunk (cyclically), as a
+    connector reloads a saved block wherever there is room; every registered
+    byte must then hold its source block's pattern.  E.g. ``[:, :500]`` of
+    the Qwen3.5-0.8B GDN view ``[64, 544, 1, 2000]`` loses the last 85,440
+    state bytes of each page.
 
     Args:
-        kv_cache_config: the vLLM ``KVCacheConfig`` the caches were built for
-            (or the ``Plan``, whose ``kv_cache_config`` is taken).
+        kv_cache_config: the vLLM ``KVCacheConfig`` (or its ``Plan``).
         kv_caches: the registered caches (what vLLM hands a connector).
-        edited: e.g. :func:`apply_kv_cache_group_edits`'s result; unedited
-            layers may be the registered objects themselves.
+        edited: e.g. :func:`apply_kv_cache_group_edits`'s result.
         blocks: block ids to exercise; ``None`` for all ``num_blocks``.
-        restore: save the bytes each chunk's views reach and put them back
-            afterwards, also on an exception; ``False`` leaves the patterns.
-        chunk_bytes: registered bytes of one group one step works on (at
-            least one block); ``None`` for :func:`default_chunk_bytes`.
+        restore: put back the bytes each chunk's views reach, also on an
+            exception; ``False`` leaves the patterns.
+        chunk_bytes: registered bytes of one group a step (at least one
+            block); ``None`` for :func:`default_chunk_bytes`.
 
-    Returns:
-        :class:`RoundTripReport`; a mismatch, or an edited view torch cannot
-        store or load through (token rows that alias), is reported, not raised.
-
-    Raises:
-        KVExploreError: inputs that do not describe one registration (missing
-            or extra layers, tensors not in their spec's dtype, mixed devices,
-            leading dims that are not whole blocks), an unusable ``blocks``,
-            or a ``chunk_bytes`` that is not a positive int, each naming the value.
+    A mismatch, or an edited view torch cannot store or load through, is
+    reported, not raised.  Refused, naming the value: inputs that are not
+    one registration (:func:`~kvexplore.editing.proof.layers_under_test`),
+    an unusable ``blocks``, a ``chunk_bytes`` that is not a positive int.
     """
     kv_cache_config = as_kv_cache_config(kv_cache_config)
     if kv_cache_config is None:
@@ -376,7 +340,7 @@ def verify_roundtrip(
             "kv_cache_config is None; expected the vLLM KVCacheConfig the caches were "
             "built for (or their kvexplore.Plan)"
         )
-    check_chunk_bytes(chunk_bytes)
+    check_int("chunk_bytes", chunk_bytes, minimum=1, allow_none=True)
     started = time.perf_counter()
     num_blocks = int(kv_cache_config.num_blocks)
     chosen = selection(blocks, num_blocks)

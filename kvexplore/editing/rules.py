@@ -1,39 +1,23 @@
-"""LMCache's KV-cache group edits, re-implemented as explorable rules.
+"""LMCache 0.5.6's KV-cache group edits, re-implemented as explorable rules.
 
-A KV connector that moves pages with one attention-shaped copy kernel cannot
-digest what vLLM registers for a hybrid model: a Mamba layer is a list of
-state tensors (or, in vLLM >= 0.26, an opaque byte row), and an attention
-layer paged at a *kernel* block size (32) smaller than the scheduler's block
-(544 for Qwen3.5-0.8B) looks like 17 times as many blocks as the scheduler
-hands out.  LMCache (``lmcache/integration/vllm/kv_cache_group_edits.py``,
-``apply_kv_cache_group_edits``) therefore re-views each such layer, in place,
-as something block-shaped.  A wrong re-view loses data silently, so every rule
-here returns a *view* of the registered bytes (same untyped storage, never a
-copy), checks its invariants and says why it declined.
+A connector that moves pages with one attention-shaped copy kernel cannot
+digest a hybrid model's registration: a Mamba layer is a list of state
+tensors (or an opaque byte row), and an attention layer paged at a kernel
+block smaller than the scheduler's block shows too many blocks.  LMCache's
+``apply_kv_cache_group_edits`` (``lmcache/integration/vllm/kv_cache_group_edits.py``)
+re-views each such layer as something block-shaped; every rule here returns a
+view of the registered bytes (never a copy), refuses with the numbers and says
+why it declined.  In priority order (first match wins), with Qwen3.5-0.8B's
+shapes at 64 blocks (GDN page 1,114,112 B, block 544 = 17 kernel pages of 32):
 
-Rules, in registry priority order (first match wins; the built-in rules match
-disjoint inputs, so the order only matters for your own rule lists):
-
-=============================  ========  ===========================================
-``mamba-page-view``            legacy    ``[conv, ssm]`` list -> ``[B, 2, block, 1, h']``
-``subpaged-attention-view``    both      kernel pages -> ``[B, 2, block, 1, h']``
-``mamba-unified-view``         unified   ``[B, 1, 1, row]`` -> ``[B, block, 1, h]``
-``subpaged-mla-attention-view`` unified  MLA kernel pages -> logical pages
-=============================  ========  ===========================================
-
-Worked numbers (Qwen3.5-0.8B, TP 1, 64 blocks): a GDN page is
-1,085,440 B of state padded to 1,114,112 B; an attention block is 544 tokens;
-the kernel pages at 32 tokens, so one block is 17 kernel pages.
-
-* legacy attention ``[1088, 2, 32, 2, 256]`` bf16 -> ``[64, 2, 544, 1, 512]``;
-* legacy GDN ``[conv (64, 3, 6144) bf16, ssm (64, 16, 128, 128) fp32]`` ->
-  ``[64, 2, 544, 1, 512]`` bf16 over each whole 1,114,112-byte page;
-* unified GDN ``[64, 1, 1, 1085440]`` int8, strides
-  ``(1114112, 1085440, 1085440, 1)`` -> ``[64, 544, 1, 2000]`` int8, strides
-  ``(1114112, 2000, 2000, 1)`` (hint ``NHD``);
-* unified attention ``[1088, 2, 32, 512]`` bf16, strides
-  ``(32768, 512, 1024, 1)`` -> ``[64, 2, 544, 1, 512]``, strides
-  ``(557056, 278528, 512, 512, 1)``.
+* ``mamba-page-view`` (legacy): ``[conv (64, 3, 6144) bf16, ssm (64, 16, 128,
+  128) fp32]`` -> ``[64, 2, 544, 1, 512]`` bf16 over each whole page;
+* ``subpaged-attention-view`` (both): ``[1088, 2, 32, 2, 256]`` or unified
+  ``[1088, 2, 32, 512]`` bf16 -> ``[64, 2, 544, 1, 512]``;
+* ``mamba-unified-view`` (unified): ``[64, 1, 1, 1085440]`` int8 ->
+  ``[64, 544, 1, 2000]``, strides ``(1114112, 2000, 2000, 1)`` for ``NHD``;
+* ``subpaged-mla-attention-view`` (unified): ``[B * 12, 64, 576]`` under a
+  768-token block -> ``[B, 768, 576]``.
 
 >>> import torch
 >>> from vllm.v1.kv_cache_interface import FullAttentionSpec
@@ -52,28 +36,31 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import FrozenInstanceError
-from typing import TypeAlias
 
 import pandas as pd
 import torch
-from vllm.v1.kv_cache_interface import (
-    KVCacheConfig,
-    KVCacheSpec,
-    KVCacheSpecKind,
-    get_kv_cache_spec_kind,
-)
+from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheSpec, KVCacheSpecKind
 
-from kvexplore.display import Displayable
+from kvexplore.editing.registered import (
+    REPORT_COLUMNS,
+    EditResult,
+    RegisteredKVCache,
+    check_registration,
+    describe,
+    layer_spec,
+    layout_facts,
+    spec_kind,
+    spec_page_bytes,
+    tensors_of,
+)
 from kvexplore.editing.validation import (
     as_kv_cache_config,
     declares_slot_compression,
     validate_kv_cache_groups,
 )
 from kvexplore.errors import KVExploreError
-from kvexplore.layout import FrozenDict, dtype_name
+from kvexplore.layout import cdiv, element_extent
 
 __all__ = [
     "DEFAULT_EDITS",
@@ -93,10 +80,6 @@ __all__ = [
     "tensors_of",
 ]
 
-#: One registered cache value: a tensor, or one tensor per Mamba state
-#: (``[conv_state, ssm_state]``) in the legacy registration.
-RegisteredKVCache: TypeAlias = torch.Tensor | list[torch.Tensor]
-
 # The page is opaque bytes, so one synthetic head holding a whole K- or V-half
 # slab is enough; head_size' is derived to fill the page (as LMCache does).
 _SYNTHETIC_NUM_HEADS = 1
@@ -113,8 +96,8 @@ _SUBPAGEABLE_KINDS = frozenset(
 
 # kv_layout hints: LMCache's names (``KV_LAYOUT_NAMES`` in
 # lmcache/v1/gpu_connector/kv_format/types.py) plus vLLM 0.33's
-# ``KVCacheLayout`` names (vllm/v1/kv_cache_layout.py), sorted by whether the
-# token dim N sits outside the head dim H.
+# ``KVCacheLayout`` names, sorted by whether the token dim N sits outside the
+# head dim H.
 _TOKENS_OUTSIDE_HEADS = frozenset({"NHD", "BLNHC", "LBNHC"})
 _HEADS_OUTSIDE_TOKENS = frozenset({"HND", "BLHNC", "LBHNC", "LHBNC", "BHLNC"})
 KV_LAYOUT_HINTS = tuple(sorted(_TOKENS_OUTSIDE_HEADS | _HEADS_OUTSIDE_TOKENS))
@@ -123,48 +106,6 @@ KV_LAYOUT_HINTS = tuple(sorted(_TOKENS_OUTSIDE_HEADS | _HEADS_OUTSIDE_TOKENS))
 # (LMCache 0.5.6 ``_MambaUnifiedViewEdit.apply``).
 _VECTOR_ALIGN_BYTES = (16, 8, 4, 2)
 
-
-# --------------------------------------------------------------------------
-# Small pure helpers over shapes, strides and byte offsets
-# --------------------------------------------------------------------------
-
-
-def _describe(value: object) -> str:
-    if isinstance(value, torch.Tensor):
-        return (
-            f"Tensor(shape={tuple(value.shape)}, stride={tuple(value.stride())}, "
-            f"dtype={str(value.dtype).removeprefix('torch.')})"
-        )
-    if isinstance(value, (list, tuple)):
-        return f"{type(value).__name__} of {len(value)}"
-    return type(value).__name__
-
-
-def spec_kind(spec: KVCacheSpec) -> KVCacheSpecKind:
-    """vLLM's kind of ``spec``; ``UNKNOWN`` for an object that is no spec.
-
-    Rules call it from ``matches``, which must never raise (LMCache's
-    contract), so a stray object answers ``UNKNOWN`` instead of a TypeError.
-    """
-    try:
-        return get_kv_cache_spec_kind(spec)
-    except Exception:  # a non-spec object: treat as unknown, never raise
-        return KVCacheSpecKind.UNKNOWN
-
-
-def spec_page_bytes(spec: KVCacheSpec) -> int:
-    """``spec.page_size_bytes`` as an int (1,114,112 for a Qwen3.5-0.8B page).
-
-    Raises:
-        KVExploreError: the object has no usable page size.
-    """
-    try:
-        return int(spec.page_size_bytes)
-    except Exception as exc:
-        raise KVExploreError(
-            f"spec {type(spec).__name__} has no usable page_size_bytes ({exc}); "
-            "expected a vLLM KVCacheSpec with a page size"
-        ) from None
 
 
 def _num_states(spec: KVCacheSpec) -> int:
@@ -176,16 +117,8 @@ def _num_states(spec: KVCacheSpec) -> int:
 
 
 def _synthetic_head_size(page_bytes: int, elem_size: int, block_size: int) -> int:
-    """The ``head_size'`` that makes ``[2, block_size, 1, head_size']`` one page.
-
-    This is the tiling check every attention-shaped rule shares: the page
-    must hold a whole number of elements, and that number must split into
-    K/V halves of ``block_size`` rows.  Qwen3.5-0.8B: 1,114,112 B / 2 B =
-    557,056 bf16 elements = 2 x 544 x 1 x 512.
-
-    Raises:
-        ValueError: the page does not factor, with the numbers.
-    """
+    """The ``head_size'`` that makes ``[2, block_size, 1, head_size']`` one page
+    (1,114,112 B of bf16 = 2 x 544 x 1 x 512); refused when it does not factor."""
     if page_bytes % elem_size:
         raise KVExploreError(
             f"page of {page_bytes} bytes is not a whole number of {elem_size}-byte "
@@ -202,10 +135,6 @@ def _synthetic_head_size(page_bytes: int, elem_size: int, block_size: int) -> in
     return elems // denominator
 
 
-def _storage_bytes(t: torch.Tensor) -> int:
-    return t.untyped_storage().nbytes()
-
-
 def _checked_as_strided(
     t: torch.Tensor,
     size: Sequence[int],
@@ -213,19 +142,9 @@ def _checked_as_strided(
     storage_offset: int,
     what: str,
 ) -> torch.Tensor:
-    """``t.as_strided`` that answers out-of-range with a ValueError.
-
-    ``as_strided`` itself raises a ``RuntimeError`` when a view would reach
-    past the storage; a user who feeds a short buffer should instead learn
-    how many bytes the view needs.
-    """
-    last = storage_offset + sum(
-        (n - 1) * s for n, s in zip(size, stride, strict=True) if n > 0
-    )
-    need = (last + 1) * t.element_size()
-    have = _storage_bytes(t)
-    if any(n == 0 for n in size):
-        need = storage_offset * t.element_size()
+    """``t.as_strided``, refused with the byte counts when it would leave the storage."""
+    need = (storage_offset + element_extent(size, stride)) * t.element_size()
+    have = t.untyped_storage().nbytes()
     if need > have:
         raise KVExploreError(
             f"{what} needs bytes up to {need} of the storage, which holds only "
@@ -235,14 +154,8 @@ def _checked_as_strided(
 
 
 def _memory_order(t: torch.Tensor) -> torch.Tensor:
-    """Permute ``t``'s dims outermost-first by stride (a view, never a copy).
-
-    vLLM 0.33 registers a unified cache as a permute view of its physical
-    layout (``create_kv_cache_views``: ``LBNHC`` puts N outside H), so pages
-    tile by byte range only in memory order.  A size-1 dim that ties on
-    stride goes innermost among the ties, as LMCache's
-    ``attempt_permute_to_contiguous_view`` does.
-    """
+    """Permute ``t``'s dims outermost-first by stride (a view); a size-1 dim
+    that ties goes innermost, as LMCache's ``attempt_permute_to_contiguous_view``."""
     strides = t.stride()
     order = sorted(
         range(t.ndim), key=lambda i: (strides[i], t.shape[i] != 1), reverse=True
@@ -259,15 +172,12 @@ def _regroup_kernel_pages(
     memory_order: bool,
     noun: str,
 ) -> tuple[torch.Tensor, int]:
-    """Shared invariant check of the two sub-paged rules.
+    """The tiling check of the sub-paged rules: ``(tensor to view from, blocks)``.
 
-    ``kv_cache`` is paged at ``kernel_rows = kv_cache.shape[rows_dim]`` rows;
-    one logical block holds ``logical_rows``.  Checks, each with its numbers:
-    the ratio is whole, the kernel-page count divides by it, ``ratio`` kernel
-    pages tile the logical page exactly (an undeclared packed layout must not
-    be re-viewed), and the pages are contiguous (in memory order for a
-    unified permute view, in logical order otherwise).  Returns the tensor in
-    the order to ``view`` from, and the number of logical blocks.
+    Refused unless ``logical_rows`` is a whole number of kernel pages of
+    ``kv_cache.shape[rows_dim]`` rows, the kernel-page count divides by that
+    ratio, the kernel pages tile the logical page exactly, and they are
+    contiguous (in memory order for a unified permute view).
     """
     kernel_rows = kv_cache.shape[rows_dim]
     if kernel_rows <= 0 or logical_rows % kernel_rows:
@@ -307,14 +217,8 @@ def _regroup_kernel_pages(
 
 
 def resolve_kv_layout(kv_layout: str | None) -> bool:
-    """True when the hint puts tokens outside heads (``NHD``-style).
-
-    Accepts LMCache's ``NHD`` / ``HND`` / ``BLNHC`` / ``BLHNC`` and vLLM
-    0.33's ``KVCacheLayout`` names (``LBNHC`` is NHD, ``LBHNC`` is HND).
-
-    Raises:
-        ValueError: ``None`` or an unknown name.
-    """
+    """True when the hint (LMCache's or a vLLM ``KVCacheLayout`` name) puts
+    tokens outside heads (``NHD``, ``LBNHC``); refuses ``None`` and unknown names."""
     name = getattr(kv_layout, "name", kv_layout)
     if isinstance(name, str):
         key = name.upper()
@@ -333,23 +237,15 @@ def resolve_kv_layout(kv_layout: str | None) -> bool:
     )
 
 
-# --------------------------------------------------------------------------
-# The rule interface
-# --------------------------------------------------------------------------
-
 
 class KVCacheGroupEdit(ABC):
     """One structural re-view of a layer's registered KV cache.
 
-    The contract LMCache's ``KVCacheGroupEdit`` states and kvexplore checks:
-    ``matches`` decides from the vLLM spec and the registered value alone and
-    has no side effects; ``apply`` returns a view of the same storage (never a
-    copy) or raises ``ValueError`` with the numbers when the layout breaks the
-    rule's invariants.  ``why_not`` is kvexplore's addition: it says why a rule
-    declined, so a report can show every rule's reasoning.
-
-    Subclass it to try a rule of your own and pass ``rules=[...]`` to
-    :func:`apply_kv_cache_group_edits`.
+    LMCache's ``KVCacheGroupEdit`` contract: ``matches`` decides from the spec
+    and the registered value alone and never raises; ``apply`` returns a view
+    of the same storage or raises ``ValueError`` with the numbers.
+    ``why_not`` (kvexplore's) says why it declined.  Subclass it and pass
+    ``rules=[...]`` to :func:`apply_kv_cache_group_edits`.
     """
 
     #: Label of the rule in reports (LMCache's names for the built-ins).
@@ -396,22 +292,14 @@ class _ReasonedEdit(KVCacheGroupEdit):
 
 
 class MambaPageViewEdit(_ReasonedEdit):
-    """Legacy Mamba page -> one attention-shaped page (``mamba-page-view``).
+    """Legacy Mamba state list -> one attention-shaped page (``mamba-page-view``).
 
-    vLLM < 0.26 registers a Mamba layer as one tensor per state, e.g.
-    ``[conv_state (64, 3, 6144) bf16, ssm_state (64, 16, 128, 128) fp32]``
-    for a Qwen3.5-0.8B GDN layer, all views into one padded page per block
-    laid out ``conv | ssm | pad`` (36,864 + 1,048,576 + 28,672 = 1,114,112 B).
-    A page is one state snapshot, which for caching behaves like one block of
-    a sliding-window layer, so LMCache re-views the *whole* page from the
-    conv state's base as ``[64, 2, 544, 1, 512]`` in the conv dtype.
-
-    Invariants (LMCache's, plus what it takes for the whole page to be this
-    layer's): one tensor per ``MambaSpec.shapes`` entry (2 for Mamba2/GDN,
-    1 for a short-conv layer), conv state at a page base, every state's
-    ``stride(0)`` one page, states back to back, and the page factors into
-    ``2 x block_size`` rows.  The view's dims are addressing only: its bytes
-    are conv | ssm | pad, not K/V.
+    LMCache's ``_MambaPageViewEdit``: the states view one padded page per
+    block (``conv | ssm | pad``); the whole page is re-viewed from the conv
+    state as ``[B, 2, block_size, 1, h']`` in its dtype.  Refused unless there
+    is one tensor per ``MambaSpec.shapes`` entry, the conv state starts at a
+    page base, each state steps one page per block, the states sit back to
+    back and the page factors.
     """
 
     name = "mamba-page-view"
@@ -444,7 +332,7 @@ class MambaPageViewEdit(_ReasonedEdit):
             or not all(isinstance(t, torch.Tensor) for t in kv_cache)
         ):
             raise KVExploreError(
-                f"Mamba layer registered as {_describe(kv_cache)}; expected a list "
+                f"Mamba layer registered as {describe(kv_cache)}; expected a list "
                 f"of {expected} tensors ([conv_state, ssm_state] per "
                 "MambaSpec.shapes) in the legacy registration"
             )
@@ -510,21 +398,10 @@ class MambaPageViewEdit(_ReasonedEdit):
 class SubpagedAttentionViewEdit(_ReasonedEdit):
     """Kernel-paged attention -> logical-block pages (``subpaged-attention-view``).
 
-    vLLM aligns a hybrid model's attention block with the Mamba page
-    (``_align_hybrid_block_size`` in vllm/platforms/interface.py: 544 tokens
-    for Qwen3.5-0.8B) but the backend pages the tensor at a kernel block it
-    supports (``select_common_block_size`` in vllm/v1/worker/utils.py: 32), so
-    a connector would see 17x too many blocks.  The rule re-views the 17
-    contiguous kernel pages of a block as one ``[2, 544, 1, h']`` page:
-
-    * legacy rank 5 ``[1088, 2, 32, 2, 256]`` bf16 (logically contiguous) and
-    * unified rank 4 ``[1088, 2, 32, 512]`` bf16 with strides
-      ``(32768, 512, 1024, 1)`` (``LBNHC``: contiguous in memory order)
-
-    both become ``[64, 2, 544, 1, 512]``, strides ``(557056, 278528, 512, 512,
-    1)``.  Dims stop being semantic (K and V interleave per kernel page) but
-    store and load share the mapping, so bytes round-trip.  ``kv_layout`` is
-    not consulted: the output order is fixed.
+    LMCache's ``_SubpagedAttentionViewEdit``: the kernel pages of a block
+    (``select_common_block_size``) become one ``[2, block_size, 1, h']`` page;
+    a legacy rank-5 tensor must be contiguous in logical order, a unified
+    rank-4 one in memory order.  ``kv_layout`` is not read.
     """
 
     name = "subpaged-attention-view"
@@ -556,7 +433,7 @@ class SubpagedAttentionViewEdit(_ReasonedEdit):
     ) -> torch.Tensor:
         if not isinstance(kv_cache, torch.Tensor) or kv_cache.ndim not in (4, 5):
             raise KVExploreError(
-                f"attention layer registered as {_describe(kv_cache)}; expected "
+                f"attention layer registered as {describe(kv_cache)}; expected "
                 "(kernel_pages, 2, kernel_block, heads, head_size) or "
                 "(kernel_pages, heads, kernel_block, K|V bytes)"
             )
@@ -584,20 +461,12 @@ class SubpagedAttentionViewEdit(_ReasonedEdit):
 class MambaUnifiedViewEdit(_ReasonedEdit):
     """Unified Mamba state row -> ``block_size`` token rows (``mamba-unified-view``).
 
-    vLLM >= 0.26 registers a Mamba layer as one int8 view ``[B, 1, 1, row]``
-    from ``create_kv_cache_views``; the row is the concatenated states and
-    ``stride(0)`` the page step (plus sibling layers' pages in a blocks-first
-    layout).  LMCache 0.5.6 spreads the row over ``block_size`` tokens of
-    ``h = ceil(row / block_size)`` bytes, rounded up to the widest vector width
-    (16, 8, 4, 2 B) dividing the page step, as long as ``block_size * h`` still
-    fits in this layer's own page (``spec.page_size_bytes``).
-
-    Qwen3.5-0.8B: row 1,085,440 B, block 544 -> 1,996 -> 2,000 (16 B), and
-    544 x 2,000 = 1,088,000 <= 1,114,112, so ``[64, 1, 1, 1085440]`` becomes
-    ``[64, 544, 1, 2000]`` with strides ``(1114112, 2000, 2000, 1)`` for an
-    NHD-style hint, ``[64, 1, 544, 2000]`` strides ``(1114112, 1088000, 2000,
-    1)`` for HND-style.  The view spills 2,560 B into the page padding, never
-    into a sibling's page.
+    LMCache's ``_MambaUnifiedViewEdit``: the ``[B, 1, 1, row]`` int8 row is
+    spread over ``block_size`` tokens of ``ceil(row / block_size)`` bytes,
+    rounded up to the widest vector width (16, 8, 4, 2 B) dividing the page
+    step that still fits the page: ``[B, block_size, 1, h]`` for an NHD-style
+    hint, ``[B, 1, block_size, h]`` for HND.  Refused without a known hint,
+    for a row that is not dense ``[blocks, 1, 1, row]``, or when no width fits.
     """
 
     name = "mamba-unified-view"
@@ -625,7 +494,7 @@ class MambaUnifiedViewEdit(_ReasonedEdit):
     ) -> torch.Tensor:
         if not isinstance(kv_cache, torch.Tensor) or kv_cache.ndim != 4:
             raise KVExploreError(
-                f"Mamba layer registered as {_describe(kv_cache)}; expected a "
+                f"Mamba layer registered as {describe(kv_cache)}; expected a "
                 "unified 4-D [blocks, 1, 1, row] tensor"
             )
         tokens_outside = resolve_kv_layout(kv_layout)
@@ -640,13 +509,13 @@ class MambaUnifiedViewEdit(_ReasonedEdit):
         elem = kv_cache.element_size()
         step_bytes = kv_cache.stride(0) * elem
         page_bytes = spec_page_bytes(spec)
-        base = -(-row // block_size) if block_size > 0 else 0
+        base = cdiv(row, block_size) if block_size > 0 else 0
         head = 0
         for align in _VECTOR_ALIGN_BYTES:
             if align % elem or step_bytes % align:
                 continue
             unit = align // elem
-            candidate = -(-base // unit) * unit
+            candidate = cdiv(base, unit) * unit
             if candidate * block_size * elem <= page_bytes:
                 head = candidate
                 break
@@ -668,11 +537,8 @@ class MambaUnifiedViewEdit(_ReasonedEdit):
 
 
 def _mla_rows_dim(kv_cache: torch.Tensor) -> int:
-    """Dim holding the stored states of an MLA cache.
-
-    Rank 3 is ``[B, states, C]``; rank 4 has one head slot before (HND,
-    ``[B, 1, states, C]``) or after (NHD, ``[B, states, 1, C]``) the states.
-    """
+    """Dim of the stored states: ``[B, states, C]``, ``[B, 1, states, C]`` (HND)
+    or ``[B, states, 1, C]`` (NHD)."""
     if kv_cache.ndim == 4 and kv_cache.shape[2] == 1 and kv_cache.shape[1] != 1:
         return 1
     return kv_cache.ndim - 2
@@ -681,12 +547,8 @@ def _mla_rows_dim(kv_cache: torch.Tensor) -> int:
 class SubpagedMLAAttentionViewEdit(_ReasonedEdit):
     """Kernel-paged MLA cache -> logical pages (``subpaged-mla-attention-view``).
 
-    LMCache 0.5.6 added this for vLLM >= 0.26: an MLA latent cache paged at a
-    kernel size (``[B * 12, 64, 576]`` under a 768-token block, or the
-    unified ``[B * 17, 1, 32, 576]``) is re-viewed with ``spec.num_states``
-    rows per page, e.g. ``[B, 768, 576]``.  Using ``num_states`` (block size
-    over ``tokens_per_state``) keeps declared slot compression intact.  The
-    tiling check is the one :class:`SubpagedAttentionViewEdit` uses.
+    LMCache's ``_SubpagedMLAAttentionViewEdit``: ``spec.num_states`` rows per
+    page (slot compression stays intact), tiled as the attention rule does.
     """
 
     name = "subpaged-mla-attention-view"
@@ -714,7 +576,7 @@ class SubpagedMLAAttentionViewEdit(_ReasonedEdit):
     ) -> torch.Tensor:
         if not isinstance(kv_cache, torch.Tensor) or kv_cache.ndim not in (3, 4):
             raise KVExploreError(
-                f"MLA layer registered as {_describe(kv_cache)}; expected "
+                f"MLA layer registered as {describe(kv_cache)}; expected "
                 "[pages, states, C] or [pages, 1, states, C] / [pages, states, 1, C]"
             )
         rows_dim = _mla_rows_dim(kv_cache)
@@ -747,202 +609,6 @@ DEFAULT_EDITS: tuple[KVCacheGroupEdit, ...] = (
 )
 
 
-# --------------------------------------------------------------------------
-# Applying the registry to a whole registration
-# --------------------------------------------------------------------------
-
-
-def layer_spec(group_spec: KVCacheSpec, layer_name: str) -> KVCacheSpec:
-    """The spec of one layer: unwraps ``UniformTypeKVCacheSpecs``."""
-    per_layer = getattr(group_spec, "kv_cache_specs", None)
-    if isinstance(per_layer, dict) and layer_name in per_layer:
-        return per_layer[layer_name]
-    return group_spec
-
-
-def tensors_of(value: RegisteredKVCache) -> list[torch.Tensor]:
-    """A registered value's tensors: ``[t]`` for a tensor, the states of a list."""
-    return [value] if isinstance(value, torch.Tensor) else list(value)
-
-
-def _layout_facts(value: object) -> dict[str, object]:
-    """shape / stride / storage offset / dtype of a value, for the report."""
-    if isinstance(value, torch.Tensor):
-        return {
-            "shape": tuple(value.shape),
-            "stride": tuple(value.stride()),
-            "storage_offset": value.storage_offset(),
-            "dtype": dtype_name(value.dtype),
-        }
-    if isinstance(value, (list, tuple)) and all(
-        isinstance(t, torch.Tensor) for t in value
-    ):
-        return {
-            "shape": tuple(tuple(t.shape) for t in value),
-            "stride": tuple(tuple(t.stride()) for t in value),
-            "storage_offset": tuple(t.storage_offset() for t in value),
-            "dtype": tuple(dtype_name(t.dtype) for t in value),
-        }
-    return {"shape": None, "stride": None, "storage_offset": None, "dtype": None}
-
-
-_REPORT_COLUMNS = [
-    "group",
-    "layer",
-    "kind",
-    "rule",
-    "declined",
-    "shape_before",
-    "stride_before",
-    "storage_offset_before",
-    "dtype_before",
-    "shape_after",
-    "stride_after",
-    "storage_offset_after",
-    "dtype_after",
-    "block_bytes_before",
-    "block_bytes_after",
-]
-
-_BY_GROUP_COLUMNS = [
-    "group",
-    "kind",
-    "rule",
-    "layers",
-    "shape_before",
-    "shape_after",
-    "block_bytes_before",
-    "block_bytes_after",
-]
-
-
-def _block_bytes(value: object, num_blocks: int | None) -> int | None:
-    """Bytes one block's view addresses: all elements over ``num_blocks``.
-
-    Qwen3.5-0.8B: the registered attention ``[1088, 2, 32, 512]`` bf16 over
-    64 blocks and the edited ``[64, 2, 544, 1, 512]`` are both 1,114,112 B
-    per block; the unified GDN row is 1,085,440 B before and 1,088,000 B
-    after (544 x 2,000, the 2,560 B spill into the page padding).
-    """
-    if not num_blocks:
-        return None
-    tensors = [value] if isinstance(value, torch.Tensor) else value
-    if not isinstance(tensors, (list, tuple)) or not all(
-        isinstance(t, torch.Tensor) for t in tensors
-    ):
-        return None
-    return sum(t.numel() * t.element_size() for t in tensors) // num_blocks
-
-
-class EditResult(Displayable, FrozenDict):
-    """The edited ``{layer_name: value}`` dict, plus what happened per layer.
-
-    It *is* the new dict (edited layers re-viewed, the others the very same
-    objects as in the input), so it can be handed on wherever the plain result
-    of LMCache's ``apply_kv_cache_group_edits`` would go.  It is frozen: no
-    item or attribute can be set (``TypeError`` / ``FrozenInstanceError``), so
-    the views and the report that describes them cannot drift apart
-    (``dict(result)`` is a mutable copy; ``copy`` keeps the very views).
-
-    ``report`` (a new DataFrame on every access) has one row per layer:
-    group, layer, spec kind, the rule that matched (or ``None``), why every
-    earlier rule declined, shape / stride / storage offset / dtype and bytes
-    per block before and after.  ``counts`` maps rule name to layers;
-    :meth:`by_group` condenses the report to one row per group and rule.
-    """
-
-    __slots__ = ("_rows", "_counts", "_note")
-
-    def __init__(
-        self,
-        edited: Mapping[str, RegisteredKVCache],
-        report: pd.DataFrame,
-        note: str = "",
-    ) -> None:
-        dict.__init__(self, edited)
-        rows = tuple(report.to_dict("records"))
-        counts: Counter[str] = Counter(
-            row["rule"] for row in rows if isinstance(row["rule"], str)
-        )
-        object.__setattr__(self, "_rows", rows)
-        object.__setattr__(self, "_counts", dict(counts))
-        object.__setattr__(self, "_note", str(note))
-
-    # -- frozen ------------------------------------------------------------
-    def __setattr__(self, name: str, value: object) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r} of EditResult")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r} of EditResult")
-
-    def __reduce__(self):
-        return (EditResult, (dict(self), self.report, self._note))
-
-    def __copy__(self) -> EditResult:
-        return self
-
-    def __deepcopy__(self, memo: dict) -> EditResult:
-        return self
-
-    # -- data --------------------------------------------------------------
-    @property
-    def report(self) -> pd.DataFrame:
-        """One row per layer (a new DataFrame each time: edit it freely)."""
-        return pd.DataFrame(list(self._rows), columns=_REPORT_COLUMNS, dtype=object)
-
-    @property
-    def counts(self) -> dict[str, int]:
-        """Rule name -> layers it re-viewed (a copy)."""
-        return dict(self._counts)
-
-    @property
-    def note(self) -> str:
-        """Why no rule was consulted, or ``""``."""
-        return self._note
-
-    def by_group(self) -> pd.DataFrame:
-        """One row per group and rule that fired (``None``: no rule).
-
-        Columns: ``group``, ``kind``, ``rule``, ``layers`` (how many of the
-        group's layers that rule re-viewed), the first such layer's
-        ``shape_before`` / ``shape_after`` and bytes per block before and
-        after.  Qwen3.5-0.8B unified, 64 blocks: groups 0-2
-        ``mamba-unified-view`` x 6, ``(64, 1, 1, 1085440)`` ->
-        ``(64, 544, 1, 2000)``; group 3 ``subpaged-attention-view`` x 6,
-        ``(1088, 2, 32, 512)`` -> ``(64, 2, 544, 1, 512)``.
-        """
-        seen: dict[tuple[object, object], dict[str, object]] = {}
-        for row in self._rows:
-            key = (row["group"], row["rule"])
-            if key in seen:
-                seen[key]["layers"] += 1
-                continue
-            seen[key] = {
-                "group": row["group"],
-                "kind": row["kind"],
-                "rule": row["rule"],
-                "layers": 1,
-                "shape_before": row["shape_before"],
-                "shape_after": row["shape_after"],
-                "block_bytes_before": row["block_bytes_before"],
-                "block_bytes_after": row["block_bytes_after"],
-            }
-        return pd.DataFrame(list(seen.values()), columns=_BY_GROUP_COLUMNS, dtype=object)
-
-    def summary(self) -> str:
-        """One line: layers, and how many each rule re-viewed."""
-        if self._counts:
-            rules = ", ".join(
-                f"{name} x{n}" for name, n in sorted(self._counts.items())
-            )
-        else:
-            rules = "no layer edited"
-        extra = f"; {self._note}" if self._note else ""
-        return f"EditResult({len(self)} layers: {rules}{extra})"
-
-    def __repr__(self) -> str:
-        return self.text()
-
 
 def _check_rules(rules: object) -> tuple[KVCacheGroupEdit, ...]:
     if rules is None:
@@ -961,147 +627,6 @@ def _check_rules(rules: object) -> tuple[KVCacheGroupEdit, ...]:
     return checked
 
 
-#: What a unified Mamba layer is registered as: ``create_kv_cache_views``
-#: views the raw int8 buffer without a dtype (a Mamba spec has ``dtypes``,
-#: not ``dtype``), so the row is bytes.
-_UNIFIED_MAMBA_DTYPES = (torch.int8, torch.uint8)
-
-
-
-def _dtype_problems(
-    name: str, spec: KVCacheSpec, tensors: list[torch.Tensor]
-) -> list[str]:
-    """Where a layer's tensors are not in the dtype its spec registers.
-
-    vLLM views an attention or MLA page in ``spec.dtype`` (bf16 for
-    Qwen3.5-0.8B's ``[1088, 2, 32, 512]``), a legacy Mamba state ``i`` in
-    ``spec.dtypes[i]`` (bf16 conv, fp32 SSM) and a unified Mamba row as int8
-    bytes.  A tensor in another dtype (an fp16 view of the bf16 cache) has
-    other element sizes and meanings, so an edit of it would describe a
-    different cache; it is refused, naming both dtypes.
-    """
-    problems: list[str] = []
-    if spec_kind(spec) == KVCacheSpecKind.MAMBA:
-        if len(tensors) == 1 and tensors[0].ndim == 4:
-            got = tensors[0].dtype
-            if got not in _UNIFIED_MAMBA_DTYPES:
-                problems.append(
-                    f"Mamba layer {name!r} is a {dtype_name(got)} tensor; expected "
-                    "int8 bytes, as create_kv_cache_views registers a unified "
-                    "Mamba row"
-                )
-            return problems
-        wanted = tuple(getattr(spec, "dtypes", ()) or ())
-        for index, (state, dtype) in enumerate(zip(tensors, wanted, strict=False)):
-            if state.dtype != dtype:
-                problems.append(
-                    f"Mamba layer {name!r} state {index} is {dtype_name(state.dtype)}; "
-                    f"expected {dtype_name(dtype)} (MambaSpec.dtypes[{index}])"
-                )
-        return problems
-    wanted_dtype = getattr(spec, "dtype", None)
-    if isinstance(wanted_dtype, torch.dtype):
-        for tensor in tensors:
-            if tensor.dtype != wanted_dtype:
-                problems.append(
-                    f"layer {name!r} is registered as {dtype_name(tensor.dtype)}; "
-                    f"expected {dtype_name(wanted_dtype)}, the dtype of its "
-                    f"{type(spec).__name__}"
-                )
-                break
-    return problems
-
-
-def check_registration(
-    kv_cache_config: KVCacheConfig | None, kv_caches: object
-) -> dict[str, tuple[int | None, KVCacheSpec | None]]:
-    """Validate the registration against the config; return layer -> (group, spec).
-
-    Collects every problem (missing / extra layers, values that are not
-    tensors or tensor lists, tensors not in their spec's dtype, mixed
-    devices, malformed Mamba entries) into one error, before anything is
-    edited.  :func:`apply_kv_cache_group_edits` and
-    :func:`kvexplore.verify_roundtrip` both start here.
-
-    Raises:
-        KVExploreError: listing every problem, each naming its layer.
-    """
-    kv_cache_config = as_kv_cache_config(kv_cache_config)
-    if not isinstance(kv_caches, Mapping):
-        raise KVExploreError(
-            f"kv_caches is a {type(kv_caches).__name__}; expected a mapping of "
-            "layer name -> tensor or [conv_state, ssm_state]"
-        )
-    problems: list[str] = []
-    where: dict[str, tuple[int | None, KVCacheSpec | None]] = {}
-    if kv_cache_config is not None:
-        for index, group in enumerate(kv_cache_config.kv_cache_groups):
-            for name in group.layer_names:
-                where[name] = (index, layer_spec(group.kv_cache_spec, name))
-        missing = [name for name in where if name not in kv_caches]
-        extra = [name for name in kv_caches if name not in where]
-        if missing:
-            problems.append(
-                f"kv_caches lacks {len(missing)} layer(s) the config names: "
-                f"{missing[:8]}{' ...' if len(missing) > 8 else ''}"
-            )
-        if extra:
-            problems.append(
-                f"kv_caches holds {len(extra)} layer(s) no config group names: "
-                f"{extra[:8]}{' ...' if len(extra) > 8 else ''}"
-            )
-    devices: dict[str, list[str]] = {}
-    for name, value in kv_caches.items():
-        if not where:
-            where[name] = (None, None)
-        tensors = (
-            [value]
-            if isinstance(value, torch.Tensor)
-            else list(value)
-            if isinstance(value, (list, tuple))
-            else None
-        )
-        if not tensors or not all(isinstance(t, torch.Tensor) for t in tensors):
-            problems.append(
-                f"layer {name!r} is registered as {_describe(value)}; expected a "
-                "tensor or a non-empty list of tensors"
-            )
-            continue
-        for device in dict.fromkeys(str(t.device) for t in tensors):
-            devices.setdefault(device, []).append(name)
-        _, spec = where.get(name, (None, None))
-        if spec is not None:
-            problems.extend(_dtype_problems(name, spec, tensors))
-        if spec is not None and spec_kind(spec) == KVCacheSpecKind.MAMBA:
-            expected = len(getattr(spec, "shapes", ())) or 2
-            if isinstance(value, (list, tuple)) and len(value) != expected:
-                problems.append(
-                    f"Mamba layer {name!r} is a list of {len(value)} tensors; "
-                    f"expected {expected} ([conv_state, ssm_state] per "
-                    "MambaSpec.shapes) in the legacy registration"
-                )
-            elif isinstance(value, torch.Tensor) and value.ndim != 4:
-                problems.append(
-                    f"Mamba layer {name!r} is one {value.ndim}-D tensor "
-                    f"{tuple(value.shape)}; expected a legacy list of {expected} "
-                    "state tensors or a unified 4-D [blocks, 1, 1, row] view"
-                )
-    if len(devices) > 1:
-        listed = ", ".join(
-            f"{device}: {names[:3]}{' ...' if len(names) > 3 else ''}"
-            for device, names in sorted(devices.items())
-        )
-        problems.append(
-            f"registered tensors live on {len(devices)} devices ({listed}); "
-            "expected one device"
-        )
-    if problems:
-        raise KVExploreError(
-            "cannot edit this registration: " + "; ".join(problems) + "."
-        )
-    return where
-
-
 def _is_view_of(view: object, sources: list[torch.Tensor]) -> bool:
     if not isinstance(view, torch.Tensor):
         return False
@@ -1112,6 +637,37 @@ def _is_view_of(view: object, sources: list[torch.Tensor]) -> bool:
     )
 
 
+def _edit_layer(
+    name: str,
+    group: int | None,
+    spec: KVCacheSpec,
+    value: RegisteredKVCache,
+    rules: Sequence[KVCacheGroupEdit],
+    kv_layout: str | None,
+) -> tuple[object, str | None, str | None]:
+    """``(value after, rule that fired, why the rules before it declined)``."""
+    declined: list[str] = []
+    for rule in rules:
+        if rule.matches(spec, value):
+            try:
+                new_value = rule.apply(spec, value, kv_layout=kv_layout)
+            except ValueError as exc:
+                raise KVExploreError(
+                    f"layer {name!r} (group {group}, rule {rule.name!r}): {exc}"
+                ) from exc
+            if not _is_view_of(new_value, tensors_of(value)):
+                raise KVExploreError(
+                    f"rule {rule.name!r} returned {describe(new_value)} "
+                    f"for layer {name!r} that does not share the registered "
+                    "storage; expected a view, never a copy"
+                )
+            return new_value, rule.name, "; ".join(declined) or None
+        why = getattr(rule, "why_not", None)
+        reason = why(spec, value) if callable(why) else None
+        declined.append(f"{rule.name}: {reason or 'does not match'}")
+    return value, None, "; ".join(declined) or None
+
+
 def apply_kv_cache_group_edits(
     kv_cache_config: KVCacheConfig | None,
     kv_caches: Mapping[str, RegisteredKVCache],
@@ -1119,89 +675,51 @@ def apply_kv_cache_group_edits(
     kv_layout: str | None = None,
     rules: Sequence[KVCacheGroupEdit] | None = None,
 ) -> EditResult:
-    """Re-view a registration the way LMCache's ``apply_kv_cache_group_edits`` does.
+    """Re-view a registration as LMCache's ``apply_kv_cache_group_edits`` does.
 
-    Validates the groups first (:func:`kvexplore.validate_kv_cache_groups`),
-    then checks the registration against the config (every layer present,
-    nothing extra, one device, well-formed Mamba entries).  A config without
-    Mamba layers, or ``None``, comes back as a copy of the mapping: LMCache
-    only consults the rules for Mamba-hybrid models.  Otherwise each layer is
-    offered to ``rules`` (default :data:`DEFAULT_EDITS`) in order; the first
-    match re-views it, the rest stay the very same objects.  Nothing is
-    written and no input is modified, also when an error is raised.
-
-    Args:
-        kv_cache_config: vLLM ``KVCacheConfig`` (per-group specs) or ``None``.
-        kv_caches: layer name -> tensor, or list of state tensors (legacy
-            Mamba).
-        kv_layout: layout hint for ``mamba-unified-view`` (``"NHD"``,
-            ``"HND"``, ``"BLNHC"``, ``"BLHNC"`` or a vLLM ``KVCacheLayout``
-            name).  ``None`` takes ``kv_cache_config.kv_cache_layout``, the
-            layout vLLM's engine resolved.
-        rules: your own rule list to explore; ``None`` for the registry.
-
-    Returns:
-        :class:`EditResult`: the new dict, with ``.report`` per layer.
-
-    Raises:
-        ValueError: validation failures, registration/config mismatches, or a
-            rule's invariant violation, prefixed with the layer and rule.
+    ``kv_caches`` (layer -> tensor, or legacy Mamba state list) is checked
+    against ``kv_cache_config`` (a ``KVCacheConfig``, ``Plan`` or ``None``)
+    first.  Without a config or Mamba layers no rule is consulted (as in
+    LMCache); otherwise each layer goes to ``rules`` (default
+    :data:`DEFAULT_EDITS`) in order and the first match re-views it.
+    ``kv_layout`` (for ``mamba-unified-view``) defaults to the config's
+    ``kv_cache_layout``.  Returns an :class:`EditResult`; no input is
+    modified.  Refused: group validation failures, registration mismatches,
+    a rule's invariant violation (prefixed with layer and rule), a copy.
     """
     kv_cache_config = as_kv_cache_config(kv_cache_config)
     validate_kv_cache_groups(kv_cache_config)
     chosen = _check_rules(rules)
     where = check_registration(kv_cache_config, kv_caches)
-    if kv_layout is None and kv_cache_config is not None:
-        kv_layout = getattr(kv_cache_config, "kv_cache_layout", None)
-
-    consult = kv_cache_config is not None and kv_cache_config.has_mamba_layers
     if kv_cache_config is None:
         note = "no kv_cache_config: no rule consulted"
-    elif not consult:
+    elif not kv_cache_config.has_mamba_layers:
         note = "config has no Mamba layers: no rule consulted (as in LMCache)"
     else:
         note = ""
-
+        if kv_layout is None:
+            kv_layout = getattr(kv_cache_config, "kv_cache_layout", None)
     num_blocks = getattr(kv_cache_config, "num_blocks", None)
     edited: dict[str, RegisteredKVCache] = dict(kv_caches)
     rows = []
     for name, value in kv_caches.items():
-        group, spec = where.get(name, (None, None))
-        row: dict[str, object] = {
-            "group": group,
-            "layer": name,
-            "kind": spec_kind(spec).value if spec is not None else None,
-            "rule": None,
-            "declined": note or None,
-        }
-        declined: list[str] = []
-        new_value: object = value
-        if consult and spec is not None:
-            for rule in chosen:
-                if rule.matches(spec, value):
-                    try:
-                        new_value = rule.apply(spec, value, kv_layout=kv_layout)
-                    except ValueError as exc:
-                        raise KVExploreError(
-                            f"layer {name!r} (group {group}, rule {rule.name!r}): {exc}"
-                        ) from exc
-                    if not _is_view_of(new_value, tensors_of(value)):
-                        raise KVExploreError(
-                            f"rule {rule.name!r} returned {_describe(new_value)} "
-                            f"for layer {name!r} that does not share the registered "
-                            "storage; expected a view, never a copy"
-                        )
-                    row["rule"] = rule.name
-                    edited[name] = new_value  # type: ignore[assignment]
-                    break
-                why = getattr(rule, "why_not", None)
-                reason = why(spec, value) if callable(why) else None
-                declined.append(f"{rule.name}: {reason or 'does not match'}")
-            row["declined"] = "; ".join(declined) or None
-        for suffix, source in (("before", value), ("after", new_value)):
-            for key, fact in _layout_facts(source).items():
-                row[f"{key}_{suffix}"] = fact
-            row[f"block_bytes_{suffix}"] = _block_bytes(source, num_blocks)
-        rows.append(row)
-    report = pd.DataFrame(rows, columns=_REPORT_COLUMNS, dtype=object)
+        group, spec = where[name]
+        new_value, rule, declined = value, None, note or None
+        if not note:
+            new_value, rule, declined = _edit_layer(
+                name, group, spec, value, chosen, kv_layout
+            )
+            edited[name] = new_value  # type: ignore[assignment]
+        rows.append(
+            {
+                "group": group,
+                "layer": name,
+                "kind": spec_kind(spec).value if spec is not None else None,
+                "rule": rule,
+                "declined": declined,
+                **layout_facts(value, num_blocks, "before"),
+                **layout_facts(new_value, num_blocks, "after"),
+            }
+        )
+    report = pd.DataFrame(rows, columns=REPORT_COLUMNS, dtype=object)
     return EditResult(edited, report, note)

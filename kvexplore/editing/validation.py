@@ -1,21 +1,11 @@
 """Which KV-cache groups a KV connector can serve, as an error or as data.
 
-LMCache decides this once, at registration time, in
-``validate_kv_cache_groups`` (``lmcache/integration/vllm/kv_cache_group_edits.py``,
-LMCache 0.5.6) before it re-views any tensor.  kvexplore mirrors its rules:
-
-* a ``CrossAttentionSpec`` group (encoder-decoder, e.g. Whisper) is rejected:
-  its blocks hold encoder output, not a prefix of the prompt;
-* a ``MambaSpec`` group whose ``mamba_cache_mode`` is neither ``"align"`` nor
-  ``"all"`` is rejected: with ``"none"`` vLLM keeps one running state per
-  request, so no block is a reusable snapshot of a prefix;
-* specs that declare slot compression (``tokens_per_state > 1`` in vLLM 0.33,
-  ``compress_ratio > 1`` before it, ``tq_slot_size > 0``) are *accepted*:
-  LMCache serves them on a separate compression path and the edits skip them.
-
-:func:`validate_kv_cache_groups` raises one ``ValueError`` listing every
-offending group; :func:`check_kv_cache_groups` returns the same findings as a
-table, one row per group, and never raises for a well-formed config.
+Mirrors LMCache 0.5.6's ``validate_kv_cache_groups``
+(``lmcache/integration/vllm/kv_cache_group_edits.py``): a ``CrossAttentionSpec``
+group is rejected (its blocks hold encoder output, not a prompt prefix), and so
+is a ``MambaSpec`` group whose ``mamba_cache_mode`` is neither ``"align"`` nor
+``"all"`` (no block is a reusable snapshot); slot-compressed specs are
+accepted (LMCache serves them on a separate path; the edits skip them).
 
 >>> import torch
 >>> from vllm.v1.kv_cache_interface import (
@@ -68,13 +58,10 @@ _COLUMNS = ["group", "kind", "verdict", "reason"]
 def declares_slot_compression(spec: KVCacheSpec) -> bool:
     """Whether ``spec`` packs several tokens into one stored slot.
 
-    DeepSeek-V4's sparse MLA stores one state per ``tokens_per_state`` tokens
-    (``compress_ratio`` on vLLM < 0.26); TurboQuant specs declare
-    ``tq_slot_size``.  Such a page is not ``block_size`` rows of K/V, so no
-    edit may re-view it (LMCache's ``_declares_slot_compression``).  A
-    fractional ``tokens_per_state`` below 1 (Whisper block pooling) stores
-    *more* states than tokens and is not compression.  ``MambaSpec`` uses
-    ``tokens_per_state = -1`` ("one state per block"), also not compression.
+    LMCache's ``_declares_slot_compression``: ``tokens_per_state > 1``
+    (``compress_ratio > 1`` on vLLM < 0.26) or ``tq_slot_size > 0``.  A
+    ``tokens_per_state`` below 1 (Whisper pooling, ``MambaSpec``'s -1) is not
+    compression.
     """
     tokens_per_state = getattr(spec, "tokens_per_state", 1)
     if isinstance(tokens_per_state, (int, Fraction)) and tokens_per_state > 1:
@@ -85,9 +72,7 @@ def declares_slot_compression(spec: KVCacheSpec) -> bool:
 
 
 def as_kv_cache_config(value: object) -> KVCacheConfig | None:
-    """``value`` as vLLM's ``KVCacheConfig``: a config (or ``None``) as it is, a
-    kvexplore ``Plan`` as a copy of its ``kv_cache_config``; anything else is
-    refused naming it."""
+    """A config or ``None`` as it is, a ``Plan``'s ``kv_cache_config``; else refused."""
     if value is None or isinstance(value, KVCacheConfig):
         return value
     if isinstance(value, Plan):
@@ -129,15 +114,9 @@ def _judge_leaf(spec: KVCacheSpec) -> tuple[str, str]:
 def check_kv_cache_groups(kv_cache_config: KVCacheConfig | None) -> pd.DataFrame:
     """One row per KV-cache group: ``group, kind, verdict, reason``.
 
-    The table form of :func:`validate_kv_cache_groups` for notebooks and
-    widgets: same verdicts, never raises for a real ``KVCacheConfig``.
-    ``kind`` is vLLM's ``get_kv_cache_spec_kind`` value (``"mamba"``,
-    ``"full_attention"`` ...); a ``UniformTypeKVCacheSpecs`` group is judged
-    leaf by leaf and rejected if any leaf is.  ``None`` (no config yet) gives
-    an empty table, since there is nothing to judge.
-
-    Raises:
-        ValueError: ``kv_cache_config`` is neither ``None`` nor a config.
+    The verdicts of :func:`validate_kv_cache_groups` as a table (empty for
+    ``None``); a ``UniformTypeKVCacheSpecs`` group is judged leaf by leaf and
+    rejected if any leaf is.  Refuses only what is neither a config nor ``None``.
     """
     config = as_kv_cache_config(kv_cache_config)
     if config is None:
@@ -167,16 +146,8 @@ def check_kv_cache_groups(kv_cache_config: KVCacheConfig | None) -> pd.DataFrame
 def validate_kv_cache_groups(kv_cache_config: KVCacheConfig | None) -> None:
     """Raise one ``ValueError`` naming every group a connector cannot serve.
 
-    Mirrors LMCache's ``validate_kv_cache_groups``: ``None`` passes (callers
-    without a config validate again at registration), cross-attention groups
-    and Mamba groups in ``mamba_cache_mode="none"`` are rejected,
-    slot-compressed specs pass.
-    Every problem is collected first so a user fixes them in one round.
-
-    Raises:
-        ValueError: e.g. ``"2 KV-cache groups cannot be served: group 0
-            (mamba): MambaSpec with mamba_cache_mode='none'; expected 'align'
-            ..."``.
+    ``None`` passes; e.g. ``"1 KV-cache group(s) cannot be served ...: group
+    0 (mamba): MambaSpec with mamba_cache_mode='none'; expected 'align' ..."``.
     """
     table = check_kv_cache_groups(kv_cache_config)
     bad = table[table["verdict"] == REJECTED]

@@ -1,0 +1,344 @@
+"""The registration the edits work on: its check against the config, and its result.
+
+:func:`check_registration` refuses a registration that does not describe the
+config before anything is edited; :class:`EditResult` is the edited mapping of
+:func:`kvexplore.apply_kv_cache_group_edits` with one report row per layer.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import FrozenInstanceError
+from typing import TypeAlias
+
+import pandas as pd
+import torch
+from vllm.v1.kv_cache_interface import (
+    KVCacheConfig,
+    KVCacheSpec,
+    KVCacheSpecKind,
+    get_kv_cache_spec_kind,
+)
+
+from kvexplore.display import Displayable
+from kvexplore.editing.validation import as_kv_cache_config
+from kvexplore.errors import KVExploreError
+from kvexplore.layout import FrozenDict, dtype_name
+
+__all__ = [
+    "REPORT_COLUMNS",
+    "EditResult",
+    "RegisteredKVCache",
+    "check_registration",
+    "describe",
+    "layer_spec",
+    "layout_facts",
+    "spec_kind",
+    "spec_page_bytes",
+    "tensors_of",
+]
+
+#: One registered cache value: a tensor, or one tensor per Mamba state
+#: (``[conv_state, ssm_state]``) in the legacy registration.
+RegisteredKVCache: TypeAlias = torch.Tensor | list[torch.Tensor]
+
+#: A unified Mamba layer is the raw int8 buffer viewed without a dtype
+#: (``create_kv_cache_views``: a Mamba spec has ``dtypes``, not ``dtype``).
+_UNIFIED_MAMBA_DTYPES = (torch.int8, torch.uint8)
+
+
+def describe(value: object) -> str:
+    """A registered value in an error: shape, strides and dtype, or its type."""
+    if isinstance(value, torch.Tensor):
+        return (
+            f"Tensor(shape={tuple(value.shape)}, stride={tuple(value.stride())}, "
+            f"dtype={dtype_name(value.dtype)})"
+        )
+    if isinstance(value, (list, tuple)):
+        return f"{type(value).__name__} of {len(value)}"
+    return type(value).__name__
+
+
+def spec_kind(spec: KVCacheSpec) -> KVCacheSpecKind:
+    """vLLM's kind of ``spec``; ``UNKNOWN`` for an object that is no spec (never raises)."""
+    try:
+        return get_kv_cache_spec_kind(spec)
+    except Exception:  # a non-spec object: a rule's matches() must not raise
+        return KVCacheSpecKind.UNKNOWN
+
+
+def spec_page_bytes(spec: KVCacheSpec) -> int:
+    """``spec.page_size_bytes`` as an int; refused when the object has none."""
+    try:
+        return int(spec.page_size_bytes)
+    except Exception as exc:
+        raise KVExploreError(
+            f"spec {type(spec).__name__} has no usable page_size_bytes ({exc}); "
+            "expected a vLLM KVCacheSpec with a page size"
+        ) from None
+
+
+def layer_spec(group_spec: KVCacheSpec, layer_name: str) -> KVCacheSpec:
+    """The spec of one layer: unwraps ``UniformTypeKVCacheSpecs``."""
+    per_layer = getattr(group_spec, "kv_cache_specs", None)
+    if isinstance(per_layer, dict) and layer_name in per_layer:
+        return per_layer[layer_name]
+    return group_spec
+
+
+def tensors_of(value: RegisteredKVCache) -> list[torch.Tensor]:
+    """A registered value's tensors: ``[t]`` for a tensor, the states of a list."""
+    return [value] if isinstance(value, torch.Tensor) else list(value)
+
+
+def _layer_problems(
+    name: str, spec: KVCacheSpec, value: object, tensors: list[torch.Tensor]
+) -> list[str]:
+    """What is wrong with one layer's tensors for its spec.
+
+    vLLM views an attention or MLA page in ``spec.dtype``, a legacy Mamba
+    state ``i`` in ``spec.dtypes[i]`` and a unified Mamba row as int8 bytes;
+    a Mamba layer is a list of ``len(MambaSpec.shapes)`` states or one 4-D
+    ``[blocks, 1, 1, row]`` tensor.
+    """
+    problems: list[str] = []
+    if spec_kind(spec) != KVCacheSpecKind.MAMBA:
+        wanted = getattr(spec, "dtype", None)
+        wrong = [t.dtype for t in tensors if t.dtype != wanted]
+        if isinstance(wanted, torch.dtype) and wrong:
+            problems.append(
+                f"layer {name!r} is registered as {dtype_name(wrong[0])}; "
+                f"expected {dtype_name(wanted)}, the dtype of its "
+                f"{type(spec).__name__}"
+            )
+        return problems
+    if len(tensors) == 1 and tensors[0].ndim == 4:
+        if tensors[0].dtype not in _UNIFIED_MAMBA_DTYPES:
+            problems.append(
+                f"Mamba layer {name!r} is a {dtype_name(tensors[0].dtype)} tensor; "
+                "expected int8 bytes, as create_kv_cache_views registers a unified "
+                "Mamba row"
+            )
+    else:
+        wanted_dtypes = tuple(getattr(spec, "dtypes", ()) or ())
+        for index, (state, dtype) in enumerate(
+            zip(tensors, wanted_dtypes, strict=False)
+        ):
+            if state.dtype != dtype:
+                problems.append(
+                    f"Mamba layer {name!r} state {index} is {dtype_name(state.dtype)}; "
+                    f"expected {dtype_name(dtype)} (MambaSpec.dtypes[{index}])"
+                )
+    expected = len(getattr(spec, "shapes", ())) or 2
+    if isinstance(value, (list, tuple)) and len(value) != expected:
+        problems.append(
+            f"Mamba layer {name!r} is a list of {len(value)} tensors; "
+            f"expected {expected} ([conv_state, ssm_state] per "
+            "MambaSpec.shapes) in the legacy registration"
+        )
+    elif isinstance(value, torch.Tensor) and value.ndim != 4:
+        problems.append(
+            f"Mamba layer {name!r} is one {value.ndim}-D tensor "
+            f"{tuple(value.shape)}; expected a legacy list of {expected} "
+            "state tensors or a unified 4-D [blocks, 1, 1, row] view"
+        )
+    return problems
+
+
+def _listed(names: list[str], most: int) -> str:
+    return f"{names[:most]}{' ...' if len(names) > most else ''}"
+
+
+def check_registration(
+    kv_cache_config: KVCacheConfig | None, kv_caches: object
+) -> dict[str, tuple[int | None, KVCacheSpec | None]]:
+    """Check a registration against its config; return layer -> (group, spec).
+
+    Every registered layer is in the result (``(None, None)`` without a
+    config).  All problems (missing or extra layers, values that are not
+    tensors or tensor lists, tensors not in their spec's dtype, malformed
+    Mamba entries, mixed devices) are collected into one ``KVExploreError``,
+    each naming its layer, before anything is edited.
+    """
+    kv_cache_config = as_kv_cache_config(kv_cache_config)
+    if not isinstance(kv_caches, Mapping):
+        raise KVExploreError(
+            f"kv_caches is a {type(kv_caches).__name__}; expected a mapping of "
+            "layer name -> tensor or [conv_state, ssm_state]"
+        )
+    problems: list[str] = []
+    where: dict[str, tuple[int | None, KVCacheSpec | None]] = {}
+    if kv_cache_config is not None:
+        for index, group in enumerate(kv_cache_config.kv_cache_groups):
+            for name in group.layer_names:
+                where[name] = (index, layer_spec(group.kv_cache_spec, name))
+        missing = [name for name in where if name not in kv_caches]
+        extra = [name for name in kv_caches if name not in where]
+        if missing:
+            problems.append(
+                f"kv_caches lacks {len(missing)} layer(s) the config names: "
+                f"{_listed(missing, 8)}"
+            )
+        if extra:
+            problems.append(
+                f"kv_caches holds {len(extra)} layer(s) no config group names: "
+                f"{_listed(extra, 8)}"
+            )
+    devices: dict[str, list[str]] = {}
+    for name, value in kv_caches.items():
+        _, spec = where.setdefault(name, (None, None))
+        tensors = (
+            tensors_of(value) if isinstance(value, (torch.Tensor, list, tuple)) else []
+        )
+        if not tensors or not all(isinstance(t, torch.Tensor) for t in tensors):
+            problems.append(
+                f"layer {name!r} is registered as {describe(value)}; expected a "
+                "tensor or a non-empty list of tensors"
+            )
+            continue
+        for device in dict.fromkeys(str(t.device) for t in tensors):
+            devices.setdefault(device, []).append(name)
+        if spec is not None:
+            problems.extend(_layer_problems(name, spec, value, tensors))
+    if len(devices) > 1:
+        listed = ", ".join(
+            f"{device}: {_listed(names, 3)}"
+            for device, names in sorted(devices.items())
+        )
+        problems.append(
+            f"registered tensors live on {len(devices)} devices ({listed}); "
+            "expected one device"
+        )
+    if problems:
+        raise KVExploreError(
+            "cannot edit this registration: " + "; ".join(problems) + "."
+        )
+    return where
+
+
+_FACTS = ("shape", "stride", "storage_offset", "dtype")
+
+
+def layout_facts(value: object, num_blocks: int | None, suffix: str) -> dict:
+    """Report columns of one value: ``shape`` / ``stride`` / ``storage_offset`` /
+    ``dtype`` (tuples of them for a state list) and ``block_bytes`` (all its
+    elements' bytes over ``num_blocks``), each with ``_{suffix}``."""
+    tensors = (
+        tensors_of(value) if isinstance(value, (torch.Tensor, list, tuple)) else []
+    )
+    if not tensors or not all(isinstance(t, torch.Tensor) for t in tensors):
+        facts: dict[str, object] = dict.fromkeys(_FACTS)
+    else:
+        facts = {
+            "shape": [tuple(t.shape) for t in tensors],
+            "stride": [tuple(t.stride()) for t in tensors],
+            "storage_offset": [t.storage_offset() for t in tensors],
+            "dtype": [dtype_name(t.dtype) for t in tensors],
+        }
+        single = isinstance(value, torch.Tensor)
+        facts = {k: v[0] if single else tuple(v) for k, v in facts.items()}
+        if num_blocks:
+            total = sum(t.numel() * t.element_size() for t in tensors)
+            facts["block_bytes"] = total // num_blocks
+    facts.setdefault("block_bytes", None)
+    return {f"{key}_{suffix}": fact for key, fact in facts.items()}
+
+
+#: The columns of :attr:`EditResult.report`.
+REPORT_COLUMNS = [
+    "group", "layer", "kind", "rule", "declined",
+    *(f"{fact}_before" for fact in _FACTS),
+    *(f"{fact}_after" for fact in _FACTS),
+    "block_bytes_before", "block_bytes_after",
+]  # fmt: skip
+_BY_GROUP_COLUMNS = [
+    "group", "kind", "rule", "layers", "shape_before", "shape_after",
+    "block_bytes_before", "block_bytes_after",
+]  # fmt: skip
+
+
+class EditResult(Displayable, FrozenDict):
+    """The edited ``{layer_name: value}`` dict, plus what happened per layer.
+
+    It *is* the new dict (edited layers re-viewed, the others the very same
+    objects), so it goes wherever LMCache's plain result would.  It is frozen
+    (``TypeError`` / ``FrozenInstanceError`` on any write) so the views and
+    their report cannot drift apart; ``dict(result)`` is a mutable copy.
+
+    ``report`` (a new DataFrame each access): one row per layer with group,
+    layer, spec kind, the rule that matched (or ``None``), why every earlier
+    rule declined, and shape / stride / storage offset / dtype / bytes per
+    block before and after.  ``counts``: rule name -> layers re-viewed.
+    """
+
+    __slots__ = ("_rows", "_counts", "_note")
+
+    def __init__(
+        self,
+        edited: Mapping[str, RegisteredKVCache],
+        report: pd.DataFrame,
+        note: str = "",
+    ) -> None:
+        dict.__init__(self, edited)
+        rows = tuple(report.to_dict("records"))
+        counts = Counter(row["rule"] for row in rows if isinstance(row["rule"], str))
+        object.__setattr__(self, "_rows", rows)
+        object.__setattr__(self, "_counts", dict(counts))
+        object.__setattr__(self, "_note", str(note))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r} of EditResult")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r} of EditResult")
+
+    def __reduce__(self):
+        return (EditResult, (dict(self), self.report, self._note))
+
+    def __copy__(self) -> EditResult:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> EditResult:
+        return self
+
+    @property
+    def report(self) -> pd.DataFrame:
+        """One row per layer (a new DataFrame each time: edit it freely)."""
+        return pd.DataFrame(list(self._rows), columns=REPORT_COLUMNS, dtype=object)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Rule name -> layers it re-viewed (a copy)."""
+        return dict(self._counts)
+
+    @property
+    def note(self) -> str:
+        """Why no rule was consulted, or ``""``."""
+        return self._note
+
+    def by_group(self) -> pd.DataFrame:
+        """One row per group and rule that fired (``None``: no rule).
+
+        ``layers`` counts the group's layers that rule re-viewed; shapes and
+        bytes per block are the first such layer's.
+        """
+        seen: dict[tuple[object, object], dict[str, object]] = {}
+        for row in self._rows:
+            key = (row["group"], row["rule"])
+            if key in seen:
+                seen[key]["layers"] += 1
+            else:
+                seen[key] = {c: row.get(c) for c in _BY_GROUP_COLUMNS} | {"layers": 1}
+        return pd.DataFrame(
+            list(seen.values()), columns=_BY_GROUP_COLUMNS, dtype=object
+        )
+
+    def summary(self) -> str:
+        """One line: layers, and how many each rule re-viewed."""
+        rules = ", ".join(f"{name} x{n}" for name, n in sorted(self._counts.items()))
+        extra = f"; {self._note}" if self._note else ""
+        return f"EditResult({len(self)} layers: {rules or 'no layer edited'}{extra})"
+
+    def __repr__(self) -> str:
+        return self.text()

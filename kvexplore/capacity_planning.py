@@ -661,23 +661,39 @@ def _derivation(r: CapacityReport) -> dict[str, str]:
     return out
 
 
-def capacity_sweep(models: Iterable[Any], **kwargs) -> pd.DataFrame:
-    """One :func:`capacity` summary row per model or plan."""
-    rows = []
+def capacity_row(model: Any, kwargs: dict) -> dict[str, Any]:
+    """One :func:`capacity_sweep` row: :func:`capacity` of ``model`` with ``kwargs``."""
+    r = capacity(model, **kwargs)
+    return {
+        "model": r.plan.model.name, "gpu": r.plan.gpu.name,
+        "tp": r.plan.tensor_parallel_size,
+        "gpu_memory_utilization": r.gpu_memory_utilization,
+        "kv_cache_memory": r.kv_cache_memory, "num_blocks": r.num_blocks,
+        "block_size": r.block_size, "max_model_len": r.max_model_len,
+        "kv_cache_size_tokens": r.kv_cache_size_tokens,
+        "max_concurrency": r.max_concurrency,
+        "largest_max_model_len": r.largest_max_model_len,
+        "cache_hit_alignment": r.cache_hit_alignment,
+    }
+
+
+def capacity_sweep(models: Iterable[Any], *, executor=None, **kwargs) -> pd.DataFrame:
+    """One :func:`capacity` summary row per model or plan, in order.
+
+    ``executor`` (any ``concurrent.futures.Executor``, e.g. a
+    ``ProcessPoolExecutor`` or ``dask.distributed.Client.get_executor()``)
+    runs one task per row; a plan is sent as its model and inputs, so each
+    worker builds it once (:func:`kvexplore.offloading.sweep.run_groups`)."""
+    from kvexplore.offloading.sweep import run_groups
+
+    tasks = []
     for m in models:
-        r = capacity(m, **kwargs)
-        rows.append({
-            "model": r.plan.model.name, "gpu": r.plan.gpu.name,
-            "tp": r.plan.tensor_parallel_size,
-            "gpu_memory_utilization": r.gpu_memory_utilization,
-            "kv_cache_memory": r.kv_cache_memory, "num_blocks": r.num_blocks,
-            "block_size": r.block_size, "max_model_len": r.max_model_len,
-            "kv_cache_size_tokens": r.kv_cache_size_tokens,
-            "max_concurrency": r.max_concurrency,
-            "largest_max_model_len": r.largest_max_model_len,
-            "cache_hit_alignment": r.cache_hit_alignment,
-        })
-    return pd.DataFrame(rows)
+        if isinstance(m, Plan):
+            model = m.model.served_name or m.model.config
+            tasks.append((model, {**m.inputs, **kwargs}))
+        else:
+            tasks.append((m, kwargs))
+    return pd.DataFrame(run_groups(capacity_row, tasks, executor, what="capacity"))
 
 
 __all__ = [
@@ -685,6 +701,7 @@ __all__ = [
     "MEMORY_TERMS",
     "CapacityReport",
     "capacity",
+    "capacity_row",
     "capacity_sweep",
     "profile_estimates",
 ]

@@ -160,3 +160,25 @@ def test_no_axes_is_one_row():
     df = sweep(QWEN, gpu="A100")
     assert len(df) == 1
     assert df.tokens_per_block[0] == (544, 544, 544, 544)
+
+
+def test_process_pool_gives_the_sequential_rows():
+    """A sweep on a local process pool (each worker plans its own copy) gives
+    exactly the rows of the sequential sweep, in the same order; so does a
+    capacity sweep over models and a plan."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from kvexplore.capacity_planning import capacity_sweep
+
+    axes = dict(gpu=["A100", "H100"], num_blocks=64, block_size=[None, 1024])
+    sequential = sweep("Qwen/Qwen3.5-0.8B", **axes)
+    models = ["Qwen/Qwen3.5-0.8B", kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="H100", max_model_len=8192)]
+    cap_seq = capacity_sweep(models, gpu_memory_utilization=0.85)
+    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        parallel = sweep("Qwen/Qwen3.5-0.8B", executor=pool, **axes)
+        cap_par = capacity_sweep(models, executor=pool, gpu_memory_utilization=0.85)
+    assert len(sequential) == 4 and sequential["error"].isna().all()
+    pd.testing.assert_frame_equal(parallel, sequential)
+    pd.testing.assert_frame_equal(cap_par, cap_seq)
+    assert cap_seq["max_model_len"].tolist()[1] == 8192  # the plan's own inputs travel

@@ -19,6 +19,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
@@ -118,7 +119,43 @@ def _result_cells(p, options: dict) -> dict:
     }
 
 
-def sweep(model: Any = "Qwen/Qwen3.5-0.8B", **axes) -> pd.DataFrame:
+def _rows_of_plan(model: Any, plan_kwargs: dict, combos: list[dict]) -> list[dict]:
+    """The rows of every combination that shares one plan: the plan is built
+    once (in the process that runs this, a worker of an executor or this one)."""
+    src = load_model_config(model)
+    p, plan_error = _plan_or_error(src, plan_kwargs)
+    rows = []
+    for given in combos:
+        row = {"model": src.name, **{n: _cell(n, v) for n, v in given.items()}}
+        if p is None:
+            row.update(dict.fromkeys(RESULT_COLUMNS), error=plan_error)
+        else:
+            row.update(_result_cells(p, {n: v for n, v in given.items() if n in OFFLOAD_KEYWORDS}))
+        rows.append(row)
+    return rows
+
+
+def run_groups(function, tasks: list[tuple], executor=None, what: str = "plans") -> list:
+    """``[function(*task) for task in tasks]``, on ``executor`` when given (any
+    ``concurrent.futures.Executor``: a ``ProcessPoolExecutor``, or a cluster's,
+    such as ``dask.distributed.Client.get_executor()``), with a tqdm progress
+    bar that appears once a sweep has run for two seconds."""
+    from tqdm.auto import tqdm
+
+    with tqdm(total=len(tasks), desc=what, delay=2, leave=False) as bar:
+        if executor is None:
+            out = []
+            for task in tasks:
+                out.append(function(*task))
+                bar.update()
+            return out
+        futures = [executor.submit(function, *task) for task in tasks]
+        for future in futures:
+            future.add_done_callback(lambda _f: bar.update())
+        return [future.result() for future in futures]
+
+
+def sweep(model: Any = "Qwen/Qwen3.5-0.8B", *, executor=None, **axes) -> pd.DataFrame:
     """One row per combination of ``axes``: inputs, sizes, flags and reasons.
 
     Every keyword is a ``kvexplore.plan`` keyword (``tensor_parallel_size``,
@@ -127,6 +164,8 @@ def sweep(model: Any = "Qwen/Qwen3.5-0.8B", **axes) -> pd.DataFrame:
     (``extra_config``, ``pipeline_parallel_size``, ``nnodes_within_dp`` ...).
     A list, tuple or range is an axis; any other value is held fixed.
     Combinations run in ``itertools.product`` order of the keywords as given.
+    ``executor`` (any ``concurrent.futures.Executor``) plans the distinct
+    sets of ``plan`` keywords in parallel, one task each (see :func:`run_groups`).
 
     Columns: ``model``, one per keyword given, then :data:`RESULT_COLUMNS`
     (per-group values are tuples in ``groups`` order; ``error`` is missing,
@@ -143,22 +182,20 @@ def sweep(model: Any = "Qwen/Qwen3.5-0.8B", **axes) -> pd.DataFrame:
     names = list(axes)
     values = [_axis(n, axes[n]) for n in names]
     src = load_model_config(model)  # an unknown model is an error, not rows
-    plans: dict[Any, tuple] = {}
-    rows: list[dict] = []
+    portable = model if isinstance(model, (str, Mapping)) else src.config
+    groups: dict[Any, tuple[dict, list[dict]]] = {}
+    order = []
     for combo in itertools.product(*values):
         given = dict(zip(names, combo, strict=True))
         plan_kwargs = {n: v for n, v in given.items() if n in PLAN_KEYWORDS}
         key = _key(tuple(plan_kwargs.values()))
-        if key not in plans:
-            plans[key] = _plan_or_error(src, plan_kwargs)
-        p, plan_error = plans[key]
-        row = {"model": src.name, **{n: _cell(n, v) for n, v in given.items()}}
-        if p is None:
-            row.update(dict.fromkeys(RESULT_COLUMNS), error=plan_error)
-        else:
-            row.update(_result_cells(p, {n: v for n, v in given.items() if n in OFFLOAD_KEYWORDS}))
-        rows.append(row)
+        groups.setdefault(key, (plan_kwargs, []))[1].append(given)
+        order.append((key, len(groups[key][1]) - 1))
+    keys = list(groups)
+    results = run_groups(_rows_of_plan, [(portable, *groups[k]) for k in keys], executor)
+    by_key = dict(zip(keys, results, strict=True))
+    rows = [by_key[key][i] for key, i in order]
     return pd.DataFrame(rows, columns=["model", *names, *RESULT_COLUMNS])
 
 
-__all__ = ["OFFLOAD_KEYWORDS", "PLAN_KEYWORDS", "RESULT_COLUMNS", "sweep"]
+__all__ = ["OFFLOAD_KEYWORDS", "PLAN_KEYWORDS", "RESULT_COLUMNS", "run_groups", "sweep"]

@@ -438,6 +438,22 @@ def test_bad_host_inputs(qwen_32k_a100):
         lmcache_chunk_sizes(offload_config(qwen_32k_a100), check=(0,))
     with pytest.raises(KVExploreError, match="num_blocks"):
         capacity(QWEN, gpu="A100", num_blocks=10)
+    # vLLM's OffloadingConfig takes a chunk of 0 or -1 blocks; no host region can hold one
+    for tokens in (0, -544):
+        cfg = offload_config(qwen_32k_a100, extra_config={"block_size": tokens})
+        assert cfg.config.cache.blocks_per_chunk == tokens // 544
+        with pytest.raises(KVExploreError, match=f"blocks_per_chunk={tokens // 544} "):
+            host_sizing(cfg, GiB)
+        with pytest.raises(KVExploreError, match="blocks_per_chunk"):
+            capacity(qwen_32k_a100, cpu_bytes_to_use=GiB, offload_extra_config={"block_size": tokens})
+
+
+def test_canonical_layout_string_reads_as_vllm_reads_it(qwen_32k_a100):
+    from kvexplore import offload_config
+
+    r = offload_config(qwen_32k_a100, extra_config={"canonical_layout": "false"})
+    assert r.config.canonical_layout is bool("false") is True
+    assert "non-empty string" in r.derivation.canonical_layout.rule
 
 
 def test_report_is_frozen(qwen_32k_a100):

@@ -185,3 +185,67 @@ def test_edits_and_round_trip(blocks, chunk):
     call(kvexplore.verify_roundtrip, ["blocks", "chunk_bytes"], small().kv_cache_config, kv,
          edited, blocks=blocks, chunk_bytes=chunk)
     call(kvexplore.verify_roundtrip, ["kv_cache_config", "Plan", "plan"], small(), kv, edited)
+
+
+
+_PLAN_FOUR = r"""
+import json, os, signal, sys, threading
+import kvexplore
+
+base = json.load(open(sys.argv[1]))
+configs = [dict(base, text_config=dict(base["text_config"], max_position_embeddings=n))
+           for n in (4096, 8192, 16384, 32768)]
+texts, errors = [None] * 4, []
+
+def run(i):
+    try:
+        texts[i] = kvexplore.plan(configs[i], gpu="A100", num_blocks=8).text()
+    except Exception as exc:
+        errors.append(repr(exc))
+
+if sys.argv[2] == "threads":
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+else:
+    for i in range(4): run(i)
+print(json.dumps({"errors": errors, "texts": texts}), flush=True)
+if sys.argv[2] == "threads":
+    os.kill(os.getpid(), signal.SIGTERM)
+"""
+
+
+def test_threads_plan_as_sequential_and_sigterm_leaves_nothing(tmp_path):
+    """In fresh processes: four threads planning four dict configs at once
+    answer exactly as one thread planning them in turn, and a SIGTERM after
+    planning leaves no ``kvexplore-configs-*`` directory behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from kvexplore.planning.models import load_model_config
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(load_model_config(QWEN).config))
+    script = tmp_path / "plan_four.py"
+    script.write_text(_PLAN_FOUR)
+    out = {}
+    for mode in ("threads", "sequential"):
+        tmp = tmp_path / f"tmp-{mode}"
+        tmp.mkdir()
+        root = str(Path(kvexplore.__file__).resolve().parent.parent)
+        env = {**os.environ, "TMPDIR": str(tmp),
+               "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+        proc = subprocess.run([sys.executable, str(script), str(config), mode],
+                              capture_output=True, text=True, env=env, timeout=600)
+        assert proc.stdout, proc.stderr[-2000:]
+        out[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert out[mode]["errors"] == []
+        leftovers = [d.name for d in tmp.iterdir() if d.name.startswith("kvexplore-configs-")]
+        assert leftovers == [], (mode, leftovers)
+        if mode == "threads":
+            assert proc.returncode == -signal.SIGTERM
+    assert out["threads"]["texts"] == out["sequential"]["texts"]
+    assert len(set(out["threads"]["texts"])) == 4  # four different models, four answers

@@ -467,7 +467,10 @@ def replicated_layout(p: Plan, o: OffloadOptions, par: ParallelLayout, worker_by
 def canonical_layout(extra: Mapping[str, Any]) -> Derived:
     """``bool(extra_config.get("canonical_layout", False))``, as vLLM reads it."""
     raw = extra.get("canonical_layout", False)
-    return Derived(bool(raw), f"bool(extra_config.get('canonical_layout', False)) = bool({raw!r})")
+    rule = f"bool(extra_config.get('canonical_layout', False)) = bool({raw!r})"
+    if isinstance(raw, str) and raw:
+        rule += " (vLLM reads any non-empty string as True, 'false' and '0' included)"
+    return Derived(bool(raw), rule)
 
 
 def _full_attention_terms(spec, p: Plan) -> tuple[Clause, ...]:

@@ -119,6 +119,13 @@ def host_sizing(
             f"worker_kv_bytes_per_block={per_block}, world_size={world}, "
             f"{len(c.groups)} groups: nothing to offload; expected a plan with KV cache groups"
         )
+    if bpc <= 0:
+        raise KVExploreError(
+            f"blocks_per_chunk={bpc} (from extra_config {dict(c.extra_config)!r}): a chunk "
+            "must hold at least one block; vLLM 0.33's OffloadingConfig accepts this, "
+            "but CPUOffloadingSpec cannot size a host region from it; expected an "
+            "extra_config 'block_size' of at least one GPU block"
+        )
     # CPUOffloadingSpec: replicated_layout counts only with the shared mmap
     # region, which the CUDA platform kvexplore answers for uses.
     num_copies = 1 if c.replicated_layout else world

@@ -189,20 +189,21 @@ _TMP_DIR: tempfile.TemporaryDirectory | None = None
 def _tmp_root() -> Path:
     """One temporary directory per process for the ``config.json`` files vLLM
     reads, created on first use under a lock.  It is removed when the process
-    exits normally (``TemporaryDirectory``'s finalizer) and on SIGTERM, when
-    SIGTERM still has its default action (:func:`_remove_on_sigterm`)."""
+    exits normally (``TemporaryDirectory``'s finalizer) and on SIGTERM while
+    SIGTERM has its default action (:func:`_remove_on_sigterm`)."""
     global _TMP_DIR
     with _TMP_LOCK:
         if _TMP_DIR is None:
             _TMP_DIR = tempfile.TemporaryDirectory(prefix="kvexplore-configs-")
-            _remove_on_sigterm(_TMP_DIR)
         return Path(_TMP_DIR.name)
 
 
-def _remove_on_sigterm(tmp: tempfile.TemporaryDirectory) -> None:
-    """SIGTERM's default action ends the process without running finalizers;
-    while that default is in force (and only from the main thread), remove
-    ``tmp`` first, then end the process the default way."""
+def _remove_on_sigterm() -> None:
+    """SIGTERM's default action ends the process without running finalizers.
+    Installed when this module is imported from the main thread with that
+    default in force (a handler can only be installed from the main thread,
+    while the directory may be created by any): on SIGTERM, remove the
+    directory if it exists, then end the process the default way."""
     import os
     import signal
 
@@ -212,11 +213,15 @@ def _remove_on_sigterm(tmp: tempfile.TemporaryDirectory) -> None:
         return
 
     def remove_then_terminate(signum, frame):
-        tmp.cleanup()
+        if _TMP_DIR is not None:
+            _TMP_DIR.cleanup()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, remove_then_terminate)
+
+
+_remove_on_sigterm()
 
 
 def _materialise(name: str, config: dict[str, Any]) -> ModelSource:

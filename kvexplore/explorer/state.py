@@ -1,14 +1,8 @@
-"""The Explorer's logic in plain Python: controls -> plan -> panels.
+"""The Explorer's logic without widgets: controls -> plan -> panels.
 
-:class:`ExplorerState` holds the control values (what the widget's controls
-show), builds the plan with :func:`kvexplore.plan` and renders every panel to
-text and HTML; :mod:`kvexplore.explorer.widgets` is a thin ipywidgets layer
-over it, and tests drive it without a browser.  Every user error
-(``KVExploreError``, a ``ValueError``) becomes a message in the ``status``
-panel, never a traceback; panels and PNG figures are memoised per plan by
-exactly the inputs they read (:func:`kvexplore.memo.per_plan`), and
-:meth:`ExplorerState.set` reports which panels changed.  :func:`compare` sets
-two states side by side with every differing quantity marked.
+A user error (a ``ValueError``) becomes a message panel, never a traceback;
+panels and PNG figures are memoised per plan (:func:`kvexplore.memo.per_plan`).
+:func:`compare` puts two states side by side.
 
 >>> s = ExplorerState("Qwen/Qwen3.5-0.8B")
 >>> s.plan.block_size  # on the default GPU, an H100
@@ -70,8 +64,7 @@ CONTROL_DEFAULTS: dict[str, Any] = {
     "block": 0,
 }
 
-#: ``speculative_config`` methods the speculative control offers ("none": no
-#: drafter); a draft model (``draft_model``) is needed by eagle, eagle3 and draft_model.
+#: ``speculative_config`` methods the speculative control offers ("none": no drafter).
 SPECULATIVE_METHODS = ("none", "mtp", "eagle", "eagle3", "draft_model", "ngram")
 
 #: Controls that pick what to look at; the others (:data:`PLAN_CONTROLS`) change the plan.
@@ -90,8 +83,7 @@ FIGURE_DPI = 72
 
 @dataclass(frozen=True)
 class Panel:
-    """One panel's rendered state: ``text`` (deterministic; tests and nbval
-    compare it), ``html`` (what the widget shows), ``ok`` (False for a
+    """One panel: deterministic ``text``, ``html``, ``ok`` (False for a
     message in place of content)."""
 
     name: str
@@ -102,6 +94,11 @@ class Panel:
 
 def _message_panel(name: str, text: str, level: str = "error") -> Panel:
     return Panel(name, text, html.message_html(text, level), ok=False)
+
+
+_LIVE_IDLE = Panel("live", "live tensors: not run for this configuration (press Run)", html.message_html(
+    "live tensors: not run for this configuration. Run allocates the registered "
+    "caches (CUDA if available, else CPU), applies the edits and runs verify_roundtrip.", "info"))
 
 
 def choices() -> dict[str, list]:
@@ -131,9 +128,7 @@ def _control_int(name: str, value: Any, *, auto: bool = False) -> int | None:
     elif isinstance(value, str) and value.strip().lstrip("-").isdigit():
         parsed = int(value.strip())
     if parsed is None or parsed < minimum:
-        allowed = f"an integer >= {minimum}"
-        if auto:
-            allowed = "'auto' or " + allowed
+        allowed = ("'auto' or " if auto else "") + f"an integer >= {minimum}"
         raise KVExploreError(f"{name}={value!r} is invalid; expected {allowed}")
     return parsed
 
@@ -152,9 +147,8 @@ def _check_controls(names) -> None:
 
 
 def _speculative_config(c: dict) -> dict | None:
-    """The ``speculative_config`` the speculative controls describe (None for
-    method "none"): method, ``num_speculative_tokens``, and the draft model
-    when one is named (a catalog id, path or hub id, as the model control)."""
+    """The ``speculative_config`` of the speculative controls (None for
+    method "none")."""
     method = c["speculative_method"]
     if method in (None, "", "none"):
         return None
@@ -172,13 +166,11 @@ def _speculative_config(c: dict) -> dict | None:
 
 
 class ExplorerState:
-    """Controls -> plan -> panels, without any widget.
+    """Controls -> plan -> panels.
 
-    ``set(**changes)`` applies control changes and returns the names of the
-    panels whose content changed.  ``panels[name]`` is a :class:`Panel`;
-    ``error`` is the last user error (None when the controls are valid);
-    ``plan`` the current plan (None after an error that prevents planning).
-    An unknown control name raises ``KVExploreError``.
+    ``panels[name]`` is a :class:`Panel`; ``error`` the last user error (None
+    when the controls are valid); ``plan`` the current plan (None when
+    planning failed).  An unknown control name raises ``KVExploreError``.
     """
 
     def __init__(self, model: Any = DEFAULT_MODEL, **controls: Any) -> None:
@@ -190,7 +182,6 @@ class ExplorerState:
         self._live_key = None
         self.refresh()
 
-    # -- control handling ----------------------------------------------------
     def set(self, **changes: Any) -> tuple[str, ...]:
         """Apply control changes; return the panels that changed (in PANELS order)."""
         _check_controls(changes)
@@ -216,9 +207,7 @@ class ExplorerState:
         }
 
     def _memoised(self, key: tuple, build: Callable[[], Any]) -> Any:
-        """A panel or figure of the current plan, built once per plan and ``key``
-        (:func:`kvexplore.memo.per_plan`: shared by every Explorer looking at
-        the same plan, released with it)."""
+        """``build()``, memoised per current plan and ``key``."""
         return per_plan(self.plan, ("explorer",) + key, build)
 
     def refresh(self) -> tuple[str, ...]:
@@ -237,7 +226,7 @@ class ExplorerState:
             new["status"] = _message_panel("status", self.error)
             return self._commit(before, new)
         p = self.plan
-        new["summary"] = self._memoised(("summary",), lambda: _summary_panel(p))
+        new["summary"] = self._memoised(("summary",), lambda: Panel("summary", p.text(), p._repr_html_()))
         new["memory"] = self._memoised(("memory",), lambda: _memory_panel(p))
         new["offload"] = self._memoised(("offload",), lambda: _offload_panel(p))
         registration = self.controls["registration"]
@@ -256,8 +245,7 @@ class ExplorerState:
         if self._live_key == (p, registration) and "live" in before:  # plans compare by identity
             new["live"] = before["live"]
         else:
-            new["live"] = Panel("live", "live tensors: not run for this configuration (press Run)",
-                                _live_idle_html(), ok=True)
+            new["live"] = _LIVE_IDLE
         if self.error:
             new["status"] = _message_panel("status", self.error)
         else:
@@ -287,14 +275,9 @@ class ExplorerState:
         """``(layer position, block)`` from the view controls (raises on bad values)."""
         return self._layer(), _control_int("block", self.controls["block"])
 
-    # -- figures: PNG bytes, memoised like the panels ------------------------
     def page_map_png(self, layer: int | None = None, block: int | None = None) -> bytes | None:
-        """The page map (registered and edited rows) as PNG bytes, or None
-        after an error.  ``layer``/``block`` default to the controls.
-
-        Drawn once per ``(plan, layer, block, registration)``
-        (:func:`kvexplore.memo.per_plan`).
-        """
+        """The page map as PNG bytes (memoised), or None after an error;
+        ``layer``/``block`` default to the controls."""
         if self.plan is None or (layer is None and not self.panels["page_map"].ok):
             return None
         p = self.plan
@@ -308,8 +291,8 @@ class ExplorerState:
         return self._memoised(key, lambda: _page_map_png(p, layer, block, registration))
 
     def edit_group_pngs(self) -> list[tuple[str, bytes]]:
-        """``(caption, PNG)`` per KV cache group: block 0 of the group's first
-        layer, registered page over the edited view (empty after an error)."""
+        """``(caption, PNG)`` of block 0 of each group's first layer (empty
+        after an error)."""
         if self.plan is None:
             return []
         positions = {info.name: i for i, info in enumerate(self.plan.layers)}
@@ -327,14 +310,12 @@ class ExplorerState:
                 out.append((f"group {gid}: {name} (layer {pos}), block 0", png))
         return out
 
-    # -- live tensors --------------------------------------------------------
     def run_live(self, device: str | None = None, *, blocks: Any = "default") -> Panel:
-        """Allocate the registered caches, apply the edits, ``verify_roundtrip``.
+        """Allocate the registered caches, apply the edits, ``verify_roundtrip``;
+        the result (or the error as a message) becomes the ``live`` panel.
 
-        ``device`` None: CUDA when available, else CPU.  ``blocks``: the block
-        ids to exercise; ``"default"`` means all on CUDA and the first
-        :data:`CPU_ROUNDTRIP_BLOCKS` on CPU.  The result replaces the ``live``
-        panel (an error becomes its message) and is returned.
+        ``device`` None: CUDA when available, else CPU.  ``blocks``:
+        ``"default"`` is all on CUDA, the first :data:`CPU_ROUNDTRIP_BLOCKS` on CPU.
         """
         try:
             panel = self._run_live(device, blocks)
@@ -379,19 +360,6 @@ def describe_error(exc: BaseException) -> str:
     return f"unexpected {type(exc).__name__}: {exc} (please report this)"
 
 
-def _live_idle_html() -> str:
-    return html.message_html(
-        "live tensors: not run for this configuration. Run allocates the registered "
-        "caches (CUDA if available, else CPU), applies the edits and runs verify_roundtrip.",
-        "info",
-    )
-
-
-def _summary_panel(p) -> Panel:
-    """The plan's own text and HTML forms (the display protocol)."""
-    return Panel("summary", p.text(), p._repr_html_())
-
-
 def _memory_panel(p) -> Panel:
     gt = p.group_table
     pairs = [
@@ -409,9 +377,7 @@ def _memory_panel(p) -> Panel:
 
 
 def edited_layout(p, layer: int, block: int, registration: str):
-    """The page layout of ``layer`` / ``block`` with LMCache's default edits,
-    built once per plan and view (the page map panel, its image, the edits
-    panel and compare all show this one object)."""
+    """``page_layout(..., edited=True)``, memoised per plan and view."""
     return per_plan(p, ("page_layout", layer, block, registration),
                     lambda: layouts.page_layout(p, layer, block=block, registration=registration,
                                                 edited=True))
@@ -423,14 +389,12 @@ def _page_map_panel(p, layer: int, block: int, registration: str) -> Panel:
 
 
 def _page_map_png(p, layer: int, block: int, registration: str) -> bytes:
-    # the panel's HTML carries the title and the legend, so the image leaves them out
     lay = edited_layout(p, layer, block, registration)
     return figure_png(figures.page_figure(lay, title=False, legend_row=False))
 
 
 def figure_png(fig, dpi: int = FIGURE_DPI) -> bytes:
-    """A matplotlib Figure as PNG bytes, without the version metadata (the
-    same figure gives the same bytes)."""
+    """A matplotlib Figure as PNG bytes, without the version metadata."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
     return buf.getvalue()
@@ -459,8 +423,7 @@ def _offload_panel(p) -> Panel:
     except ValueError as exc:
         msg = f"vLLM's build_offloading_config rejects this plan: {exc}"
         return Panel("offload", msg, html.message_html(msg), ok=False)
-    # The config names the materialised config directory (a temp path): hide it
-    # so the text form is the same on every run.
+    # hide the temporary config directory so the text is deterministic
     where = str(p.model.config_dir)
     text = f"{result!r}\n{result.explain()}".replace(where, "<config_dir>")
     return Panel("offload", text, html.pre_html(text))
@@ -473,8 +436,8 @@ PAGE_MAP_QUANTITIES = ("block_size", "kernel_block_size", "kernel_pages", "page_
 
 @dataclass(frozen=True)
 class CompareRow:
-    """One compared quantity: ``section`` (``plan``, ``group N``, ``page map``),
-    the rendered values of sides A and B, and whether they differ."""
+    """One compared quantity of ``section`` (``plan``, ``group N``, ``page
+    map``): the values of sides A and B."""
 
     section: str
     quantity: str
@@ -525,10 +488,8 @@ def _page_map_rows(lay) -> dict[tuple[str, str], str]:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Two :class:`ExplorerState` side by side, and every compared quantity
-    (``rows``, plan and groups first, then the page map of the shared
-    layer/block/registration).  ``differences`` are the rows that differ;
-    a side that cannot plan shows its error instead of rows."""
+    """Two :class:`ExplorerState` and their compared ``rows`` (plan, groups,
+    then the page map); a side that cannot plan has no rows."""
 
     a: ExplorerState
     b: ExplorerState
@@ -599,11 +560,9 @@ def _compared_rows(st: ExplorerState) -> dict[tuple[str, str], str]:
 def compare(a_controls: Mapping[str, Any] | ExplorerState,
             b_controls: Mapping[str, Any] | ExplorerState | None = None,
             **b_changes: Any) -> Comparison:
-    """Two settings side by side: ``a_controls`` and ``b_controls`` are
-    Explorer controls (``model``, ``gpu``, ``tensor_parallel_size`` ...);
-    B defaults to A with ``b_changes`` applied.  Either may be an
-    :class:`ExplorerState` instead, used as it is (its memoised panels and
-    figures are reused; ``b_changes`` then does not apply to it).
+    """Two settings side by side, each Explorer controls or an
+    :class:`ExplorerState` (used as is); B's controls are A's updated with
+    ``b_controls`` and ``b_changes``.
 
     >>> c = compare({"model": "Qwen/Qwen3.5-0.8B", "gpu": "A100"}, gpu="H100")
     >>> c.row("block_size")

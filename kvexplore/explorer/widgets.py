@@ -1,16 +1,6 @@
-"""The Explorer widget: a thin ipywidgets layer over :class:`ExplorerState`.
-
-``Explorer(model="Qwen/Qwen3.5-0.8B")`` is a ``VBox``: rows of controls and a
-tab per panel (:data:`~kvexplore.explorer.state.PANELS`).  It forwards
-``.value`` changes to ``state.set`` and copies the changed panels' HTML back;
-a bad value shows up as a message in the status tab and the affected panels,
-never as a traceback, and the controls stay usable.  The page map is drawn
-into an ``Image`` (PNG bytes memoised by :meth:`ExplorerState.page_map_png`;
-the "figure" checkbox turns it off), the edits tab draws each group's first
-layer while it is shown.  :class:`Compare` puts two settings side by side over
-:func:`kvexplore.explorer.state.compare`.
-
-In a notebook::
+"""ipywidgets over :class:`~kvexplore.explorer.state.ExplorerState`
+(:class:`Explorer`) and :func:`~kvexplore.explorer.state.compare`
+(:class:`Compare`).  In a notebook::
 
     from kvexplore.explorer.widgets import Explorer
     ex = Explorer("Qwen/Qwen3.5-0.8B")
@@ -74,19 +64,16 @@ _LABELS = {
 
 
 def _control(name: str, value: Any, label: str, options: dict, **kwargs) -> widgets.Widget:
-    """The widget of one control: an ``IntText`` for a number, a free-text
-    ``Combobox`` for the model and the block size, else a ``Dropdown`` (that
-    offers ``value`` even when it is not one of ``options[name]``)."""
+    """``IntText`` for a number, free-text ``Combobox`` for the models and
+    the block size, else a ``Dropdown`` that also offers ``value``."""
     if name in ("tensor_parallel_size", "decode_context_parallel_size", "layer", "block",
                 "num_speculative_tokens"):
         return widgets.IntText(value=int(value), description=label, **kwargs)
-    if name == "draft_model":
-        return widgets.Combobox(options=list(options["model"]), value=str(value),
-                                description=label, ensure_option=False,
-                                continuous_update=False, placeholder="none", **kwargs)
-    if name in ("model", "block_size"):
-        return widgets.Combobox(options=list(options[name]), value=str(value), description=label,
-                                ensure_option=False, continuous_update=False, **kwargs)
+    if name in ("model", "block_size", "draft_model"):
+        extra = {"placeholder": "none"} if name == "draft_model" else {}
+        return widgets.Combobox(options=list(options["model" if name == "draft_model" else name]),
+                                value=str(value), description=label, ensure_option=False,
+                                continuous_update=False, **extra, **kwargs)
     values = list(options[name])
     if value not in values:
         values.append(value)
@@ -94,12 +81,12 @@ def _control(name: str, value: Any, label: str, options: dict, **kwargs) -> widg
 
 
 class Explorer(widgets.VBox):
-    """Interactive KV-cache explorer (see module doc).
+    """A ``VBox`` of controls and a tab per panel; a bad value becomes a
+    message, never a traceback.
 
-    Attributes: ``state`` (the :class:`ExplorerState`), ``controls`` (control
-    name -> widget; set ``.value`` to drive it), ``panels`` (panel name ->
-    ``HTML`` widget), ``live_button``, ``figure_toggle``, ``figure`` (an
-    ``Image`` holding the PNG page map when the toggle is on).
+    Attributes: ``state``, ``controls`` (name -> widget; set ``.value`` to
+    drive it), ``panels`` (name -> ``HTML``), ``live_button``,
+    ``figure_toggle``, ``figure`` (the PNG page map).
     """
 
     def __init__(self, model: Any = DEFAULT_MODEL, **controls: Any) -> None:
@@ -152,7 +139,6 @@ class Explorer(widgets.VBox):
         self.add_class("kvx-explorer")
         self._render(PANELS)
 
-    # -- event handlers --------------------------------------------------------
     def _on_change(self, change) -> None:
         try:
             changed = self.state.set(**{change["owner"].kvexplore_control: change["new"]})
@@ -170,7 +156,6 @@ class Explorer(widgets.VBox):
         finally:
             self.live_button.disabled = False
 
-    # -- rendering ---------------------------------------------------------------
     def _render(self, changed) -> None:
         for name in changed:
             panel = self.state.panels.get(name)
@@ -197,14 +182,7 @@ class Explorer(widgets.VBox):
         self.layer_label.value = f"<code>{escape(text)}</code>"
 
     def _draw_figure(self) -> None:
-        png = self.state.page_map_png() if self.figure_toggle.value else None
-        if not png:
-            # off, or an error the status panel already shows: hide the figure
-            self.figure.layout.display = "none"
-            return
-        if self.figure.value != png:
-            self.figure.value = png
-        self.figure.layout.display = ""
+        _show(self.figure, self.state.page_map_png() if self.figure_toggle.value else None)
 
     def _draw_edit_figures(self) -> None:
         """Each group's first layer, drawn only while the edits tab is shown."""
@@ -221,22 +199,17 @@ class Explorer(widgets.VBox):
                 children += [widgets.HTML(f"<b>{escape(caption)}</b>"), image]
         self.edit_figures.children = children
 
-    # -- text form ---------------------------------------------------------------
     def text(self) -> str:
         """Every panel's text form, for notebooks checked by nbval."""
         return "\n\n".join(f"== {name} ==\n{self.state.panels[name].text}" for name in PANELS)
 
 
 class Compare(widgets.VBox):
-    """Two settings side by side, over :func:`kvexplore.explorer.state.compare`.
+    """Two settings side by side: ``Compare(a, b, **b_changes)`` as
+    :func:`~kvexplore.explorer.state.compare`.
 
-    ``Compare({"model": "Qwen/Qwen3.5-0.8B", "gpu": "A100"}, gpu="H100")``:
-    A's and B's plan controls (GPU, TP, kv-cache dtype, backend, block size),
-    shared layer/block/registration, both page maps drawn, the differing
-    page-map numbers called out, and the plan table with changed rows marked.
-    Attributes: ``comparison`` (the current :class:`Comparison`),
-    ``controls_a`` / ``controls_b`` / ``shared`` (name -> widget), ``figures``
-    (the two ``Image`` widgets), ``table`` (``HTML``).
+    Attributes: ``comparison``, ``controls_a`` / ``controls_b`` / ``shared``
+    (name -> widget), ``figures`` (two ``Image``), ``table`` (``HTML``).
     """
 
     SIDE_CONTROLS = ("model", "gpu", "tensor_parallel_size", "kv_cache_dtype", "attention_backend",
@@ -302,19 +275,20 @@ class Compare(widgets.VBox):
         self.comparison = c
         self.summary.value = comparison_summary_html(c)
         for i, (st, label) in enumerate(zip((c.a, c.b), c.labels(), strict=True)):
-            png = st.page_map_png()
             self.captions[i].value = f"<b>{'AB'[i]}</b>: {escape(label)}"
-            if png:
-                self.figures[i].value = png
-                self.figures[i].layout.display = ""
-            else:
-                self.figures[i].layout.display = "none"
+            _show(self.figures[i], st.page_map_png())
         self.table.value = comparison_table_html(c)
 
 
+def _show(image: widgets.Image, png: bytes | None) -> None:
+    """Show ``png`` in ``image``, or hide ``image`` when there is none."""
+    if png and image.value != png:
+        image.value = png
+    image.layout.display = "" if png else "none"
+
+
 def _css_class(kind: str, name: str) -> str:
-    """``("panel", "page_map")`` -> ``"kvx-panel-page-map"``: DOM hooks that
-    browser tests (and user CSS) can rely on, unlike ipywidgets' own classes."""
+    """``("panel", "page_map")`` -> ``"kvx-panel-page-map"`` (stable DOM hooks)."""
     return f"kvx-{kind}-{name.replace('_', '-')}"
 
 

@@ -1,11 +1,7 @@
-"""Rendering: layouts as data (``layouts``), and every result's text, HTML
-(``html``) and matplotlib figures (``figures``).
+"""Rendering: layouts as data, and every result's text, HTML and figures.
 
-Importing this package registers each result class's three forms with the
-display protocol's ``singledispatch`` functions
-(:func:`kvexplore.display.text_form`, :func:`~kvexplore.display.html_form`,
-:func:`~kvexplore.display.figure_form`).  matplotlib is imported only when a
-figure is drawn.
+Importing it registers :data:`FORMS` with :mod:`kvexplore.display`'s
+``text_form`` / ``html_form`` / ``figure_form``.
 """
 
 from __future__ import annotations
@@ -17,10 +13,10 @@ from kvexplore.editing.rules import EditResult
 from kvexplore.offloading.config import OffloadResult
 from kvexplore.offloading.sizing import ChunkSizes, HostSizing
 from kvexplore.planning.planner import Plan
-from kvexplore.rendering import capacity, editing, figures, html, layouts, offload, text
+from kvexplore.rendering import capacity, editing, figures, html, layouts, offload
 
 FORMS = {
-    Plan: (text.plan_text, html.plan_html, layouts.plan_figure),
+    Plan: (layouts.plan_text, html.plan_html, layouts.plan_figure),
     layouts.PageLayout: (layouts.page_layout_text, html.page_layout_html, figures.page_figure),
     layouts.BufferLayout: (layouts.buffer_layout_text, html.buffer_layout_html,
                            figures.buffer_figure),

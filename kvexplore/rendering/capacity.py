@@ -12,10 +12,6 @@ from kvexplore.rendering.html import message_html, pairs_html, pre_html, table_h
 from kvexplore.rendering.layouts import plan_title
 
 
-def _gib(n: float) -> str:
-    return f"{n / GiB:.2f} GiB"
-
-
 def capacity_text(r) -> str:
     """Headline, the summary table, the per-group table and the derivation."""
     p = r.plan
@@ -24,15 +20,15 @@ def capacity_text(r) -> str:
         f"{r.num_blocks:,} blocks of {r.block_size} tokens, {r.kv_cache_size_tokens:,} tokens "
         f"(max concurrency {r.max_concurrency:.2f}x at {r.max_model_len:,})"
     )
-    with_groups = r.group_table.to_string(index=False)
-    return "\n\n".join([head, r.summary.to_string(index=False), with_groups, r.explain()])
+    return "\n\n".join([head, r.summary.to_string(index=False), r.group_table.to_string(index=False),
+                        r.explain()])
 
 
 def capacity_html(r) -> str:
     parts = [
         pairs_html([
             ("model", r.plan.model.name), ("gpu", str(r.plan.gpu)),
-            ("kv_cache_memory", _gib(r.kv_cache_memory)),
+            ("kv_cache_memory", f"{r.kv_cache_memory / GiB:.2f} GiB"),
             ("num_blocks", f"{r.num_blocks:,}"),
             ("GPU KV cache size", f"{r.kv_cache_size_tokens:,} tokens"),
             ("max concurrency", f"{r.max_concurrency:.2f}x at {r.max_model_len:,}"),

@@ -1,14 +1,9 @@
-"""Text, HTML and figures of the editing stage's results, and the Explorer's edits panel.
-
-``EditResult`` (what LMCache's edits did to each layer) and
-``RoundTripReport`` (whether a store / load through the edited views lost a
-byte) reach this module through the display protocol
-(:mod:`kvexplore.display`).  Text is deterministic (no timings, no
-addresses), so notebooks and tests can compare it.
-"""
+"""Text, HTML and figures of ``EditResult`` and ``RoundTripReport``, and the
+Explorer's edits panel."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from html import escape
@@ -40,25 +35,14 @@ def edit_result_text(result) -> str:
 
 def edit_result_html(result) -> str:
     """Summary, the per-group table, then the per-layer table."""
-    summary = escape(result.summary())
-    report = result.report
-    if report.empty:
-        return f"<div><p><b>{summary}</b></p></div>"
-    return (
-        f"<div><p><b>{summary}</b></p>"
-        f"<p>by group</p>{table_html(result.by_group())}"
-        f"<p>by layer</p>{table_html(report)}</div>"
-    )
+    body = "" if result.report.empty else (
+        f"<p>by group</p>{table_html(result.by_group())}<p>by layer</p>{table_html(result.report)}")
+    return f"<div><p><b>{escape(result.summary())}</b></p>{body}</div>"
 
 
 def edit_result_figure(result):
-    """Per group: bytes per block of the registered and of the edited view.
-
-    Two bars per group (registered, edited), labelled with the first layer's
-    shape before and after, and the rule that fired on how many layers.
-    Qwen3.5-0.8B: the GDN groups read 1.04 MiB ``(64, 1, 1, 1085440)`` ->
-    1.04 MiB ``(64, 544, 1, 2000)``, ``mamba-unified-view x6``.
-    """
+    """Per group: MiB per block of the registered and of the edited view,
+    labelled with the shapes, the rule and how many layers it fired on."""
     table = result.by_group()
     rows = max(1, len(table))
     fig = new_figure(10, 0.9 + 0.6 * rows)
@@ -92,10 +76,7 @@ def roundtrip_text(report) -> str:
 
 def roundtrip_html(report) -> str:
     """Summary, then the whole per-layer table."""
-    return (
-        f"<div><p><b>{escape(report.summary())}</b></p>"
-        f"{table_html(report.table)}</div>"
-    )
+    return f"<div><p><b>{escape(report.summary())}</b></p>{table_html(report.table)}</div>"
 
 
 def _per_group(report) -> list[dict[str, object]]:
@@ -111,11 +92,7 @@ def _per_group(report) -> list[dict[str, object]]:
 
 
 def roundtrip_figure(report):
-    """Per group: bytes checked, mismatched bytes and uncovered bytes.
-
-    Bytes checked on a linear MiB axis; the two failure counts beside them,
-    in bytes, so a single wrong byte is still visible as a labelled bar.
-    """
+    """Per group: MiB checked, and mismatched / uncovered bytes (labelled)."""
     groups = _per_group(report)
     rows = max(1, len(groups))
     fig = new_figure(10, 0.9 + 0.45 * rows)
@@ -149,14 +126,12 @@ def roundtrip_figure(report):
 
 @dataclass(frozen=True)
 class EditGroup:
-    """One KV cache group's edits, summarised from ``EditResult.report``.
+    """One KV cache group's edits, from ``EditResult.report``.
 
-    ``rules``: ``(rule, layers)`` in first-seen order (``None``: no rule
-    matched; the registered object is kept); ``before``/``after``: the
-    distinct ``shape dtype`` of the view per block, before and after the
-    edit (one entry when every layer agrees); ``declined``: ``(reason,
-    layers)`` for each distinct reason the earlier rules gave;
-    ``layers``: ``(layer, rule, declined)`` per layer, in report order.
+    ``layers``: ``(layer, rule, declined)`` in report order; ``rules``:
+    ``(rule, layers)`` in first-seen order (``None``: no rule matched);
+    ``before``/``after``: the distinct ``shape dtype`` per block;
+    ``declined``: ``(reason, layers)`` per distinct reason.
     """
 
     group: Any
@@ -184,13 +159,6 @@ class EditGroup:
         return "\n".join(lines)
 
 
-def _count(values) -> tuple:
-    counts: dict = {}
-    for v in values:
-        counts[v] = counts.get(v, 0) + 1
-    return tuple(counts.items())
-
-
 def _opt(value) -> str | None:
     return value if isinstance(value, str) and value else None
 
@@ -200,14 +168,8 @@ def _view(rec, side: str) -> str:
 
 
 def edit_groups(report) -> list[EditGroup]:
-    """Per-group summary of an edit report (one row per layer, the columns of
-    ``EditResult.report``): which rule fired on how many layers, the view
-    before and after, and the declined rules' reasons, each reason once.
-
-    Qwen3.5-0.8B on an A100 (unified): groups 0-2 ``mamba-unified-view x6``,
-    ``(16, 1, 1, 1085440) int8`` -> ``(16, 544, 1, 2000) int8``; group 3 (full
-    attention) no rule, ``(16, 2, 544, 2, 256) bfloat16`` kept.
-    """
+    """One :class:`EditGroup` per group of an edit report (a DataFrame or
+    records with the columns of ``EditResult.report``), in first-seen order."""
     records = report.to_dict("records") if hasattr(report, "to_dict") else list(report)
     by_group: dict = {}
     for rec in records:
@@ -220,18 +182,17 @@ def edit_groups(report) -> list[EditGroup]:
             kind=" / ".join(dict.fromkeys(str(rec.get("kind")) for rec in rows)),
             layers=tuple((str(rec.get("layer")), _opt(rec.get("rule")), _opt(rec.get("declined")))
                          for rec in rows),
-            rules=_count(_opt(rec.get("rule")) for rec in rows),
+            rules=tuple(Counter(_opt(rec.get("rule")) for rec in rows).items()),
             before=tuple(dict.fromkeys(_view(rec, "before") for rec in rows)),
             after=tuple(dict.fromkeys(_view(rec, "after") for rec in rows)),
-            declined=_count(reasons),
+            declined=tuple(Counter(reasons).items()),
         ))
     return out
 
 
 def edit_groups_html(groups: list[EditGroup], bars: Mapping[Any, str] | None = None) -> str:
-    """One summary row per group, the group's first layer drawn as bars
-    (``bars[group]``, registered over edited), per-layer reasons in a
-    ``<details>`` (closed)."""
+    """A summary table of ``groups``, then per group its ``bars[group]``, the
+    declined reasons and the per-layer table (closed ``<details>``)."""
     summary = table_html([{
         "group": g.group, "kind": g.kind, "layers": len(g.layers), "rule (layers)": g.rules_text(),
         "view before": " | ".join(g.before), "view after": " | ".join(g.after)} for g in groups])
@@ -254,9 +215,8 @@ def edit_groups_html(groups: list[EditGroup], bars: Mapping[Any, str] | None = N
 
 def edits_panel_text(verdicts, registration: str, summary: str = "", groups=(),
                      error: str = "") -> str:
-    """The Explorer's edits panel as text: the validation verdicts (a
-    :func:`kvexplore.check_kv_cache_groups` table), then the edits per group
-    (:func:`edit_groups`) or the reason they were refused."""
+    """The Explorer's edits panel: the ``check_kv_cache_groups`` verdicts,
+    then the :func:`edit_groups` or ``error`` (why the edits were refused)."""
     parts = ["validation:\n" + verdicts.to_string(index=False)]
     if error:
         parts.append(error)
@@ -267,8 +227,7 @@ def edits_panel_text(verdicts, registration: str, summary: str = "", groups=(),
 
 def edits_panel_html(verdicts, registration: str, summary: str = "", groups=(),
                      bars: Mapping[Any, str] | None = None, error: str = "") -> str:
-    """:func:`edits_panel_text` as HTML, each group's first layer drawn
-    (``bars[group]``, registered over edited)."""
+    """:func:`edits_panel_text` as HTML, with :func:`edit_groups_html`'s ``bars``."""
     head = ("<details open><summary><b>validation</b></summary>" + table_html(verdicts)
             + "</details>")
     if error:

@@ -1,13 +1,9 @@
 """Matplotlib figures of layouts, plans and sweeps, drawn from segments.
 
-One colour per kind (:data:`~kvexplore.rendering.segments.COLORS`) and a
-legend of the kinds drawn; labels inside rectangles only where they fit, thin
-segments that matter called out above their row without overlapping; byte
-axes in KiB / MiB (exact values are in the text forms); titles naming the
-model, GPU, TP and backend.  Rows are capped at
+Each segment is coloured by its kind
+(:data:`~kvexplore.rendering.segments.COLORS`); rows are capped at
 :data:`~kvexplore.rendering.segments.MAX_DRAWN_SEGMENTS` rectangles.  Figures
-are ``matplotlib.figure.Figure`` objects with an Agg canvas, outside pyplot's
-registry (``savefig`` works; notebooks show them with ``display(fig)``).
+are pyplot-free ``matplotlib.figure.Figure`` objects with an Agg canvas.
 """
 
 from __future__ import annotations
@@ -33,8 +29,7 @@ MAX_DRAWN_ROWS = 12
 MAX_TICKS = 8
 #: Callouts per row at most (the widest thin segments win).
 MAX_CALLOUTS = 4
-#: Labels inside rectangles per row at most; a buffer map's zoom row labels
-#: each of its :data:`ZOOM_BLOCKS` blocks.
+#: Labels inside rectangles per row at most (a buffer map's zoom row: :data:`ZOOM_BLOCKS`).
 MAX_INNER_LABELS = 6
 #: Kinds worth a callout when too thin for an inner label.
 CALLOUT_KINDS = frozenset({"pad", "conv", "ssm", "state", "latent", "c_kv", "k_pe", "edited"})
@@ -62,8 +57,8 @@ def new_figure(width: float, height: float):
 
 
 def spread(positions: Sequence[float], widths: Sequence[float], lo: float, hi: float) -> list[float]:
-    """Centres for labels wanted at ``positions`` (sorted) with ``widths``, moved
-    as little as possible so that no two overlap and all stay in ``[lo, hi]``.
+    """Centres for labels wanted at ``positions`` (sorted) with ``widths``,
+    moved as little as possible so none overlap and all stay in ``[lo, hi]``.
 
     >>> spread([0.5, 0.52, 0.54], [0.1, 0.1, 0.1], 0.0, 1.0)
     [0.42, 0.52, 0.62]
@@ -72,7 +67,6 @@ def spread(positions: Sequence[float], widths: Sequence[float], lo: float, hi: f
     if not n:
         return []
     out = list(positions)
-    # push right, then pull back left from the right edge, then re-centre the cluster
     for i in range(n):
         left = lo + widths[i] / 2 if i == 0 else out[i - 1] + (widths[i - 1] + widths[i]) / 2
         out[i] = max(out[i], left)
@@ -101,9 +95,8 @@ def byte_label(offset: int) -> str:
 
 
 def byte_ticks(bounds: Sequence[int], lo: int, hi: int, axis_in: float) -> list[int]:
-    """Tick offsets from ``bounds`` whose labels (in KiB / MiB) do not collide on
-    an axis ``axis_in`` inches wide; ``lo`` and ``hi`` are always kept (a tick
-    too close to ``hi`` gives way to it)."""
+    """Tick offsets from ``bounds`` whose labels do not collide on an axis
+    ``axis_in`` inches wide; ``lo`` and ``hi`` are always kept."""
     span = max(hi - lo, 1)
 
     def room(a: int, b: int) -> float:
@@ -125,8 +118,8 @@ def byte_ticks(bounds: Sequence[int], lo: int, hi: int, axis_in: float) -> list[
 
 
 def _boxes(verts, kinds: Sequence[str], **kwargs) -> list:
-    """Rectangles ``verts`` in their kinds' colours, then the hatch over the
-    padding and elided ones: one ``PolyCollection`` each."""
+    """``PolyCollection``s of rectangles ``verts`` in their kinds' colours,
+    and of the hatch over the padding and elided ones."""
     from matplotlib.collections import PolyCollection
 
     boxes = [PolyCollection(verts, facecolors=[COLORS[k] for k in kinds], edgecolors="black",
@@ -139,10 +132,8 @@ def _boxes(verts, kinds: Sequence[str], **kwargs) -> list:
 
 
 def legend(fig, kinds: Sequence[str], *, y_in: float = 0.12) -> None:
-    """The shared legend: one swatch and name per kind present, in
-    :data:`LEGEND` order, centred on one line ``y_in`` inches above the
-    figure's bottom edge (swatches as one ``PolyCollection``, names as texts
-    with gid ``"legend"``)."""
+    """One swatch and name per kind present, in ``LEGEND`` order, centred on
+    one line ``y_in`` inches above the bottom edge (names: gid ``"legend"``)."""
     import numpy as np
 
     present = legend_kinds(kinds)
@@ -181,9 +172,8 @@ _TICK_PT, _TICK_PAD_PT, _TICK_FONT = 3.5, 3.5, 6
 
 
 def x_ticks(ax, positions: Sequence[float], labels: Sequence[str], xlabel: str) -> None:
-    """Tick marks, their labels and the axis label under ``ax``'s x axis: the
-    marks one ``LineCollection`` (gid ``"x-tick-marks"``), the labels plain
-    texts (gid ``"x-tick"``), not matplotlib ``Tick`` objects."""
+    """Tick marks (one ``LineCollection``, gid ``"x-tick-marks"``), their
+    labels (texts, gid ``"x-tick"``) and the axis label under ``ax``."""
     from matplotlib.collections import LineCollection
 
     ax.set_xticks([])
@@ -218,13 +208,10 @@ def byte_axis(ax, segments: Sequence[Segment], page: int, axis_in: float, xlabel
 def draw_row(ax, y: float, segments: Sequence[Segment], lo: int, hi: int, width: float,
              axis_in: float, most_labels: int = MAX_INNER_LABELS) -> list[str]:
     """Row ``y``: one rectangle per segment (capped), bytes ``[lo, hi)`` scaled
-    onto ``[0, width)`` of an axis ``axis_in`` inches wide.
-
-    Labels go inside rectangles wide enough to hold them (at most
-    ``most_labels``, evenly spread when more would fit); thin segments of
-    :data:`CALLOUT_KINDS` get a callout above the row.  Returns the kinds
-    drawn (for the legend).  The row's ``PolyCollection`` keeps every
-    rectangle's label in order as ``segment_labels``, for tests and tooling.
+    onto ``[0, width)`` of an axis ``axis_in`` inches wide; at most
+    ``most_labels`` inner labels, callouts for thin :data:`CALLOUT_KINDS`.
+    Returns the kinds drawn; the row's ``PolyCollection`` carries the labels
+    as ``segment_labels``.
     """
     import numpy as np
 
@@ -256,7 +243,7 @@ def draw_row(ax, y: float, segments: Sequence[Segment], lo: int, hi: int, width:
         inner = inner[::math.ceil(len(inner) / most_labels)]
     mids = (x0 + x1) / 2
     placed: list[tuple[float, float]] = []
-    for i in inner:  # segments may overlap (an edited view's coordinates can interleave)
+    for i in inner:  # segments may overlap
         half = (text_width_in(drawn[i].label) + 0.06) / inch / 2
         if any(mids[i] - half < b and a < mids[i] + half for a, b in placed):
             continue
@@ -267,13 +254,12 @@ def draw_row(ax, y: float, segments: Sequence[Segment], lo: int, hi: int, width:
 
 
 def _callouts(ax, y: float, drawn, kinds, thin, mids, width: float, inch: float) -> None:
-    """Callouts above row ``y`` for the thin segments ``thin``: one per
-    ``(kind, size)`` (a repeated one marked ``(each)``), the widest
-    :data:`MAX_CALLOUTS`, spread so none overlaps, each with a leader line."""
+    """Callouts with leader lines above row ``y``: one per ``(kind, size)``
+    of ``thin`` (repeated ones marked ``(each)``), the widest :data:`MAX_CALLOUTS`."""
     from matplotlib.collections import LineCollection
 
     first: dict[tuple[str, int], int] = {}
-    for i in thin:  # a repeated thin segment (pad of every block) is called out once
+    for i in thin:
         first.setdefault((kinds[i], drawn[i].size), i)
     thin = sorted(sorted(first.values(), key=lambda i: -drawn[i].size)[:MAX_CALLOUTS])
     if not thin:
@@ -293,11 +279,9 @@ def _callouts(ax, y: float, drawn, kinds, thin, mids, width: float, inch: float)
 
 def rows_figure(title: str, rows: Sequence[tuple], height: float, *, width: float,
                 empty: str = "(none)", top_in: float = 0.5, bottom_in: float = 0.62):
-    """A :data:`FIG_WIDTH`-inch figure of segment rows, top to bottom, on one
-    Axes: ``rows`` are ``(name, segments, lo, hi, most_labels)``, each drawn
-    by :func:`draw_row` onto ``[0, width)``, :data:`ROW_GAP` apart (room above
-    each for callouts).  The left margin fits the longest name; names are
-    plain texts (gid ``"row-name"``), not y ticks.  Returns ``(fig, ax,
+    """A :data:`FIG_WIDTH`-inch figure of ``rows`` (``(name, segments, lo, hi,
+    most_labels)``, each drawn by :func:`draw_row`), top to bottom on one
+    Axes; names are texts with gid ``"row-name"``.  Returns ``(fig, ax,
     axis_in, kinds)``."""
     fig = new_figure(FIG_WIDTH, height)
     names = [r[0] for r in rows] or [empty]
@@ -328,14 +312,10 @@ def page_title(lay) -> str:
 
 
 def page_figure(lay, *, title: bool = True, legend_row: bool = True):
-    """A :class:`~kvexplore.rendering.layouts.PageLayout` as a figure.
-
-    Rows (top to bottom): the registered page (``conv | ssm | pad``, or K and V
-    per kernel page), the zoom into kernel page 0 (how K and V interleave, on
-    its own scale), and the edited view's synthetic coordinates on the same
-    byte axis as the registered row, so a coordinate sits over the bytes it
-    addresses.  ``title=False`` / ``legend_row=False`` leave the title and the
-    legend to the caller (the Explorer shows both as HTML next to the image).
+    """A :class:`~kvexplore.rendering.layouts.PageLayout` as a figure: the
+    registered page, kernel page 0 (own scale) and the edited view (same
+    byte axis as the registered row).  ``title=False`` / ``legend_row=False``
+    leave the title / legend out.
     """
     rows = [("registered", lay.segments, lay.page_bytes)]
     if lay.cells:
@@ -360,8 +340,8 @@ def page_figure(lay, *, title: bool = True, legend_row: bool = True):
 
 
 def buffer_figure(lay):
-    """A :class:`~kvexplore.rendering.layouts.BufferLayout` as a figure: one row
-    per buffer (each scaled to its own size) plus the padding zoom."""
+    """A :class:`~kvexplore.rendering.layouts.BufferLayout` as a figure: one
+    row per buffer (each scaled to its own size) plus the zoom."""
     rows = [(r.name, r.segments, 0, max((s.end for s in r.segments), default=r.size) or 1,
              MAX_INNER_LABELS) for r in lay.rows[:MAX_DRAWN_ROWS]]
     if lay.block_zoom:
@@ -380,9 +360,7 @@ def buffer_figure(lay):
 
 
 def pages_figure(title: str, names: Sequence[str], pages: Sequence):
-    """Several pages on one shared byte axis, one row each (``pages``: page
-    layouts with ``segments`` and ``page_bytes``), so a 2.6 %-padded Mamba page
-    sits under the attention page of the same size."""
+    """``pages`` (page layouts) one row each, on one shared byte axis."""
     page = max((lay.page_bytes for lay in pages), default=1)
     rows = [(name, lay.segments, 0, page, MAX_INNER_LABELS)
             for name, lay in zip(names, pages, strict=True)]
@@ -395,9 +373,8 @@ def pages_figure(title: str, names: Sequence[str], pages: Sequence):
 
 
 def sweep_figure(table, x: str, y: str, value: str, context: str = ""):
-    """Heatmap of a pivoted sweep ``table`` (``y`` rows x ``x`` columns); cells
-    annotated with their values, missing combinations blank; the title is
-    ``value`` and, when given, whose answer it is (``context``: model and GPU)."""
+    """Heatmap of a pivoted sweep ``table`` (``y`` rows x ``x`` columns), cells
+    annotated, missing ones blank, titled ``value`` and ``context``."""
     import numpy as np
 
     arr = table.to_numpy(dtype=float)
@@ -426,11 +403,8 @@ def sweep_figure(table, x: str, y: str, value: str, context: str = ""):
 
 def bar_chart(df, x: str, y: str, *, hue: str | None = None, title: str = "",
               ylabel: str | None = None, fmt: str = "{:,.0f}", log: bool = False):
-    """Grouped bars of ``df[y]`` over ``df[x]`` (one bar colour per ``hue``
-    value), each bar annotated with its value; for comparisons a table hides
-    (padding waste by model x TP, tokens per GiB, block size by GPU).
-    ``log=True`` uses a symmetric log axis, for values spanning decades
-    (LFM2's 300 % padding next to Nemotron-H's 0.05 %)."""
+    """Grouped bars of ``df[y]`` over ``df[x]`` (one colour per ``hue`` value),
+    each annotated with ``fmt``; ``log=True``: a symmetric log axis."""
     import numpy as np
 
     xs = list(dict.fromkeys(df[x].tolist()))

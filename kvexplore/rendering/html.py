@@ -1,10 +1,5 @@
-"""Small HTML renderers for notebooks and the Explorer.
-
-Everything that reaches HTML goes through :func:`html.escape` (model names,
-layer names and error messages are user data: a config path may hold ``<``).
-Tables are rendered by hand rather than with ``DataFrame.to_html``: the
-output is small, escaped and deterministic (no ids, no styles that depend on
-the run).
+"""HTML renderers for notebooks and the Explorer: every user string
+escaped, output deterministic.
 
 >>> table_html([{"a": 1, "b": "<x>"}])
 '<table class="kvx-table"><thead><tr><th>a</th><th>b</th></tr></thead><tbody><tr><td>1</td><td>&lt;x&gt;</td></tr></tbody></table>'
@@ -50,7 +45,7 @@ def _cell(value: Any) -> str:
 
 
 def table_html(rows: Any, columns: Sequence[str] | None = None, *, max_rows: int = MAX_ROWS) -> str:
-    """An escaped HTML table from a DataFrame or a sequence of dict rows."""
+    """A table of a DataFrame or of dict rows (``max_rows`` shown)."""
     if hasattr(rows, "to_dict") and hasattr(rows, "columns"):
         columns = list(rows.columns) if columns is None else list(columns)
         records: list[Mapping[str, Any]] = rows.to_dict("records")
@@ -136,8 +131,7 @@ def _bar_html(segments, total: int) -> str:
     for s in capped(segments):
         if s.start > cursor:
             cells.append(f'<div style="flex:0 0 {100 * (s.start - cursor) / span:.4f}%"></div>')
-        # segments may overlap (an edited view's coordinates interleave): draw
-        # only the part past the cursor, so the bar never runs past its width
+        # segments may overlap: draw only the part past the cursor
         visible = s.end - max(s.start, cursor)
         if visible <= 0:
             continue
@@ -167,8 +161,7 @@ def page_layout_html(layout) -> str:
 
 
 def legend_html(kinds) -> str:
-    """The shared legend as HTML: a swatch and name per kind, in the figures'
-    order and colours (:data:`kvexplore.rendering.segments.LEGEND`)."""
+    """The figures' legend of ``kinds`` as HTML."""
     items = "".join(
         f'<span style="margin-right:10px;white-space:nowrap"><span style="display:inline-block;'
         f'width:12px;height:9px;background:{COLORS[k]};border:1px solid #333;margin-right:3px">'
@@ -179,8 +172,7 @@ def legend_html(kinds) -> str:
 
 
 def page_bars_html(layout) -> str:
-    """The bars of :func:`page_layout_html` alone (registered page, kernel page
-    0, edited view), for summaries that show the text elsewhere."""
+    """The bars of :func:`page_layout_html` alone."""
     bars = [_bar_row("registered", _bar_html(layout.segments, layout.page_bytes), 90)]
     if layout.cells:
         bars.append(_bar_row("kernel page 0", _bar_html(layout.cells, max(s.end for s in layout.cells)), 90))
@@ -197,21 +189,20 @@ def buffer_layout_html(layout) -> str:
 
 
 def comparison_table_html(comparison) -> str:
-    """The compared quantities of a :class:`~kvexplore.explorer.state.Comparison`;
-    a changed row is marked (``kvx-diff``, a highlighted B cell and a marker)."""
+    """The rows of a :class:`~kvexplore.explorer.state.Comparison`, changed
+    ones marked ``kvx-diff``."""
     la, lb = comparison.labels()
     head = (f"<tr><th></th><th>section</th><th>quantity</th><th>A: {escape(la)}</th>"
             f"<th>B: {escape(lb)}</th></tr>")
     body = []
     for r in comparison.rows:
-        cells = f"<td>{escape(r.section)}</td>"
+        q, a, b = escape(r.quantity), escape(r.a), escape(r.b)
         if r.differs:
-            body.append(f'<tr class="kvx-diff" style="background:#fff3c4"><td>&#8800;</td>{cells}'
-                        f"<td><b>{escape(r.quantity)}</b></td><td>{escape(r.a)}</td>"
-                        f'<td class="kvx-changed" style="background:#ffd966"><b>{escape(r.b)}</b></td></tr>')
+            q, b = f"<b>{q}</b>", f'<td class="kvx-changed" style="background:#ffd966"><b>{b}</b></td>'
         else:
-            body.append(f"<tr><td></td>{cells}<td>{escape(r.quantity)}</td>"
-                        f"<td>{escape(r.a)}</td><td>{escape(r.b)}</td></tr>")
+            b = f"<td>{b}</td>"
+        tr = '<tr class="kvx-diff" style="background:#fff3c4"><td>&#8800;</td>' if r.differs else "<tr><td></td>"
+        body.append(f"{tr}<td>{escape(r.section)}</td><td>{q}</td><td>{a}</td>{b}</tr>")
     return (f'<table class="kvx-table kvx-compare"><thead>{head}</thead>'
             f"<tbody>{''.join(body)}</tbody></table>")
 
@@ -236,8 +227,8 @@ def comparison_summary_html(comparison) -> str:
 
 
 def comparison_html(comparison, bars_a: str = "", bars_b: str = "") -> str:
-    """:func:`comparison_summary_html`, both page maps' bars side by side
-    (``bars_a`` / ``bars_b``: :func:`page_bars_html` of each side), the table."""
+    """:func:`comparison_summary_html`, each side's :func:`page_bars_html`
+    (``bars_a`` / ``bars_b``) side by side, the table."""
     parts = [comparison_summary_html(comparison)]
     cols = [f'<div style="flex:1;min-width:0"><p><b>{side}</b>: {escape(label)}</p>{bars}</div>'
             for side, label, bars in zip("AB", comparison.labels(), (bars_a, bars_b), strict=True)]

@@ -1,15 +1,6 @@
-"""Page maps and buffer maps as data, and sweep heatmaps.
-
-``page_layout(plan, layer)`` -> :class:`PageLayout` (byte segments; its
-``text()``, ``_repr_html_()`` and ``figure()``), ``page_map`` -> its figure,
-``page_map_text`` -> its text; the same for :func:`buffer_layout` and
-:func:`sweep_heatmap`.
-
-Qwen3.5-0.8B on FLASHINFER: the attention layer's 1,114,112-byte page of a
-544-token block is 17 kernel pages of 32 tokens.  In vLLM 0.33's unified
-``LBNHC`` registration each kernel page is ``[32 tokens, 2 heads, C]`` with
-``C`` = K 512 B | V 512 B side by side; in the legacy registration each
-kernel page is ``[2, 32, 2, 256]``: all K, then all V.
+"""Page maps and buffer maps as data (:class:`PageLayout`,
+:class:`BufferLayout`, each with ``text()``, ``_repr_html_()`` and
+``figure()``), and sweep heatmaps.
 
 >>> from kvexplore import plan
 >>> p = plan("Qwen/Qwen3.5-0.8B", gpu="A100", attention_backend="FLASHINFER")
@@ -99,8 +90,7 @@ def _group_of(plan, name: str) -> int:
 @dataclass(frozen=True)
 class EditedSide:
     """The same page seen through an edited view: which synthetic
-    coordinates fall on which bytes (``[2, 544, 1, 512]`` bf16 for the
-    subpaged attention view of Qwen3.5-0.8B)."""
+    coordinates fall on which bytes."""
 
     rule: str | None
     shape: tuple[int, ...] | None
@@ -115,11 +105,10 @@ class EditedSide:
 class PageLayout(Displayable):
     """One layer's page of one block, as byte segments.
 
-    ``segments`` cover ``[0, page_bytes)`` in byte order (gaps, if a layout
-    splits a block's page, are ``gap`` segments).  ``cells`` is the zoom into
-    kernel page 0: for the unified registration the per-(token, head) ``C``
-    rows holding K then V side by side, in memory order.  ``edited`` is the
-    after-edit view of the same bytes, or None.
+    ``segments`` cover ``[0, page_bytes)`` in byte order (``gap`` segments
+    where a layout splits a block's page); ``cells`` zoom into kernel page 0
+    in memory order; ``edited`` is the after-edit view of the same bytes, or
+    None.
     """
 
     plan_label: str
@@ -262,21 +251,14 @@ def page_layout(
     block: int = 0,
     edited: Any = None,
 ) -> PageLayout:
-    """The page of ``layer`` for block ``block``, as byte segments.
+    """The page of ``layer`` (see :func:`resolve_layer`) for block ``block``.
 
-    ``layer``: position in ``plan.layers`` (0-based, KV-cache layers in vLLM's
-    order) or a layer name.  ``registration``: ``"unified"`` (what vLLM 0.33
-    registers: ``[B, H, N, C]`` views, K|V side by side in ``C``) or
-    ``"legacy"`` (vLLM < 0.26: ``[pages, 2, kernel_block, H, D]``, K/V dim
-    second; Mamba ``[conv, ssm]`` views).  ``edited``: None (no after view),
-    True (LMCache's default edits on this registration), an
-    ``EditResult``/mapping of layer -> edited value, or the edited tensor of
-    this layer.  A layer, block or registration out of range raises
-    ``KVExploreError``.
-
-    Qwen3.5-0.8B, GDN layer 0: ``conv`` 36,864 B bf16 ``(3, 6144)``, ``ssm``
-    1,048,576 B fp32 ``(16, 128, 128)``, ``pad`` 28,672 B (2.57 % of the
-    1,114,112-byte page).
+    ``registration``: ``"unified"`` (vLLM 0.33: ``[B, H, N, C]`` views, K|V
+    side by side in ``C``) or ``"legacy"`` (``[pages, 2, kernel_block, H,
+    D]``; Mamba ``[conv, ssm]`` views).  ``edited``: None (no after view),
+    True (LMCache's default edits), an ``EditResult``/mapping of layer ->
+    edited value, or this layer's edited tensor.  A layer, block or
+    registration out of range raises ``KVExploreError``.
     """
     require_plan(plan)
     check_registration_name(registration)
@@ -523,13 +505,8 @@ def page_map_text(plan, layer: int | str = 0, **kwargs) -> str:
 
 
 def page_map(plan, layer: int | str = 0, **kwargs):
-    """The page map of one layer's page as a matplotlib ``Figure``.
-
-    Rows (top to bottom): the registered page (``conv | ssm | pad``, or K and V
-    per kernel page), the zoom into kernel page 0 (how K and V interleave), and
-    with ``edited=`` the edited view's synthetic coordinates on the same byte
-    axis.  Arguments as :func:`page_layout`.
-    """
+    """:func:`page_layout`'s figure (same arguments; see
+    :func:`kvexplore.rendering.figures.page_figure`)."""
     return page_layout(plan, layer, **kwargs).figure()
 
 
@@ -547,6 +524,13 @@ def plan_title(plan) -> str:
         f"{plan.attention_backend or 'no attention backend'}: block {plan.block_size} tokens, "
         f"kernel blocks {list(plan.kernel_block_sizes)}"
     )
+
+
+def plan_text(plan) -> str:
+    """``Plan.text()``: the header, the key numbers, the groups and the
+    derivation of every size (what ``kvexplore plan`` prints)."""
+    return "\n".join([repr(plan), "", plan.summary.to_string(index=False), "", "KV cache groups:",
+                      plan.group_table.to_string(index=False), "", "derivation:", plan.explain()])
 
 
 def plan_figure(plan, *, registration: str = "unified"):
@@ -591,11 +575,11 @@ class BufferLayout(Displayable):
         return self.text()
 
 
-def _short(name: str, plan=None) -> str:
+def _short(name: str, plan) -> str:
     """``"L3"`` for a target layer, ``"D0"`` for a drafter's layer."""
     parts = name.split(".")
     nums = [p for p in parts if p.isdigit()]
-    draft = plan is not None and plan.drafter is not None and name in plan.drafter.layer_names
+    draft = plan.drafter is not None and name in plan.drafter.layer_names
     return f"{'D' if draft else 'L'}{nums[-1]}" if nums else parts[-1]
 
 
@@ -612,13 +596,10 @@ def group_label(plan, group) -> str:
 def buffer_layout(plan, *, registration: str = "unified") -> BufferLayout:
     """How each backing buffer is shared by one layer of every group.
 
-    Unified (vLLM 0.33): every ``KVCacheTensor`` describes placement in the
-    *same* backing allocation (Qwen3.5-0.8B, 16 blocks: 4 tensors of
-    106,954,752 B at offset 0, ``layer_stride`` 17,825,792 B, ``block_stride``
-    1,114,112 B), so the groups overlay each other and a block id belongs to
-    one group at a time.  Legacy: one buffer per layer position ``j`` of
-    ``page x num_blocks`` bytes, shared by layer ``j`` of every group.  An
-    unknown ``registration`` raises ``KVExploreError``.
+    Unified: one row per ``KVCacheTensor`` (placements in one backing
+    allocation).  Legacy: one buffer per layer position ``j``, shared by
+    layer ``j`` of every group.  An unknown ``registration`` raises
+    ``KVExploreError``.
     """
     require_plan(plan)
     check_registration_name(registration)

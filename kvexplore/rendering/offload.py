@@ -1,10 +1,4 @@
-"""Text, HTML and a figure of an :class:`~kvexplore.offloading.config.OffloadResult`.
-
-What an offloading author needs to see: per offloaded group, the GPU block
-(``tokens_per_block``), how many of them make one offloaded chunk
-(``blocks_per_chunk``), and the bytes one block of the group occupies, against
-``worker_kv_bytes_per_block``, the stride of the one backing allocation.
-"""
+"""Text, HTML and a figure of an :class:`~kvexplore.offloading.config.OffloadResult`."""
 
 from __future__ import annotations
 
@@ -35,15 +29,6 @@ def offload_html(result) -> str:
     )
     rows = [r._asdict() for r in result.rows()]
     return f"<div>{head}{table_html(rows, ['field', 'value', 'rule'])}</div>"
-
-
-def _title(result) -> str:
-    p, c = result.plan, result.config
-    backend = result.derivation.distributed_executor_backend.value
-    return (
-        f"{p.model.name} on {p.gpu.name}: TP {c.parallel.tp_size}, DCP {c.parallel.dcp_size}, "
-        f"attention backend {p.attention_backend or '-'}, executor {backend}"
-    )
 
 
 def offload_figure(result):
@@ -91,7 +76,9 @@ def offload_figure(result):
         ax.tick_params(labelsize=7)
         right = ax.get_xlim()[1]
         ax.set_xlim(0, right * room if right > 0 else 1)
-    fig.suptitle(_title(result), fontsize=9)
+    p, backend = result.plan, result.derivation.distributed_executor_backend.value
+    fig.suptitle(f"{p.model.name} on {p.gpu.name}: TP {c.parallel.tp_size}, DCP {c.parallel.dcp_size}, "
+                 f"attention backend {p.attention_backend or '-'}, executor {backend}", fontsize=9)
     fig.tight_layout()
     return fig
 

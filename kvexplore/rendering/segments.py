@@ -1,8 +1,5 @@
-"""Segments, colours and byte units shared by every layout, text and figure.
-
-A :class:`Segment` is one contiguous byte run of a page or buffer, named with
-a vLLM / LMCache word; every figure and HTML bar colours it by its *kind*
-(:data:`KINDS`), so ``conv`` is the same blue everywhere.
+"""Segments, their kinds' colours and byte units, shared by every layout,
+text, HTML bar and figure.
 
 >>> fmt_size(28672), fmt_size(1114112), fmt_size(512)
 ('28 KiB', '1.06 MiB', '512 B')
@@ -19,15 +16,13 @@ from dataclasses import dataclass
 
 from kvexplore.layout import compress_ints
 
-#: At most this many rectangles per figure row or HTML bar; the middle of
-#: longer rows is drawn as one "..." segment.
+#: Rectangles per figure row or HTML bar at most (see :func:`capped`).
 MAX_DRAWN_SEGMENTS = 64
 
 #: Blocks a buffer map's zoom shows (and labels, every one).
 ZOOM_BLOCKS = 8
 
-#: Every kind of segment, in legend order: its colour (in every figure and
-#: HTML bar) and its legend name.
+#: Every kind of segment, in legend order: its colour and its legend name.
 KINDS = {
     "conv": ("#4C72B0", "conv state"),
     "ssm": ("#55A868", "SSM state"),
@@ -64,8 +59,8 @@ def fmt_bytes(n: int) -> str:
 
 
 def fmt_size(n: float) -> str:
-    """Bytes in the unit people read: ``B`` below 1 KiB, else ``KiB`` / ``MiB`` /
-    ``GiB`` with at most 3 significant digits (exact values are in the text forms)."""
+    """Bytes in ``B`` below 1 KiB, else ``KiB`` / ``MiB`` / ``GiB`` with at
+    most 3 significant digits."""
     n = float(n)
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if abs(n) >= scale:
@@ -76,9 +71,8 @@ def fmt_size(n: float) -> str:
 
 
 def kind_of(label: str) -> str:
-    """The colour kind of a segment label: ``'K|V p3'`` -> ``'K|V'``,
-    ``'conv0'`` -> ``'conv'``, ``'b7'`` -> ``'other blocks'``, ``'L12'`` ->
-    ``'other layers'``, ``'[0, :]'`` -> ``'edited'``."""
+    """The :data:`KINDS` key of a segment label (``'conv0'`` -> ``'conv'``,
+    ``'[0, :]'`` -> ``'edited'``; unknown labels -> ``'state'``)."""
     head = label.split(" ")[0]
     if head.startswith("conv"):
         return "conv"
@@ -100,13 +94,9 @@ def color_of(label: str) -> str:
 
 @dataclass(frozen=True)
 class Segment:
-    """One contiguous byte run of a page: ``[start, start + size)``.
-
-    ``start`` is relative to the page start of the chosen block; ``label`` is
-    a vLLM / LMCache word (``conv``, ``ssm``, ``pad``, ``K p3``, ``V p3``,
-    ``K|V p3``, ``latent p0``, ``[0] (edited)``); ``detail`` says what the
-    bytes hold (shape, dtype, interleave).
-    """
+    """One contiguous byte run ``[start, start + size)`` of a page or buffer:
+    ``label`` a vLLM / LMCache word (``conv``, ``K|V p3``, ...), ``detail``
+    what the bytes hold."""
 
     label: str
     start: int
@@ -138,11 +128,8 @@ def capped(segments: Sequence[Segment], limit: int = MAX_DRAWN_SEGMENTS) -> list
 
 
 def overlap_summary(span: tuple[int, int], segments: Sequence[Segment]) -> str:
-    """Which registered segments the byte span ``[a, b)`` falls on.
-
-    ``'K|V p0-8 (p8: 32768 of 65536 B)'`` style: kinds in byte order, kernel
-    pages compressed into ranges, partial overlaps named with their bytes.
-    """
+    """Which ``segments`` the byte span ``[a, b)`` falls on: labels and kinds
+    with kernel-page ranges (``'K|V p0-8'``), partial overlaps with their bytes."""
     a, b = span
     by_kind: dict[str, list[int]] = {}
     partial: list[str] = []

@@ -321,3 +321,14 @@ def test_a_control_change_builds_its_page_layout_once(monkeypatch):
     state.set(layer=5)  # a layer no panel has shown yet: the page map and its image
     assert state.page_map_png() is not None
     assert calls.count((5, 0, "unified")) == 1
+
+
+def test_compare_refuses_what_is_not_controls():
+    import kvexplore
+    from kvexplore import KVExploreError
+
+    p = kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="A100", num_blocks=16)
+    with pytest.raises(KVExploreError, match="a_controls is a Plan .*expected a mapping of Explorer controls"):
+        kvexplore.compare(p, gpu="H100")
+    with pytest.raises(KVExploreError, match="b_controls is a list"):
+        kvexplore.compare({"model": "Qwen/Qwen3.5-0.8B"}, ["gpu", "H100"])

@@ -570,9 +570,14 @@ def compare(a_controls: Mapping[str, Any] | ExplorerState,
     >>> c.row("tensor_parallel_size").differs
     False
     """
-    def state(controls) -> ExplorerState:
+    def state(controls, name="a_controls") -> ExplorerState:
         if isinstance(controls, ExplorerState):
             return controls
+        if not isinstance(controls, Mapping):
+            raise KVExploreError(
+                f"{name} is a {type(controls).__name__} ({controls!r:.60}); expected a mapping of "
+                f"Explorer controls ({', '.join(CONTROL_DEFAULTS)}) or an ExplorerState"
+            )
         controls = dict(controls)
         model = controls.pop("model", DEFAULT_MODEL)
         return ExplorerState(model, **controls)
@@ -580,6 +585,8 @@ def compare(a_controls: Mapping[str, Any] | ExplorerState,
     a = state(a_controls)
     if isinstance(b_controls, ExplorerState):
         b = b_controls
+    elif b_controls is not None and not isinstance(b_controls, Mapping):
+        state(b_controls, "b_controls")
     else:
         b = state({**a.controls, **(b_controls or {}), **b_changes})
     ra, rb = _compared_rows(a), _compared_rows(b)

@@ -25,7 +25,6 @@ from kvexplore.editing.proof import (
     address_checks,
     layers_under_test,
     selection,
-    storage_bytes,
 )
 from kvexplore.editing.registered import RegisteredKVCache
 from kvexplore.editing.validation import as_kv_cache_config
@@ -224,18 +223,28 @@ def _ramp(
     return (torch.arange(length, device=device) % _MODULUS + 1).to(torch.uint8)
 
 
-def _spans(
+def _save(
     layers: Sequence[LayerUnderTest], start: int, stop: int
-) -> list[torch.Tensor]:
-    """The storage bytes each view of the layers reaches in blocks ``[start, stop)``."""
-    out = []
-    for layer in layers:
-        for t in [r.view for r in layer.regions] + list(layer.edited_parts):
-            part = t[start:stop]
-            lo = part.storage_offset() * part.element_size()
-            size = element_extent(part.shape, part.stride()) * part.element_size()
-            out.append(storage_bytes(part)[lo : lo + size])
-    return out
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``(view, copy)`` for every registered and edited view of the layers in
+    blocks ``[start, stop)``, copied before anything is written: every byte a
+    round trip can write is in one of them."""
+    return [
+        (part, part.clone())
+        for layer in layers
+        for part in (t[start:stop] for t in [*(r.view for r in layer.regions), *layer.edited_parts])
+    ]
+
+
+def _put_back(saved: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Write every saved copy back.  A view whose elements overlap each other
+    cannot be written (torch refuses before writing), so nothing was written
+    through it and there is nothing to put back."""
+    for view, copy in reversed(saved):
+        try:
+            view.copy_(copy)
+        except RuntimeError:
+            continue
 
 
 def _compare(
@@ -266,8 +275,7 @@ def _round_trip(
     ``restore`` the bytes the views reach are put back, also on an exception.
     """
     n = stop - start
-    spans = _spans(layers, start, stop) if restore else []
-    saved = [(span, span.clone()) for span in spans]
+    saved = _save(layers, start, stop) if restore else []
     try:
         regions = [_patterns(layer, start, stop, ramp) for layer in layers]
         for pairs in regions:
@@ -295,8 +303,7 @@ def _round_trip(
                 _compare(got[1:], want[: n - 1], start + 1, k, found[layer.name])
                 _compare(got[:1], want[n - 1 :], start, k, found[layer.name])
     finally:
-        for span, copy in reversed(saved):
-            span.copy_(copy)
+        _put_back(saved)
 
 
 def verify_roundtrip(

@@ -190,3 +190,25 @@ def test_capacity_is_group_aware():
     assert p.model_config.max_model_len == 262_144
     assert p.max_concurrency == pytest.approx(64 / (482 + 3 * 2))
     assert p.kv_cache_size_tokens == int(64 / (482 + 3 * 2) * 262_144)
+
+
+def test_a_vllm_assertion_names_the_file_function_and_condition():
+    """vLLM's own assert (a padded Mamba page smaller than its state) comes
+    back as one line naming vLLM's file, function and asserted condition."""
+    import torch
+    from vllm.v1.kv_cache_interface import MambaSpec
+
+    from kvexplore.planning.failures import vllm_error
+    from kvexplore.planning.gpus import resolve_gpu
+    from kvexplore.planning.models import load_model_config
+
+    spec = MambaSpec(shapes=((10,),), dtypes=(torch.float32,), block_size=16, page_size_padded=4)
+    with pytest.raises(AssertionError) as info:
+        spec.page_size_bytes  # noqa: B018  vLLM asserts here
+    err = vllm_error(load_model_config("Qwen/Qwen3.5-0.8B"), resolve_gpu("A100"), info.value,
+                     {"tensor_parallel_size": 2})
+    text = str(err)
+    assert "AssertionError" in text and "tensor_parallel_size=2" in text
+    assert "raised in vllm/v1/kv_cache_interface.py: page_size_bytes, which asserts " \
+           "`self.page_size_padded >= page_size`" in text
+    assert "AssertionError: AssertionError" not in text

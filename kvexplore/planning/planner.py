@@ -40,8 +40,6 @@ import copy
 import dataclasses
 import functools
 import json
-import re
-import traceback
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -61,6 +59,7 @@ from kvexplore.layout import (
 from kvexplore.planning.admission import Admission, kv_cache_config_with_admission
 from kvexplore.planning.derivation import plan_derivation, smallest_kernel_block
 from kvexplore.planning.drafter import Drafter
+from kvexplore.planning.failures import vllm_error, vllm_origin
 from kvexplore.planning.gpus import DEFAULT_GPU, GPU, resolve_gpu
 from kvexplore.planning.inputs import (
     MEMORY_KEYWORDS,
@@ -554,59 +553,6 @@ def _cached_build(src: ModelSource, gpu: GPU, build_request: tuple):
         raise
     except Exception as exc:  # vLLM and transformers raise many types
         raise vllm_error(src, gpu, exc, r) from exc
-
-
-_DEFAULTS = {
-    "tensor_parallel_size": 1, "decode_context_parallel_size": 1, "dtype": "auto",
-    "kv_cache_dtype": "auto", "mamba_ssm_cache_dtype": "auto",
-}
-
-
-def vllm_origin(exc: BaseException) -> str:
-    """Where in vLLM ``exc`` was raised: ``"vllm/v1/kv_cache_interface.py:
-    page_size_bytes"`` (the innermost vLLM frame), with the failing condition
-    of an ``assert``; ``""`` when no vLLM frame raised it."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/vllm/" in f.filename]
-    if not frames:
-        return ""
-    f = frames[-1]
-    where = f"{f.filename[f.filename.rindex('/vllm/') + 1:]}: {f.name}"
-    line = (f.line or "").strip()
-    if isinstance(exc, AssertionError) and line.startswith("assert "):
-        where += f", which asserts `{line.removeprefix('assert ').split(', ')[0]}`"
-    return where
-
-
-def vllm_error(src: ModelSource, gpu: GPU, exc: BaseException, r: dict) -> KVExploreError:
-    """vLLM's reason, in one line, with the model, GPU, inputs and the vLLM
-    function that raised named."""
-    msg = " ".join(str(exc).split()) or type(exc).__name__
-    msg = re.sub(r"\s*For further information visit \S+", "", msg)
-    msg = re.sub(r"\s*\[type=value_error, input_value=.*?input_type=\w+\]", "", msg)
-    if len(msg) > 900:
-        msg = msg[:900] + " ..."
-    shown = {k: v for k, v in r.items() if k != "draft_model"}
-    if r.get("speculative_config"):
-        shown["speculative_config"] = json.loads(r["speculative_config"])
-    given = ", ".join(
-        f"{k}={v!r}" for k, v in shown.items()
-        if k not in ("num_blocks", "kv_cache_memory_bytes") and v is not None
-        and _DEFAULTS.get(k) != v
-    )
-    if isinstance(exc, ZeroDivisionError) and r.get("decode_context_parallel_size", 1) > 1:
-        msg = (
-            f"{msg}: decode_context_parallel_size={r['decode_context_parallel_size']} "
-            "shards each rank's attention KV heads, and this model has none to shard "
-            f"at tensor_parallel_size={r['tensor_parallel_size']}; expected "
-            "decode_context_parallel_size=1"
-        )
-    origin = vllm_origin(exc)
-    return KVExploreError(
-        f"vLLM 0.33 rejects {src.name} ({src.architecture}) on {gpu}"
-        + (f" with {given}" if given else "")
-        + f": {type(exc).__name__}: {msg}"
-        + (f" (raised in {origin})" if origin else "")
-    )
 
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,72 @@
+"""vLLM's own exceptions, wrapped once at the planning boundary.
+
+:func:`vllm_error` turns whatever vLLM (or transformers under it) raises while
+a plan is built into one ``KVExploreError`` line: the model, the GPU, the
+inputs that differ from vLLM's defaults, vLLM's message, and the vLLM file
+and function that raised it (with the condition of a failing ``assert``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import traceback
+
+from kvexplore.errors import KVExploreError
+from kvexplore.planning.gpus import GPU
+from kvexplore.planning.models import ModelSource
+
+_DEFAULTS = {
+    "tensor_parallel_size": 1, "decode_context_parallel_size": 1, "dtype": "auto",
+    "kv_cache_dtype": "auto", "mamba_ssm_cache_dtype": "auto",
+}
+
+
+def vllm_origin(exc: BaseException) -> str:
+    """Where in vLLM ``exc`` was raised: ``"vllm/v1/kv_cache_interface.py:
+    page_size_bytes"`` (the innermost vLLM frame), with the failing condition
+    of an ``assert``; ``""`` when no vLLM frame raised it."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/vllm/" in f.filename]
+    if not frames:
+        return ""
+    f = frames[-1]
+    where = f"{f.filename[f.filename.rindex('/vllm/') + 1:]}: {f.name}"
+    line = (f.line or "").strip()
+    if isinstance(exc, AssertionError) and line.startswith("assert "):
+        where += f", which asserts `{line.removeprefix('assert ').split(', ')[0]}`"
+    return where
+
+
+def vllm_error(src: ModelSource, gpu: GPU, exc: BaseException, r: dict) -> KVExploreError:
+    """vLLM's reason, in one line, with the model, GPU, inputs and the vLLM
+    function that raised named."""
+    msg = " ".join(str(exc).split())
+    msg = re.sub(r"\s*For further information visit \S+", "", msg)
+    msg = re.sub(r"\s*\[type=value_error, input_value=.*?input_type=\w+\]", "", msg)
+    if len(msg) > 900:
+        msg = msg[:900] + " ..."
+    shown = {k: v for k, v in r.items() if k != "draft_model"}
+    if r.get("speculative_config"):
+        shown["speculative_config"] = json.loads(r["speculative_config"])
+    given = ", ".join(
+        f"{k}={v!r}" for k, v in shown.items()
+        if k not in ("num_blocks", "kv_cache_memory_bytes") and v is not None
+        and _DEFAULTS.get(k) != v
+    )
+    if isinstance(exc, ZeroDivisionError) and r.get("decode_context_parallel_size", 1) > 1:
+        msg = (
+            f"{msg}: decode_context_parallel_size={r['decode_context_parallel_size']} "
+            "shards each rank's attention KV heads, and this model has none to shard "
+            f"at tensor_parallel_size={r['tensor_parallel_size']}; expected "
+            "decode_context_parallel_size=1"
+        )
+    origin = vllm_origin(exc)
+    return KVExploreError(
+        f"vLLM 0.33 rejects {src.name} ({src.architecture}) on {gpu}"
+        + (f" with {given}" if given else "")
+        + f": {type(exc).__name__}" + (f": {msg}" if msg else "")
+        + (f" (raised in {origin})" if origin else "")
+    )
+
+
+__all__ = ["vllm_error", "vllm_origin"]

@@ -17,6 +17,7 @@ wrong types) and garbage.  Properties, for every case:
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 
 import numpy as np
@@ -96,8 +97,12 @@ def snapshot(value):
         return ("set", tuple(sorted(repr(v) for v in value)))
     if isinstance(value, (str, bytes, int, float, bool)) or value is None:
         return ("value", repr(value))
-    if isinstance(value, np.ndarray | torch.Tensor):
-        return ("array", id(value), repr(value.tolist()))
+    if isinstance(value, np.ndarray):
+        return ("array", id(value), value.dtype.str, value.shape, hashlib.sha256(value.tobytes()).hexdigest())
+    if isinstance(value, torch.Tensor):
+        flat = value.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+        return ("tensor", id(value), str(value.dtype), tuple(value.shape), value.stride(),
+                hashlib.sha256(flat.numpy().tobytes()).hexdigest())
     return ("object", id(value))
 
 

@@ -14,12 +14,8 @@ import traceback
 
 from kvexplore.errors import KVExploreError
 from kvexplore.planning.gpus import GPU
+from kvexplore.planning.inputs import PLAN_DEFAULTS
 from kvexplore.planning.models import ModelSource
-
-_DEFAULTS = {
-    "tensor_parallel_size": 1, "decode_context_parallel_size": 1, "dtype": "auto",
-    "kv_cache_dtype": "auto", "mamba_ssm_cache_dtype": "auto",
-}
 
 
 def vllm_origin(exc: BaseException) -> str:
@@ -51,7 +47,7 @@ def vllm_error(src: ModelSource, gpu: GPU, exc: BaseException, r: dict) -> KVExp
     given = ", ".join(
         f"{k}={v!r}" for k, v in shown.items()
         if k not in ("num_blocks", "kv_cache_memory_bytes") and v is not None
-        and _DEFAULTS.get(k) != v
+        and PLAN_DEFAULTS.get(k) != v
     )
     if isinstance(exc, ZeroDivisionError) and r.get("decode_context_parallel_size", 1) > 1:
         msg = (

@@ -2,7 +2,7 @@
 
 ``Worker.determine_available_memory`` (``vllm/v1/worker/gpu_worker.py``) gives
 the KV cache ``requested - weights - peak activation - non-torch memory -
-CUDA graphs``, each measured on the GPU at start-up.  :func:`profile_build`
+CUDA graphs``, each read from the GPU at start-up.  :func:`profile_build`
 estimates each term from the model vLLM builds on the meta device:
 
 * **weights**: the parameters and buffers the built model holds (quantized
@@ -17,8 +17,8 @@ estimates each term from the model vLLM builds on the meta device:
   logits in float32 (the range's ends).  The peak is the larger phase.
 * **non-torch memory** (cuBLAS workspaces, NCCL buffers at TP > 1) and the
   **CUDA-graph pool** (``profile_cudagraph_memory``, applied because
-  ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` defaults to 1) cannot be
-  measured without a GPU: ranges from public start-up logs (vLLM 0.19, H100:
+  ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` defaults to 1) depend on the
+  GPU's libraries, not the model: ranges from public start-up logs (vLLM 0.19, H100:
   non-torch 0.13-0.27 GiB at TP 1, 2.06-2.17 GiB at TP >= 2; per capture mode
   8-260 MiB for the first graph and 6-8 MiB for each further one), times the
   capture sizes vLLM's config lists.

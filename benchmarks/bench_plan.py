@@ -12,8 +12,9 @@
    builds the drafter (``init_speculator`` + ``DraftModelSpeculator.load_model``,
    the draft created on the meta device).
 2. In one process: a repeated plan (cache hit), a plan that changes only
-   ``num_blocks`` / ``max_model_len`` (the built model is reused), a plan that
-   needs a new build (new TP), medians.
+   ``num_blocks`` / ``max_model_len`` / ``gpu_memory_utilization`` (the built
+   model and its memory profile are reused), a plan that needs a new build
+   (new TP), medians.
 
     python3 benchmarks/bench_plan.py [--models all] [--gpu H100] [--repeats 30]
 """
@@ -143,6 +144,9 @@ def main():
     length = median_ms(
         lambda i: kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu=args.gpu, max_model_len=4096 + 16 * i,
                                  num_blocks=64), args.repeats)
+    util = median_ms(
+        lambda i: kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu=args.gpu,
+                                 gpu_memory_utilization=0.5 + 0.01 * i), args.repeats)
     build = median_ms(
         lambda i: kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu=args.gpu, tensor_parallel_size=(1, 2, 4)[i % 3],
                                  kv_cache_dtype=("auto", "fp8")[i // 3 % 2], block_size=16 * (1 + i)),
@@ -150,6 +154,7 @@ def main():
     print(f"  repeated plan (cache hit):            {repeat:8.3f} ms (goal <= 1 ms)")
     print(f"  new num_blocks (built model reused):  {blocks:8.3f} ms (goal <= 5 ms)")
     print(f"  new max_model_len (built reused):     {length:8.3f} ms (goal <= 5 ms)")
+    print(f"  new gpu_memory_utilization (sized by the cached profile): {util:8.3f} ms")
     print(f"  new build (TP / dtype / block size):  {build:8.1f} ms")
 
 

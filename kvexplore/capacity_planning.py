@@ -61,48 +61,32 @@ from kvexplore.display import Displayable
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import FrozenDict, cdiv, check_int, jsonable
 from kvexplore.memo import per_plan
+from kvexplore.planning.inputs import PLAN_DEFAULTS, as_fraction
 from kvexplore.planning.planner import Plan, plan
+from kvexplore.planning.profile import Term, kv_cache_memory_range
 
 MiB = 1 << 20
 
 #: vLLM 0.33's default ``--gpu-memory-utilization`` (``CacheConfig``).
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
+DEFAULT_GPU_MEMORY_UTILIZATION = PLAN_DEFAULTS["gpu_memory_utilization"]
 
 #: The memory terms of ``determine_available_memory`` a caller may give.
 MEMORY_TERMS = ("total_memory_bytes", "weight_bytes", "activation_peak_bytes",
                 "non_torch_bytes", "cudagraph_bytes")
 
 
-def _check_util(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise KVExploreError(
-            f"gpu_memory_utilization={value!r} is invalid; expected a number in (0, 1]"
-        )
-    return float(value)
-
-
 def profile_estimates(p: Plan) -> dict[str, tuple[int, int, str]]:
     """``(low, high, source)`` bytes per rank of every term vLLM 0.33's
-    ``determine_available_memory`` subtracts, for plan ``p`` on its GPU:
-    ``total_memory_bytes`` (what ``torch.cuda.mem_get_info()`` reports, per
-    card, :func:`kvexplore.gpus`), and the build's memory profile
-    (:attr:`kvexplore.Plan.memory_profile`): ``weight_bytes`` (exact),
+    ``determine_available_memory`` subtracts, for plan ``p`` on its GPU
+    (:func:`kvexplore.planning.profile.memory_terms`): ``total_memory_bytes``
+    (what ``torch.cuda.mem_get_info()`` reports, per card,
+    :func:`kvexplore.gpus`), ``weight_bytes`` (exact),
     ``activation_peak_bytes``, ``non_torch_bytes``, ``cudagraph_bytes``."""
-    mp = p.memory_profile
-    low, high = p.gpu.total_memory_range
-    known = p.gpu.total_memory_gib is not None
-    total = (f"ESTIMATE {low:,}-{high:,} B: torch.cuda.mem_get_info() of the {p.gpu.device_name} "
-             f"({p.gpu.total_memory_source})" if known else
-             f"ESTIMATE {low:,} B: the card's nominal {p.gpu.memory_gib} GiB (no "
-             "mem_get_info reading known; pass total_memory_bytes)")
-    out = {"total_memory_bytes": (low, high, total)}
-    for name, term in (("weight_bytes", mp.weights), ("activation_peak_bytes", mp.activation_peak),
-                       ("non_torch_bytes", mp.non_torch), ("cudagraph_bytes", mp.cudagraph)):
-        out[name] = (term.low, term.high, term.source)
-    if p.inputs.get("kv_cache_memory_bytes") is None and mp.leaves_out:
-        out["activation_peak_bytes"] = (*out["activation_peak_bytes"][:2],
-                                        out["activation_peak_bytes"][2] + "; leaves out "
-                                        + ", ".join(mp.leaves_out))
+    out = {name: (t.low, t.high, t.source) for name, t in p.memory_terms.items()}
+    leaves_out = p.memory_profile.leaves_out
+    if p.inputs.get("kv_cache_memory_bytes") is None and leaves_out:
+        low, high, source = out["activation_peak_bytes"]
+        out["activation_peak_bytes"] = (low, high, source + "; leaves out " + ", ".join(leaves_out))
     return out
 
 
@@ -424,30 +408,29 @@ def _plan_of(model: Any, plan_kwargs: dict) -> Plan:
 
 
 def _memory(p: Plan, util: float, given: dict[str, int | None]) -> dict[str, Any]:
-    """The KV cache memory ``determine_available_memory`` leaves, as a range:
-    ``ceil(total x util)`` minus every term; the low end subtracts each
-    term's high end from the total's low end.  A term given by the caller is
-    exact."""
+    """The KV cache memory ``determine_available_memory`` leaves, as a range
+    (:func:`kvexplore.planning.profile.kv_cache_memory_range`); a term given
+    by the caller is exact."""
+    estimates = profile_estimates(p)
     terms, estimated, sources = {}, [], {}
-    for name, (low, high, source) in profile_estimates(p).items():
+    for name, (low, high, source) in estimates.items():
         if given[name] is not None:
             low = high = given[name]
             source = f"given: {low:,}"
         elif low != high or source.startswith("ESTIMATE"):
             estimated.append(name)
-        terms[name], sources[name] = (low, high), source
-    (t_low, t_high) = terms.pop("total_memory_bytes")
-    low = math.ceil(t_low * util) - sum(high for _, high in terms.values())
-    high = math.ceil(t_high * util) - sum(low for low, _ in terms.values())
-    return {"low": low, "high": high, "requested": math.ceil(t_low * util), "total": t_low,
-            "terms": {k: v[1] for k, v in terms.items()}, "estimated": estimated,
+        terms[name], sources[name] = Term(low, high, source), source
+    low, high = kv_cache_memory_range(terms, util)
+    total = terms.pop("total_memory_bytes").low
+    return {"low": low, "high": high, "requested": math.ceil(total * util), "total": total,
+            "terms": {k: t.high for k, t in terms.items()}, "estimated": estimated,
             "sources": sources}
 
 
 def capacity(
     model: Any = "Qwen/Qwen3.5-0.8B",
     *,
-    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+    gpu_memory_utilization: float | None = None,
     total_memory_bytes: int | None = None,
     weight_bytes: int | None = None,
     activation_peak_bytes: int | None = None,
@@ -461,7 +444,8 @@ def capacity(
     :class:`~kvexplore.Plan`) on one GPU rank.
 
     ``plan_kwargs`` are :func:`kvexplore.plan`'s (``gpu="H100"``,
-    ``tensor_parallel_size``, ``max_model_len``, ...).  With
+    ``tensor_parallel_size``, ``max_model_len``, ...);
+    ``gpu_memory_utilization`` defaults to the plan's (vLLM's 0.92).  With
     ``kv_cache_memory_bytes`` the memory accounting is skipped, as vLLM's
     ``--kv-cache-memory-bytes`` skips profiling.  Otherwise the KV cache gets
     ``ceil(total_memory_bytes x gpu_memory_utilization)`` minus
@@ -473,14 +457,19 @@ def capacity(
     (:func:`kvexplore.offloading.sizing.host_sizing`, with
     ``offload_extra_config`` as ``kv_connector_extra_config``).
     """
-    util = _check_util(gpu_memory_utilization)
+    if gpu_memory_utilization is not None:
+        as_fraction("gpu_memory_utilization", gpu_memory_utilization)
     given = {"total_memory_bytes": total_memory_bytes, "weight_bytes": weight_bytes,
              "activation_peak_bytes": activation_peak_bytes,
              "non_torch_bytes": non_torch_bytes, "cudagraph_bytes": cudagraph_bytes}
     for name, value in given.items():
         check_int(name, value, minimum=0, allow_none=True)
     check_int("cpu_bytes_to_use", cpu_bytes_to_use, allow_none=True)
+    if gpu_memory_utilization is not None and not isinstance(model, Plan):
+        plan_kwargs = {**plan_kwargs, "gpu_memory_utilization": gpu_memory_utilization}
     p = _plan_of(model, plan_kwargs)
+    util = (p.inputs["gpu_memory_utilization"] if gpu_memory_utilization is None
+            else float(gpu_memory_utilization))
     given_kv = p.inputs.get("kv_cache_memory_bytes")
     if given_kv is not None:
         m = {"low": given_kv, "high": given_kv, "requested": 0, "total": 0,

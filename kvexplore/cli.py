@@ -54,6 +54,10 @@ def _add_plan_args(p: argparse.ArgumentParser, *, lists: bool = False) -> None:
     p.add_argument("--max-model-len", dest="max_model_len", type=int, default=None)
     p.add_argument("--num-blocks", dest="num_blocks", type=int, default=None)
     p.add_argument("--kv-cache-memory-bytes", dest="kv_cache_memory_bytes", type=int, default=None)
+    p.add_argument("--gpu-memory-utilization", dest="gpu_memory_utilization",
+                   type=str if lists else float, default=None,
+                   help="share of the card vLLM takes (default 0.92) when neither --num-blocks "
+                        "nor --kv-cache-memory-bytes is given")
     p.add_argument("--kv-cache-layout", dest="kv_cache_layout", default=None)
     p.add_argument("--no-enable-prefix-caching", dest="enable_prefix_caching", action="store_false", default=None)
     if not lists:
@@ -64,7 +68,8 @@ def _add_plan_args(p: argparse.ArgumentParser, *, lists: bool = False) -> None:
 _PLAN_KEYS = (
     "gpu", "tensor_parallel_size", "decode_context_parallel_size", "block_size", "dtype",
     "kv_cache_dtype", "attention_backend", "mamba_cache_mode", "mamba_ssm_cache_dtype",
-    "max_model_len", "num_blocks", "kv_cache_memory_bytes", "enable_prefix_caching",
+    "max_model_len", "num_blocks", "kv_cache_memory_bytes", "gpu_memory_utilization",
+    "enable_prefix_caching",
     "kv_cache_layout", "speculative_config",
 )
 
@@ -140,6 +145,7 @@ _CONVERT = {
     "tensor_parallel_size": int,
     "decode_context_parallel_size": int,
     "block_size": _block_size,
+    "gpu_memory_utilization": float,
     **{name: functools.partial(_option_value, name) for name in _OPTION_TYPES if name != "extra_config"},
 }
 
@@ -243,7 +249,7 @@ _CAPACITY_BYTES = {
 
 def cmd_capacity(ns) -> None:
     kwargs = _kwargs(ns, (*_PLAN_KEYS, *_CAPACITY_BYTES))
-    r = capacity(ns.model, gpu_memory_utilization=ns.gpu_memory_utilization, **kwargs)
+    r = capacity(ns.model, **kwargs)
     lengths = _split(ns.prompt_tokens, int) if ns.prompt_tokens else []
     for n in lengths:
         # validated here so that a bad length fails before any output
@@ -295,7 +301,6 @@ def build_parser() -> argparse.ArgumentParser:
     _finish(s, cmd_sweep)
     k = sub.add_parser("capacity", help="KV cache memory, tokens, concurrency and prefix-cache hits on a GPU")
     _add_plan_args(k)
-    k.add_argument("--gpu-memory-utilization", dest="gpu_memory_utilization", type=float, default=0.9)
     for key, help_text in _CAPACITY_BYTES.items():
         k.add_argument("--" + key.replace("_", "-"), dest=key, type=int, default=None, help=help_text)
     k.add_argument("--prompt-tokens", dest="prompt_tokens", default=None,

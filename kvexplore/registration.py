@@ -71,14 +71,31 @@ def check_allocatable(plan) -> None:
         )
 
 
-def allocate(plan, *, device="cpu", registration: str = "unified"):
-    """``{layer_name: tensor or [conv_state, ssm_state]}`` for ``plan``.
+def allocate(plan, *, device="cpu", registration: str = "unified", num_blocks: int | None = None):
+    """``{layer_name: tensor or [conv_state, ssm_state]}`` for ``plan``, or
+    with ``num_blocks`` for ``plan.replace(num_blocks=num_blocks)`` (the same
+    deployment with that many blocks: pass that plan's ``kv_cache_config`` to
+    the edits).
 
+    Allocates only what the caller asked for: a plan sized by vLLM's memory
+    profile (:attr:`~kvexplore.Plan.sized_by_profile`, tens of GiB) is
+    allocated on the ``meta`` device only, unless ``num_blocks`` is given.
     Raises ``KVExploreError`` for an unknown ``registration`` or ``device``, and
     for what cannot be allocated (:func:`check_allocatable`)."""
     check_registration_name(registration)
-    check_allocatable(plan)
+    require_plan(plan)
     dev = _device(device)
+    if num_blocks is not None:
+        plan = plan.replace(num_blocks=num_blocks)
+    elif dev.type != "meta" and plan.sized_by_profile:
+        total = max((t.offset + t.size for t in plan.tensors), default=0)
+        raise KVExploreError(
+            f"the plan's cache is sized for the {plan.gpu.name} deployment: "
+            f"{plan.num_blocks:,} blocks, {total:,} B; allocating it on {dev} needs "
+            "num_blocks: allocate(plan, num_blocks=16) (or "
+            "plan.replace(num_blocks=16).allocate()) allocates 16 blocks of the same layout"
+        )
+    check_allocatable(plan)
     if registration == "unified":
         from vllm.v1.worker.utils import allocate_kv_cache
 

@@ -28,10 +28,11 @@ QWEN = "Qwen/Qwen3.5-0.8B"
 
 @pytest.fixture(scope="session")
 def qwen_a100():
-    """Qwen3.5-0.8B on an A100 with every default: block 544, 16 blocks."""
+    """Qwen3.5-0.8B on an A100, block 544, with 16 blocks (a cache small enough
+    to allocate; the default plan is sized for the deployment)."""
     import kvexplore
 
-    return kvexplore.plan(QWEN, gpu="A100")
+    return kvexplore.plan(QWEN, gpu="A100", num_blocks=16)
 
 
 @pytest.fixture(scope="session")
@@ -39,4 +40,4 @@ def qwen_a100_flashinfer():
     """The same on FLASHINFER: attention kernel block 32, 17 kernel pages."""
     import kvexplore
 
-    return kvexplore.plan(QWEN, gpu="A100", attention_backend="FLASHINFER")
+    return kvexplore.plan(QWEN, gpu="A100", attention_backend="FLASHINFER", num_blocks=16)

@@ -396,7 +396,7 @@ def test_cli_capacity_bad_utilisation(capsys):
     assert "gpu_memory_utilization=1.5" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("bad", [0, -0.1, 1.01, "0.9", True, None])
+@pytest.mark.parametrize("bad", [0, -0.1, 1.01, "0.9", True, float("nan")])
 def test_bad_utilisation(qwen_32k_a100, bad):
     with pytest.raises(KVExploreError, match="gpu_memory_utilization=.*expected a number in \\(0, 1\\]"):
         qwen_32k_a100.capacity(bad)

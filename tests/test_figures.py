@@ -53,7 +53,7 @@ def _overlaps(texts):
 
 
 def _figures(model, gpu, layer):
-    p = kvexplore.plan(model, gpu=gpu)
+    p = kvexplore.plan(model, gpu=gpu, num_blocks=16)
     return p, [
         kvexplore.page_map(p, layer),
         kvexplore.page_map(p, layer, edited=True),

@@ -87,7 +87,7 @@ def test_agnostic_false_for_v2_runner_and_pcp():
 
 
 def test_mla_replicated_layout_and_what_breaks_it():
-    p = kvexplore.plan(DSV3, tensor_parallel_size=8, gpu="A100")
+    p = kvexplore.plan(DSV3, tensor_parallel_size=8, gpu="A100", num_blocks=64)
     assert p.kv_cache_config.kv_tp_replicas == 8
     r = offload_config(p)
     assert r.config.replicated_layout is True
@@ -103,7 +103,8 @@ def test_mla_replicated_layout_and_what_breaks_it():
         assert reason in r.rule("replicated_layout"), (kw, r.rule("replicated_layout"))
     # DCP shards the tokens: no longer replicated
     d = offload_config(
-        kvexplore.plan(DSV3, tensor_parallel_size=8, decode_context_parallel_size=2, gpu="A100")
+        kvexplore.plan(DSV3, tensor_parallel_size=8, decode_context_parallel_size=2, gpu="A100",
+                       num_blocks=64)
     )
     assert d.config.replicated_layout is False
     assert "DCP 2 != 1" in d.rule("replicated_layout")
@@ -112,7 +113,7 @@ def test_mla_replicated_layout_and_what_breaks_it():
 def test_canonical_layout_gate():
     # MLA: certifiable, so agnostic and (pure MLA, one node, mp) replicated
     r = offload_config(
-        kvexplore.plan(DSV3, tensor_parallel_size=8, gpu="A100"),
+        kvexplore.plan(DSV3, tensor_parallel_size=8, gpu="A100", num_blocks=64),
         extra_config={"canonical_layout": True},
     )
     assert r.config.canonical_layout is True

@@ -82,3 +82,101 @@ def test_non_torch_memory_grows_with_tensor_parallelism():
     one = kvexplore.plan(LLAMA, gpu="H100").memory_profile.non_torch
     two = kvexplore.plan(LLAMA, gpu="H100", tensor_parallel_size=2).memory_profile.non_torch
     assert one.high < two.low  # NCCL buffers at TP >= 2
+
+
+# ---------------------------------------------------------------------------
+# Default plans: the cache vLLM would size on the named GPU
+# ---------------------------------------------------------------------------
+
+QWEN = "Qwen/Qwen3.5-0.8B"
+
+
+def _vllm_sizing(p, memory):
+    """vLLM's own ``get_kv_cache_configs`` on the plan's specs and groups with
+    ``memory``: ``(num_blocks, None)`` or ``(None, vLLM's refusal)``."""
+    import copy
+
+    from vllm.v1.core.kv_cache_planning import get_kv_cache_configs
+
+    from kvexplore.planning.emulation import emulate
+
+    vc = copy.copy(p.vllm_config)
+    vc.cache_config = copy.copy(vc.cache_config)
+    vc.cache_config.num_gpu_blocks_override = None
+    try:
+        with emulate(p.gpu, meta_tensors=False):
+            cfg = get_kv_cache_configs(vc, [dict(p.layer_specs)], [memory],
+                                       p.kv_cache_config.kv_cache_groups)[0]
+    except ValueError as exc:
+        return None, " ".join(str(exc).split())
+    return cfg.num_blocks, None
+
+
+def test_default_plan_holds_what_the_memory_profile_leaves():
+    p = kvexplore.plan(QWEN, gpu="A100")
+    assert p.sized_by_profile
+    t = p.memory_terms
+    overheads = (t["weight_bytes"].high + t["activation_peak_bytes"].high
+                 + t["non_torch_bytes"].high + t["cudagraph_bytes"].high)
+    requested = -(-t["total_memory_bytes"].low * 92 // 100)  # ceil(total x 0.92)
+    assert p.kv_cache_memory_bytes == requested - overheads
+    # by hand from the config: 24 layers in 4 groups of 6; a block id holds one
+    # 544-token page per layer of a group: 2 KV heads x 256 x (K, V) x 2 B a token
+    page = 544 * 2 * 256 * 2 * 2
+    assert p.mamba_page_size_padded == page and p.bytes_per_block == 6 * page
+    assert p.num_blocks == p.kv_cache_memory_bytes // (6 * page) > 10_000
+    assert _vllm_sizing(p, p.kv_cache_memory_bytes) == (p.num_blocks, None)
+    r = kvexplore.capacity(p)
+    assert (r.kv_cache_memory, r.num_blocks) == (p.kv_cache_memory_bytes, p.num_blocks)
+    assert p.admission.ok and "low end of vLLM's start-up memory profile" in p.derivation["num_blocks"]
+
+
+@pytest.mark.parametrize("util, expect", [(0.92, "admitted"), (0.06, "too short"), (0.02, "no memory")])
+def test_default_plan_is_admitted_exactly_when_vllm_admits_it(util, expect):
+    p = kvexplore.plan(QWEN, gpu="A100", gpu_memory_utilization=util)
+    num_blocks, refusal = _vllm_sizing(p, p.kv_cache_memory_bytes)
+    assert p.admission.ok == (refusal is None)
+    if refusal is None:
+        assert p.num_blocks == num_blocks
+    else:
+        assert p.admission.message == refusal
+    # the three utilisations cover the three verdicts
+    assert expect == ("admitted" if p.admission.ok else
+                      "no memory" if p.kv_cache_memory_bytes == 0 else "too short")
+
+
+def test_allocate_allocates_only_what_the_caller_asks_for():
+    from kvexplore.errors import KVExploreError
+
+    p = kvexplore.plan(QWEN, gpu="A100")
+    with pytest.raises(KVExploreError, match=f"{p.num_blocks:,} blocks.*num_blocks="):
+        p.allocate()
+    attn = "language_model.model.layers.3.self_attn.attn"
+    assert p.allocate(device="meta")[attn].shape[0] == p.num_blocks  # no memory on meta
+    kv = p.allocate(num_blocks=4)
+    small = p.replace(num_blocks=4)
+    assert kv[attn].shape[0] == 4 and kv[attn].untyped_storage().nbytes() == max(
+        t.offset + t.size for t in small.tensors)
+    edited = kvexplore.apply_kv_cache_group_edits(small.kv_cache_config, kv)
+    assert kvexplore.verify_roundtrip(small.kv_cache_config, kv, edited).ok
+
+
+def test_a_deployment_vllm_cannot_hold_has_no_blocks_and_says_so():
+    from kvexplore.errors import KVExploreError
+
+    p = kvexplore.plan("deepseek-ai/DeepSeek-V3", gpu="H100")  # 671B parameters on one card
+    assert p.loaded_weight_bytes > p.gpu.memory_bytes
+    assert (p.num_blocks, p.kv_cache_memory_bytes, p.admission.ok) == (0, 0, False)
+    assert p.admission.message.startswith("No available memory for the cache blocks")
+    with pytest.raises(KVExploreError, match="has no blocks.*replace\\(num_blocks=16\\)"):
+        kvexplore.page_map(p, 0)
+    assert kvexplore.page_layout(p.replace(num_blocks=16), 0).kind == "mla_attention"
+
+
+@pytest.mark.parametrize("bad", [0, 1.5, "0.9", True, None])
+def test_plan_refuses_a_bad_gpu_memory_utilization(bad):
+    from kvexplore.errors import KVExploreError
+
+    with pytest.raises(KVExploreError, match=f"gpu_memory_utilization={bad!r} is invalid; "
+                                             "expected a number in \\(0, 1\\]"):
+        kvexplore.plan(QWEN, gpu="A100", gpu_memory_utilization=bad)

@@ -108,7 +108,7 @@ def test_block_offset_and_text_is_deterministic(qwen_a100_flashinfer):
 
 
 def test_mla_page(qwen_a100):
-    ds = kvexplore.plan("deepseek-ai/DeepSeek-V3", gpu="A100")
+    ds = kvexplore.plan("deepseek-ai/DeepSeek-V3", gpu="A100", num_blocks=16)
     lay = viz.page_layout(ds, 0)
     assert lay.kind == "mla_attention"
     assert [s.kind for s in lay.segments] == ["latent"]
@@ -158,7 +158,8 @@ def test_page_map_figure_segments(qwen_a100_flashinfer):
 
 
 def test_figure_rectangles_are_capped():
-    nem = kvexplore.plan("nvidia/Nemotron-H-56B-Base-8K", attention_backend="FLASHINFER", gpu="A100")
+    nem = kvexplore.plan("nvidia/Nemotron-H-56B-Base-8K", attention_backend="FLASHINFER", gpu="A100",
+                           num_blocks=16)
     pos = next(i for i, info in enumerate(nem.layers) if info.kind != "mamba")
     lay = viz.page_layout(nem, pos, registration="legacy")
     assert len(lay.segments) == 2 * lay.kernel_pages > MAX_DRAWN_SEGMENTS
@@ -244,7 +245,7 @@ def test_table_html_escapes():
 
 
 def test_buffer_map_zoom_labels_every_block_it_shows():
-    p = kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="A100")  # 16 blocks: the zoom shows 8
+    p = kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="A100", num_blocks=16)  # the zoom shows 8
     lay = kvexplore.buffer_layout(p)
     blocks = [s.label for s in lay.block_zoom if s.label != "pad"]
     assert blocks == [f"b{b}" for b in range(8)]

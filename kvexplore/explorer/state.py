@@ -73,6 +73,8 @@ PLAN_CONTROLS = tuple(k for k in CONTROL_DEFAULTS if k not in VIEW_CONTROLS)
 
 PANELS = ("status", "summary", "memory", "page_map", "edits", "offload", "live")
 
+#: Blocks the live panel allocates for a plan sized by vLLM's memory profile.
+LIVE_BLOCKS = 16
 #: Blocks exercised by the live round-trip on CPU (all blocks on CUDA).
 CPU_ROUNDTRIP_BLOCKS = 2
 #: The live panel refuses CPU allocations above this many bytes.
@@ -314,8 +316,10 @@ class ExplorerState:
         """Allocate the registered caches, apply the edits, ``verify_roundtrip``;
         the result (or the error as a message) becomes the ``live`` panel.
 
-        ``device`` None: CUDA when available, else CPU.  ``blocks``:
-        ``"default"`` is all on CUDA, the first :data:`CPU_ROUNDTRIP_BLOCKS` on CPU.
+        ``device`` None: CUDA when available, else CPU.  A plan sized by vLLM's
+        memory profile is allocated with :data:`LIVE_BLOCKS` blocks, others as
+        planned.  ``blocks``: ``"default"`` is all on CUDA, the first
+        :data:`CPU_ROUNDTRIP_BLOCKS` on CPU.
         """
         try:
             panel = self._run_live(device, blocks)
@@ -330,6 +334,8 @@ class ExplorerState:
         if self.plan is None:
             raise KVExploreError(f"no plan to allocate: {self.error}")
         p = self.plan
+        if p.sized_by_profile:
+            p = p.replace(num_blocks=LIVE_BLOCKS)
         registration = self.controls["registration"]
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -214,9 +214,22 @@ def plan_derivation(p, bare=None) -> dict[str, str]:
                 f"{n}: Mamba state slots for {n} draft tokens ({p.drafter.method}, "
                 "MambaSpec.num_speculative_blocks)"
             )
+    out["num_blocks"] = _num_blocks_line(p)
     if p.admission is not None:
         out["admission"] = p.admission.text()
     return out
+
+
+def _num_blocks_line(p) -> str:
+    given = p.inputs
+    if given["num_blocks"] is not None:
+        return f"{p.num_blocks:,}: given (num_gpu_blocks_override)"
+    per_block = f"{p.bytes_per_block:,} B" if p.bytes_per_block else "the bytes"
+    source = ("given (kv_cache_memory_bytes)" if given["kv_cache_memory_bytes"] is not None else
+              f"the low end of vLLM's start-up memory profile on the {p.gpu.name} at "
+              f"gpu_memory_utilization {given['gpu_memory_utilization']} (capacity() itemises it)")
+    return (f"{p.num_blocks:,} = {p.kv_cache_memory_bytes:,} B // {per_block} per block id "
+            f"(get_kv_cache_configs); KV cache memory: {source}")
 
 
 __all__ = ["MLA_HYBRID_BLOCK_MULTIPLE", "hybrid_block_terms", "plan_derivation",

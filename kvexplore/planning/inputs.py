@@ -41,6 +41,7 @@ PLAN_DEFAULTS: dict[str, Any] = {
     "speculative_config": None,
     "num_blocks": None,
     "kv_cache_memory_bytes": None,
+    "gpu_memory_utilization": 0.92,
     "kv_cache_layout": None,
     "max_num_batched_tokens": None,
     "max_num_seqs": None,
@@ -48,7 +49,8 @@ PLAN_DEFAULTS: dict[str, Any] = {
 
 #: ``plan()`` keywords the model build does not depend on (a plan that changes
 #: only these reuses the build).
-MEMORY_KEYWORDS = ("num_blocks", "kv_cache_memory_bytes", "max_model_len")
+MEMORY_KEYWORDS = ("num_blocks", "kv_cache_memory_bytes", "gpu_memory_utilization",
+                   "max_model_len")
 
 MAMBA_CACHE_MODES = ("none", "align", "all")
 KV_CACHE_LAYOUTS = ("LBNHC", "LBHNC", "LHBNC", "BLHNC", "BLNHC", "BHLNC", "NHD", "HND")
@@ -70,6 +72,14 @@ def as_int(name: str, value: Any, *, minimum: int = 1, maximum: int | None = Non
     raise KVExploreError(
         f"{name}={value!r} is invalid; expected {bound}" + (" or None" if allow_none else "")
     )
+
+
+def as_fraction(name: str, value: Any) -> float:
+    """``value`` as a float in ``(0, 1]`` (vLLM's ``CacheConfig`` bounds on
+    ``gpu_memory_utilization``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value <= 1:
+        raise KVExploreError(f"{name}={value!r} is invalid; expected a number in (0, 1]")
+    return float(value)
 
 
 def as_choice(name: str, value: Any, choices: tuple[str, ...], *, allow_none: bool = False):
@@ -191,6 +201,8 @@ def plan_request(**kwargs: Any) -> tuple[tuple[str, Any], ...]:
         "num_blocks": as_int("num_blocks", r["num_blocks"], allow_none=True),
         "kv_cache_memory_bytes": as_int("kv_cache_memory_bytes", r["kv_cache_memory_bytes"],
                                         allow_none=True),
+        "gpu_memory_utilization": as_fraction("gpu_memory_utilization",
+                                              r["gpu_memory_utilization"]),
         "kv_cache_layout": as_choice("kv_cache_layout", r["kv_cache_layout"],
                                      KV_CACHE_LAYOUTS, allow_none=True),
         "max_num_batched_tokens": as_int("max_num_batched_tokens", r["max_num_batched_tokens"],
@@ -233,6 +245,7 @@ __all__ = [
     "MODEL_DTYPES",
     "PLAN_DEFAULTS",
     "as_choice",
+    "as_fraction",
     "as_int",
     "engine_kwargs",
     "plan_request",

@@ -15,13 +15,9 @@ grouping, then what depends on memory:
 - ``prepare_kernel_block_sizes`` (``vllm/v1/worker/utils.py``) with each
   group's own backends: the kernel block of every group.
 
-A :class:`Plan` holds kvexplore's own frozen facts, read from vLLM's objects
-once (specs, groups, tensors, sizes, the derivation).  vLLM's mutable objects
-are handed out only as fresh copies (:attr:`Plan.vllm_config`,
-:attr:`Plan.kv_cache_config` and the sub-configs), so no caller can change a
-plan another caller holds.  Plans and model builds are cached by the
-normalised inputs (:func:`kvexplore.planning.inputs.plan_request`), the model
-by its config's content.
+Plans and model builds are cached by the normalised inputs
+(:func:`kvexplore.planning.inputs.plan_request`), the model by its config's
+content.
 
 Worked example: Qwen3.5-0.8B on an A100 and an H100.
 
@@ -41,7 +37,6 @@ import dataclasses
 import functools
 import json
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 import pandas as pd
@@ -78,11 +73,6 @@ from kvexplore.planning.models import (
     catalog_names,
     load_model_config,
 )
-
-#: Blocks allocated when neither ``num_blocks`` nor ``kv_cache_memory_bytes``
-#: is given: small enough to allocate any catalog model on a laptop.
-DEFAULT_NUM_BLOCKS = 16
-
 
 # ---------------------------------------------------------------------------
 # Frozen facts
@@ -188,10 +178,10 @@ class Plan(Displayable):
     """The KV cache vLLM 0.33 would build for one model, GPU and configuration.
 
     Frozen: change an input with :meth:`replace` (a new plan).  Every field is
-    kvexplore's own immutable fact; ``layer_specs`` and the groups' specs are
-    vLLM's own (frozen) ``KVCacheSpec`` objects.  vLLM's mutable objects come
-    out as fresh copies only: :attr:`vllm_config`, :attr:`model_config`,
-    :attr:`cache_config`, :attr:`parallel_config`, :attr:`kv_cache_config`.
+    kvexplore's own immutable fact, read from vLLM once (``layer_specs`` and
+    the groups' specs are vLLM's frozen ``KVCacheSpec`` objects); vLLM's
+    mutable objects come out as fresh copies only (:attr:`vllm_config`,
+    :attr:`kv_cache_config`, ...), so no caller can change a plan another holds.
     """
 
     model: ModelSource
@@ -204,6 +194,7 @@ class Plan(Displayable):
     groups: tuple[GroupInfo, ...] = field(repr=False)
     tensors: tuple[TensorInfo, ...] = field(repr=False)
     num_blocks: int
+    kv_cache_memory_bytes: int | None
     block_size: int
     kernel_block_sizes: tuple[int, ...]
     tensor_parallel_size: int
@@ -253,6 +244,12 @@ class Plan(Displayable):
     def replace(self, **changes) -> Plan:
         """A new plan with some inputs changed (``plan(**inputs | changes)``)."""
         return plan(self.model, **{**self.inputs, **changes})
+
+    @property
+    def sized_by_profile(self) -> bool:
+        """True when neither ``num_blocks`` nor ``kv_cache_memory_bytes`` was
+        given: the cache holds what vLLM's start-up profile leaves on the GPU."""
+        return self.inputs["num_blocks"] is None and self.inputs["kv_cache_memory_bytes"] is None
 
     # -- vLLM's objects, as fresh copies ---------------------------------------
     @property
@@ -336,13 +333,19 @@ class Plan(Displayable):
 
     @property
     def memory_profile(self):
-        """vLLM's start-up memory terms for this plan's build, estimated on the
-        meta device (:func:`kvexplore.planning.profile.profile_build`)."""
+        """:func:`kvexplore.planning.profile.profile_build` of this plan's build."""
         from kvexplore.planning.profile import profile_build
 
         return profile_build(self._build)
 
-    @cached_property
+    @property
+    def memory_terms(self):
+        """:func:`kvexplore.planning.profile.memory_terms` of this plan on its GPU."""
+        from kvexplore.planning.profile import memory_terms
+
+        return memory_terms(self._build, self.gpu)
+
+    @functools.cached_property
     def derivation(self) -> FrozenDict:
         """How each size and GPU-dependent decision came about, by name (with a
         drafter, also what it changes against the same plan without one)."""
@@ -373,7 +376,7 @@ class Plan(Displayable):
     @property
     def group_table(self) -> pd.DataFrame:
         """One row per KV cache group: kind, layers, block and kernel block, page,
-        padding, dtype, backend (a new DataFrame on every access)."""
+        padding, dtype, backend."""
         return pd.DataFrame(self.group_rows())
 
     def summary_rows(self) -> list[tuple[str, Any]]:
@@ -396,6 +399,7 @@ class Plan(Displayable):
             ("groups", len(self.groups)),
             ("kv_cache_layout", self.kv_cache_layout.name),
             ("num_blocks", self.num_blocks),
+            ("kv_cache_memory_bytes", self.kv_cache_memory_bytes),
             ("bytes_per_block", self.bytes_per_block),
             ("tokens_per_gib", self.tokens_per_gib),
             ("max_model_len", self.max_model_len),
@@ -411,8 +415,7 @@ class Plan(Displayable):
         return pd.DataFrame(self.summary_rows(), columns=["quantity", "value"])
 
     def explain(self) -> str:
-        """The derivation of every chosen size and GPU-dependent decision, one
-        line each."""
+        """:attr:`derivation`, one ``name: rule`` line each."""
         return "\n".join(f"{k}: {v}" for k, v in self.derivation.items())
 
     def to_dict(self) -> dict[str, Any]:
@@ -425,14 +428,15 @@ class Plan(Displayable):
         return out
 
     # -- conveniences that hand the plan to later stages --------------------------
-    def allocate(self, device="cpu", registration: str = "unified"):
+    def allocate(self, device="cpu", registration: str = "unified", num_blocks: int | None = None):
         """:func:`kvexplore.registration.allocate` of this plan."""
         from kvexplore.registration import allocate
 
-        return allocate(self, device=device, registration=registration)
+        return allocate(self, device=device, registration=registration, num_blocks=num_blocks)
 
-    def capacity(self, gpu_memory_utilization: float = 0.9, **kwargs):
-        """:func:`kvexplore.capacity` of this plan (keywords as there)."""
+    def capacity(self, gpu_memory_utilization: float | None = None, **kwargs):
+        """:func:`kvexplore.capacity` of this plan (keywords as there; the
+        utilization defaults to the plan's)."""
         from kvexplore.capacity_planning import capacity
 
         return capacity(self, gpu_memory_utilization=gpu_memory_utilization, **kwargs)
@@ -487,6 +491,7 @@ def plan(
     speculative_config: dict | None = None,
     num_blocks: int | None = None,
     kv_cache_memory_bytes: int | None = None,
+    gpu_memory_utilization: float = 0.92,
     kv_cache_layout: str | None = None,
     max_num_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
@@ -500,16 +505,19 @@ def plan(
     ``--mamba-ssm-cache-dtype``, ``--max-model-len`` (``-1`` auto-fits),
     ``--attention-backend``, ``--speculative-config``,
     ``--num-gpu-blocks-override`` as ``num_blocks``,
-    ``--kv-cache-memory-bytes``, ``--max-num-batched-tokens``,
+    ``--kv-cache-memory-bytes``, ``--gpu-memory-utilization``,
+    ``--max-num-batched-tokens``,
     ``--max-num-seqs``: the dummy run vLLM's memory profile measures);
     ``None`` lets vLLM decide as ``vllm serve`` does for the GPU, as an unset
     flag does.  ``kv_cache_layout`` is what ``VLLM_KV_CACHE_LAYOUT`` would request
     (``NHD``/``HND`` alias ``LBNHC``/``LBHNC``); ``None`` takes the layout the
     engine core resolves.  ``gpu`` is a name or a compute capability
     (:func:`kvexplore.gpus`).  With neither ``num_blocks`` nor
-    ``kv_cache_memory_bytes`` the cache has :data:`DEFAULT_NUM_BLOCKS` blocks;
-    when that cannot hold one request of ``max_model_len`` tokens the plan
-    carries vLLM's refusal in :attr:`Plan.admission`.
+    ``kv_cache_memory_bytes`` the cache is as large as vLLM would make it on
+    that GPU at ``--gpu-memory-utilization`` (default 0.92, vLLM's): the low
+    end of the start-up memory profile (:func:`kvexplore.capacity` itemises
+    it).  When the cache cannot hold one request of ``max_model_len`` tokens
+    the plan carries vLLM's refusal in :attr:`Plan.admission`.
 
     Every input is checked before any cache lookup; every error is a
     :class:`KVExploreError` naming the value and quoting vLLM.
@@ -522,8 +530,8 @@ def plan(
         mamba_ssm_cache_dtype=mamba_ssm_cache_dtype, max_model_len=max_model_len,
         attention_backend=attention_backend, speculative_config=speculative_config,
         num_blocks=num_blocks, kv_cache_memory_bytes=kv_cache_memory_bytes,
-        kv_cache_layout=kv_cache_layout, max_num_batched_tokens=max_num_batched_tokens,
-        max_num_seqs=max_num_seqs,
+        gpu_memory_utilization=gpu_memory_utilization, kv_cache_layout=kv_cache_layout,
+        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
     )
     src = load_model_config(model)
     return _cached_plan(src, resolve_gpu(gpu), request)
@@ -531,15 +539,9 @@ def plan(
 
 @functools.lru_cache(maxsize=1024)
 def _cached_plan(src: ModelSource, gpu: GPU, request: tuple) -> Plan:
-    r = dict(request)
     build_request = tuple((k, v) for k, v in request if k not in MEMORY_KEYWORDS)
     built = _cached_build(src, gpu, build_request)
-    try:
-        return _plan_from_build(src, gpu, request, built)
-    except KVExploreError:
-        raise
-    except Exception as exc:  # vLLM's own checks carry the numbers
-        raise vllm_error(src, gpu, exc, r) from exc
+    return _quoting_vllm(src, gpu, dict(request), _plan_from_build, src, gpu, request, built)
 
 
 @functools.lru_cache(maxsize=64)
@@ -547,11 +549,17 @@ def _cached_build(src: ModelSource, gpu: GPU, build_request: tuple):
     from kvexplore.planning.worker import build_model
 
     r = dict(build_request)
+    return _quoting_vllm(src, gpu, r, build_model, str(src.config_dir), gpu, engine_kwargs(r),
+                         r["kv_cache_layout"])
+
+
+def _quoting_vllm(src: ModelSource, gpu: GPU, r: dict, fn, *args):
+    """``fn(*args)``; vLLM's and transformers' errors re-raised by :func:`vllm_error`."""
     try:
-        return build_model(str(src.config_dir), gpu, engine_kwargs(r), r["kv_cache_layout"])
+        return fn(*args)
     except KVExploreError:
         raise
-    except Exception as exc:  # vLLM and transformers raise many types
+    except Exception as exc:
         raise vllm_error(src, gpu, exc, r) from exc
 
 
@@ -564,27 +572,37 @@ def _plan_vllm_config(src: ModelSource, built, r: dict):
     """A private copy of the built ``VllmConfig`` for this plan's memory inputs.
 
     The model, cache and scheduler sub-configs are copied (planning writes
-    ``max_model_len`` and ``num_gpu_blocks_override``; the served model id
-    replaces the materialised config directory); ``max_model_len`` is checked
-    by vLLM's own ``ModelConfig.get_and_verify_max_len``.
+    ``max_model_len`` and ``num_gpu_blocks_override``, and the served model id
+    that vLLM's OffloadingConfig reports over the materialised config
+    directory); ``max_model_len`` is checked by ``ModelConfig.get_and_verify_max_len``.
     """
     vc = copy.copy(built.vllm_config)
     vc.model_config = copy.copy(vc.model_config)
     vc.cache_config = copy.copy(vc.cache_config)
     vc.scheduler_config = copy.copy(vc.scheduler_config)
     if src.served_name is not None:
-        # vLLM knows a served model by the id it was started with
-        # (``--model Qwen/Qwen3.5-0.8B``), which its OffloadingConfig reports.
         vc.model_config.model = src.served_name
     m = r["max_model_len"]
     if m is not None:
         mc = vc.model_config
         mc.original_max_model_len = m
         mc.max_model_len = mc.get_and_verify_max_len(m)
-    vc.cache_config.num_gpu_blocks_override = (
-        r["num_blocks"] or (None if r["kv_cache_memory_bytes"] else DEFAULT_NUM_BLOCKS)
-    )
+    vc.cache_config.num_gpu_blocks_override = r["num_blocks"]
     return vc
+
+
+def _kv_cache_memory(gpu: GPU, built, r: dict) -> int | None:
+    """The memory ``get_kv_cache_configs`` sizes the cache from: the given
+    ``kv_cache_memory_bytes``; with neither it nor ``num_blocks``, the low end
+    of the memory vLLM's start-up profile leaves on ``gpu`` at
+    ``gpu_memory_utilization`` (:func:`kvexplore.planning.profile.kv_cache_memory_range`),
+    at least 0; ``None`` when ``num_blocks`` decides."""
+    from kvexplore.planning.profile import kv_cache_memory_range, memory_terms
+
+    if r["num_blocks"] is not None or r["kv_cache_memory_bytes"] is not None:
+        return r["kv_cache_memory_bytes"]
+    low, _ = kv_cache_memory_range(memory_terms(built, gpu), r["gpu_memory_utilization"])
+    return max(low, 0)
 
 
 def _kernel_block_sizes(kv_cache_config, built) -> list[int]:
@@ -711,7 +729,8 @@ def _plan_from_build(src: ModelSource, gpu: GPU, request: tuple, built) -> Plan:
             "(e.g. num_hidden_layers=0); expected at least one attention or state layer"
         )
     vc = _plan_vllm_config(src, built, r)
-    cfg, admission = kv_cache_config_with_admission(vc, built, r["kv_cache_memory_bytes"])
+    memory = _kv_cache_memory(gpu, built, r)
+    cfg, admission = kv_cache_config_with_admission(vc, built, memory)
     kernel_block_sizes = tuple(int(k) for k in _kernel_block_sizes(cfg, built))
     tokens, concurrency = get_kv_cache_capacity(vc, cfg)
     pins = tuple(cdiv(g.kv_cache_spec.max_memory_usage_bytes(vc), g.kv_cache_spec.page_size_bytes)
@@ -728,7 +747,8 @@ def _plan_from_build(src: ModelSource, gpu: GPU, request: tuple, built) -> Plan:
         model=src, gpu=gpu, request=request, layers=layers, layer_specs=specs,
         layer_classes=built.layer_classes, layer_backends=built.backends,
         groups=_group_infos(cfg, kernel_block_sizes, built), tensors=tensors,
-        num_blocks=int(cfg.num_blocks), kernel_block_sizes=kernel_block_sizes,
+        num_blocks=int(cfg.num_blocks), kv_cache_memory_bytes=memory,
+        kernel_block_sizes=kernel_block_sizes,
         admission=admission, decisions=built.decisions, weight_bytes=built.weight_bytes,
         kv_cache_size_tokens=int(tokens), max_concurrency=float(concurrency),
         kv_tp_replicas=int(cfg.kv_tp_replicas), drafter=built.drafter, blocks_per_request=pins,
@@ -765,7 +785,6 @@ def catalog(gpu: str | GPU = DEFAULT_GPU) -> pd.DataFrame:
 
 
 __all__ = [
-    "DEFAULT_NUM_BLOCKS",
     "Admission",
     "GroupInfo",
     "Plan",

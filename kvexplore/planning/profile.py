@@ -29,6 +29,7 @@ Every term is a ``(low, high)`` :class:`Term` with its source.
 from __future__ import annotations
 
 import contextlib
+import math
 import weakref
 from dataclasses import dataclass
 
@@ -232,4 +233,36 @@ def _profile(built) -> MemoryProfile:
                          _cudagraph(vc), forward, logits, tokens, seqs, leaves)
 
 
-__all__ = ["LiveBytes", "MemoryProfile", "Term", "profile_build", "weight_term"]
+def memory_terms(built, gpu) -> dict[str, Term]:
+    """Every term ``determine_available_memory`` starts from or subtracts, per
+    rank, for ``built`` on ``gpu``: ``total_memory_bytes`` (what
+    ``torch.cuda.mem_get_info()`` reports for the card, :func:`kvexplore.gpus`;
+    the nominal size where no reading is known), then the build's
+    ``weight_bytes``, ``activation_peak_bytes``, ``non_torch_bytes`` and
+    ``cudagraph_bytes`` (:func:`profile_build`)."""
+    low, high = gpu.total_memory_range
+    if gpu.total_memory_gib is not None:
+        total = Term(low, high, f"ESTIMATE {low:,}-{high:,} B: torch.cuda.mem_get_info() of the "
+                                f"{gpu.device_name} ({gpu.total_memory_source})")
+    else:
+        total = Term(low, high, f"ESTIMATE {low:,} B: the card's nominal {gpu.memory_gib} GiB "
+                                "(no mem_get_info reading known; pass total_memory_bytes)")
+    mp = profile_build(built)
+    return {"total_memory_bytes": total, "weight_bytes": mp.weights,
+            "activation_peak_bytes": mp.activation_peak, "non_torch_bytes": mp.non_torch,
+            "cudagraph_bytes": mp.cudagraph}
+
+
+def kv_cache_memory_range(terms: dict[str, Term], gpu_memory_utilization: float) -> tuple[int, int]:
+    """``(low, high)`` bytes ``determine_available_memory`` leaves the KV cache:
+    ``ceil(total x gpu_memory_utilization)`` minus every other term of
+    :func:`memory_terms`; the low end subtracts each term's high end from the
+    total's low end, the high end the other way round."""
+    total = terms["total_memory_bytes"]
+    rest = [t for name, t in terms.items() if name != "total_memory_bytes"]
+    return (math.ceil(total.low * gpu_memory_utilization) - sum(t.high for t in rest),
+            math.ceil(total.high * gpu_memory_utilization) - sum(t.low for t in rest))
+
+
+__all__ = ["LiveBytes", "MemoryProfile", "Term", "kv_cache_memory_range", "memory_terms",
+           "profile_build", "weight_term"]

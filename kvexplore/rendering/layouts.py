@@ -264,6 +264,12 @@ def page_layout(
     check_registration_name(registration)
     position, info = resolve_layer(plan, layer)
     num_blocks = plan.num_blocks
+    if num_blocks == 0:
+        raise KVExploreError(
+            f"the plan of {plan.model.name} on the {plan.gpu.name} has no blocks (vLLM 0.33: "
+            f"{plan.admission.message if plan.admission else 'no KV cache memory'}); expected a "
+            "plan with blocks: plan.replace(num_blocks=16) shows the same layout"
+        )
     if isinstance(block, bool) or not isinstance(block, int) or not 0 <= block < num_blocks:
         raise KVExploreError(
             f"block={block!r} is out of range; expected 0..{num_blocks - 1} "

@@ -22,7 +22,7 @@ True
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, get_args
 
@@ -206,10 +206,6 @@ class ExplorerState:
             "speculative_config": _speculative_config(c),
         }
 
-    def _memoised(self, key: tuple, build: Callable[[], Any]) -> Any:
-        """``build()``, memoised per current plan and ``key``."""
-        return per_plan(self.plan, ("explorer",) + key, build)
-
     def refresh(self) -> tuple[str, ...]:
         """Recompute every panel from the controls; return the changed ones."""
         before = dict(self.panels)
@@ -226,19 +222,19 @@ class ExplorerState:
             new["status"] = _message_panel("status", self.error)
             return self._commit(before, new)
         p = self.plan
-        new["summary"] = self._memoised(("summary",), lambda: Panel("summary", p.text(), p._repr_html_()))
-        new["memory"] = self._memoised(("memory",), lambda: _memory_panel(p))
-        new["offload"] = self._memoised(("offload",), lambda: _offload_panel(p))
+        new["summary"] = per_plan(p, ("explorer", "summary"), lambda: Panel("summary", p.text(), p._repr_html_()))
+        new["memory"] = per_plan(p, ("explorer", "memory"), lambda: _memory_panel(p))
+        new["offload"] = per_plan(p, ("explorer", "offload"), lambda: _offload_panel(p))
         registration = self.controls["registration"]
         try:
-            new["edits"] = self._memoised(("edits", registration), lambda: _edits_panel(p, registration))
+            new["edits"] = per_plan(p, ("explorer", "edits", registration), lambda: _edits_panel(p, registration))
         except Exception as exc:
             self.error = describe_error(exc)
             new["edits"] = _message_panel("edits", self.error)
         try:
             layer, block = self._view()
-            key = ("page_map", layer, block, registration)
-            new["page_map"] = self._memoised(key, lambda: _page_map_panel(p, layer, block, registration))
+            key = ("explorer", "page_map", layer, block, registration)
+            new["page_map"] = per_plan(p, key, lambda: _page_map_panel(p, layer, block, registration))
         except Exception as exc:
             self.error = describe_error(exc)
             new["page_map"] = _message_panel("page_map", self.error)
@@ -287,8 +283,8 @@ class ExplorerState:
             block = _control_int("block", self.controls["block"]) if block is None else block
         except ValueError:
             return None
-        key = ("png", layer, block, registration)
-        return self._memoised(key, lambda: _page_map_png(p, layer, block, registration))
+        key = ("explorer", "png", layer, block, registration)
+        return per_plan(p, key, lambda: _page_map_png(p, layer, block, registration))
 
     def edit_group_pngs(self) -> list[tuple[str, bytes]]:
         """``(caption, PNG)`` of block 0 of each group's first layer (empty
@@ -405,16 +401,13 @@ def _edits_panel(p, registration: str) -> Panel:
     try:
         result = plan_edits(p, registration)
     except ValueError as exc:
-        error = f"edits ({registration}) rejected: {exc}"
-        return Panel("edits", editing.edits_panel_text(verdicts, registration, error=error),
-                     editing.edits_panel_html(verdicts, registration, error=error), ok=False)
+        text, body = editing.edits_panel(verdicts, registration, error=f"edits ({registration}) rejected: {exc}")
+        return Panel("edits", text, body, ok=False)
     groups = editing.edit_groups(result.report)
     positions = {info.name: i for i, info in enumerate(p.layers)}
     bars = {g.group: html.page_bars_html(edited_layout(p, positions[g.first_layer], 0, registration))
             for g in groups if g.first_layer in positions}
-    summary = result.summary()
-    return Panel("edits", editing.edits_panel_text(verdicts, registration, summary, groups),
-                 editing.edits_panel_html(verdicts, registration, summary, groups, bars))
+    return Panel("edits", *editing.edits_panel(verdicts, registration, result.summary(), groups, bars))
 
 
 def _offload_panel(p) -> Panel:
@@ -532,7 +525,8 @@ class Comparison:
         return self.text()
 
     def _repr_html_(self) -> str:
-        return html.comparison_html(self, _page_bars(self.a), _page_bars(self.b))
+        lays = (_page_layout_of(self.a), _page_layout_of(self.b))
+        return html.comparison_html(self, *("" if lay is None else html.page_bars_html(lay) for lay in lays))
 
 
 def _page_layout_of(st: ExplorerState):
@@ -542,11 +536,6 @@ def _page_layout_of(st: ExplorerState):
         return edited_layout(st.plan, *st._view(), st.controls["registration"])
     except ValueError:
         return None
-
-
-def _page_bars(st: ExplorerState) -> str:
-    lay = _page_layout_of(st)
-    return html.page_bars_html(lay) if lay is not None else ""
 
 
 def _compared_rows(st: ExplorerState) -> dict[tuple[str, str], str]:
@@ -583,12 +572,9 @@ def compare(a_controls: Mapping[str, Any] | ExplorerState,
         return ExplorerState(model, **controls)
 
     a = state(a_controls)
-    if isinstance(b_controls, ExplorerState):
-        b = b_controls
-    elif b_controls is not None and not isinstance(b_controls, Mapping):
-        state(b_controls, "b_controls")
-    else:
-        b = state({**a.controls, **(b_controls or {}), **b_changes})
+    if b_controls is None or isinstance(b_controls, Mapping):
+        b_controls = {**a.controls, **(b_controls or {}), **b_changes}
+    b = state(b_controls, "b_controls")
     ra, rb = _compared_rows(a), _compared_rows(b)
     keys = list(dict.fromkeys([*ra, *rb]))
     rows = tuple(CompareRow(sec, q, ra.get((sec, q), "-"), rb.get((sec, q), "-")) for sec, q in keys)

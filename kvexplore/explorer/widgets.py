@@ -112,7 +112,6 @@ class Explorer(widgets.VBox):
         self.figure.add_class("kvx-figure-page-map")
         self.edit_figures = widgets.VBox()
         self.edit_figures.add_class("kvx-figure-edits")
-        self._edit_figures_key = None
         self.live_button = widgets.Button(description="Run live round-trip", icon="play",
                                           layout=widgets.Layout(width="200px"))
         self.live_button.on_click(self._on_live)
@@ -188,10 +187,6 @@ class Explorer(widgets.VBox):
         """Each group's first layer, drawn only while the edits tab is shown."""
         if self.tabs.selected_index != PANELS.index("edits"):
             return
-        key = (id(self.state.plan), self.state.controls["registration"], self.figure_toggle.value)
-        if key == self._edit_figures_key:
-            return
-        self._edit_figures_key = key
         children = []
         if self.figure_toggle.value:
             for caption, png in self.state.edit_group_pngs():

@@ -277,11 +277,8 @@ def page_layout(
     page = int(spec.page_size_bytes)
     kernel = spec.block_size if isinstance(spec, MambaSpec) else plan.kernel_block_sizes[gid]
     ratio = max(1, spec.block_size // kernel)  # kernel pages per block
-    if isinstance(spec, MambaSpec):
-        segs, cells, cells_note = _mamba_segments(spec, page), (), ""
-    else:
-        segs, cells, cells_note = _attention_segments(plan, spec, tensors[0], ratio, registration)
     first = tensors[0]
+    segs, cells, cells_note = _page_segments(plan, spec, first, ratio, registration)
     page_offset = (first.storage_offset() + block * ratio * first.stride(0)) * first.element_size()
     edited_side = None
     if edited is not None and edited is not False:
@@ -330,24 +327,12 @@ def _sliding_window_notes(info) -> tuple[str, ...]:
     )
 
 
-def _mamba_segments(spec, page: int) -> list[Segment]:
-    """``conv | ssm | pad``: the states packed in ``MambaSpec.shapes`` order
-    (``MambaBase.bind_kv_cache`` unpacks the unified row the same way)."""
-    segs: list[Segment] = []
-    cursor = 0
-    for label, shape, dtype in zip(state_names(len(spec.shapes)), spec.shapes, spec.dtypes, strict=True):
-        size = math.prod(shape) * element_size(dtype)
-        segs.append(Segment(label, cursor, size, dtype_name(dtype), f"{tuple(shape)}"))
-        cursor += size
-    if cursor < page:
-        segs.append(Segment("pad", cursor, page - cursor, "", "page padding: no state"))
-    return segs
-
-
-def _attention_segments(plan, spec, view, ratio: int, registration: str):
-    """``(segments, cells, cells_note)`` of an attention page of ``ratio``
-    kernel pages, padded to the page size."""
-    if isinstance(spec, MLAAttentionSpec):
+def _page_segments(plan, spec, view, ratio: int, registration: str):
+    """``(segments, cells, cells_note)`` of a page of ``ratio`` kernel pages,
+    padded to the page size."""
+    if isinstance(spec, MambaSpec):
+        segs, cells, note = _mamba_segments(spec), [], ""
+    elif isinstance(spec, MLAAttentionSpec):
         segs, cells, note = _mla_segments(plan, spec, view, ratio)
     elif registration == "legacy" and view.ndim == 5:
         segs, cells, note = _legacy_attention_segments(view, ratio)
@@ -356,8 +341,21 @@ def _attention_segments(plan, spec, view, ratio: int, registration: str):
     page = int(spec.page_size_bytes)
     covered = max((s.end for s in segs), default=0)
     if covered < page:
-        segs.append(Segment("pad", covered, page - covered, "", "page padding (page_size_padded)"))
+        why = "page padding: no state" if isinstance(spec, MambaSpec) else "page padding (page_size_padded)"
+        segs.append(Segment("pad", covered, page - covered, "", why))
     return segs, cells, note
+
+
+def _mamba_segments(spec) -> list[Segment]:
+    """``conv | ssm``: the states packed in ``MambaSpec.shapes`` order
+    (``MambaBase.bind_kv_cache`` unpacks the unified row the same way)."""
+    segs: list[Segment] = []
+    cursor = 0
+    for label, shape, dtype in zip(state_names(len(spec.shapes)), spec.shapes, spec.dtypes, strict=True):
+        size = math.prod(shape) * element_size(dtype)
+        segs.append(Segment(label, cursor, size, dtype_name(dtype), f"{tuple(shape)}"))
+        cursor += size
+    return segs
 
 
 def _unified_attention_segments(spec, view, ratio: int):
@@ -539,7 +537,6 @@ def plan_figure(plan, *, registration: str = "unified"):
     pages = plan_pages(plan, registration=registration)
     names = [group_label(plan, g) for g in plan.groups]
     fig = pages_figure(plan_title(plan), names, pages)
-    fig.kvexplore_plan = plan
     return fig
 
 
@@ -567,9 +564,6 @@ class BufferLayout(Displayable):
     block_zoom: tuple[Segment, ...]
     zoom_label: str
     notes: tuple[str, ...]
-
-    def labels(self) -> list[str]:
-        return [r.name for r in self.rows]
 
     def __repr__(self) -> str:
         return self.text()

@@ -87,11 +87,6 @@ def kind_of(label: str) -> str:
     return "state"
 
 
-def color_of(label: str) -> str:
-    """The colour of a segment label (see :func:`kind_of`)."""
-    return COLORS[kind_of(label)]
-
-
 @dataclass(frozen=True)
 class Segment:
     """One contiguous byte run ``[start, start + size)`` of a page or buffer:

@@ -212,7 +212,11 @@ class ExplorerState:
         new: dict[str, Panel] = {}
         self.error = None
         try:
-            self.plan = self._plan()
+            kwargs = self.plan_kwargs()
+            model = self.controls["model"]
+            if isinstance(model, str) and not model.strip():
+                raise KVExploreError("model='' is empty; expected a catalog id or a path to a config.json")
+            self.plan = make_plan(model.strip() if isinstance(model, str) else model, **kwargs)
         except Exception as exc:  # user errors and anything vLLM raised
             self.plan = None
             self.error = describe_error(exc)
@@ -251,13 +255,6 @@ class ExplorerState:
     def _commit(self, before: dict[str, Panel], new: dict[str, Panel]) -> tuple[str, ...]:
         self.panels = new
         return tuple(n for n in PANELS if before.get(n) != new.get(n))
-
-    def _plan(self):
-        kwargs = self.plan_kwargs()
-        model = self.controls["model"]
-        if isinstance(model, str) and not model.strip():
-            raise KVExploreError("model='' is empty; expected a catalog id or a path to a config.json")
-        return make_plan(model.strip() if isinstance(model, str) else model, **kwargs)
 
     def _layer(self) -> int:
         """Position of the layer control's value: an int position, its text, or a layer name."""
@@ -466,10 +463,8 @@ def _page_map_rows(lay) -> dict[tuple[str, str], str]:
     rows = {("page map", q): _value_text(getattr(lay, q)) for q in PAGE_MAP_QUANTITIES}
     rows[("page map", "layer")] = f"{lay.layer} ({lay.label or lay.kind}, group {lay.group})"
     totals: dict[str, list[int]] = {}
-    for seg in lay.segments:
-        # "K|V p3" -> "K|V": one row per kind of segment, however many kernel pages
-        base = seg.label.rsplit(" p", 1)[0] if seg.label.rsplit(" p", 1)[-1].isdigit() else seg.label
-        totals.setdefault(base, []).append(seg.size)
+    for seg in lay.segments:  # one row per kind of segment, however many kernel pages
+        totals.setdefault(seg.kind, []).append(seg.size)
     for base, sizes in totals.items():
         each = f" ({len(sizes)} x {sizes[0]:,})" if len(sizes) > 1 and len(set(sizes)) == 1 else ""
         rows[("page map", f"{base} bytes")] = f"{sum(sizes):,}{each}"

@@ -142,7 +142,7 @@ class Explorer(widgets.VBox):
         try:
             changed = self.state.set(**{change["owner"].kvexplore_control: change["new"]})
         except Exception as exc:  # never a traceback in the notebook
-            self.panels["status"].value = _error_html(exc)
+            self.panels["status"].value = message_html(describe_error(exc))
             return
         self._render(changed)
 
@@ -265,7 +265,7 @@ class Compare(widgets.VBox):
                 self.states = [ExplorerState(v.pop("model"), **v) for v in map(dict, values)]
             c = compare(*self.states)
         except Exception as exc:
-            self.summary.value = _error_html(exc)
+            self.summary.value = message_html(describe_error(exc))
             return
         self.comparison = c
         self.summary.value = comparison_summary_html(c)
@@ -285,10 +285,6 @@ def _show(image: widgets.Image, png: bytes | None) -> None:
 def _css_class(kind: str, name: str) -> str:
     """``("panel", "page_map")`` -> ``"kvx-panel-page-map"`` (stable DOM hooks)."""
     return f"kvx-{kind}-{name.replace('_', '-')}"
-
-
-def _error_html(exc: BaseException) -> str:
-    return message_html(describe_error(exc))
 
 
 __all__ = ["CONTROL_DEFAULTS", "Compare", "Explorer"]

@@ -132,7 +132,7 @@ def _boxes(verts, kinds: Sequence[str], **kwargs) -> list:
 
 
 def legend(fig, kinds: Sequence[str], *, y_in: float = 0.12) -> None:
-    """One swatch and name per kind present, in ``LEGEND`` order, centred on
+    """One swatch and name per kind present, in ``KINDS`` order, centred on
     one line ``y_in`` inches above the bottom edge (names: gid ``"legend"``)."""
     import numpy as np
 

@@ -236,13 +236,6 @@ def buffer_layout_text(layout) -> str:
     return "\n".join(lines)
 
 
-def _tensor_text(t) -> str:
-    return (
-        f"{list(t.shape)} {dtype_name(t.dtype)}, strides {tuple(t.stride())}, "
-        f"storage offset {t.storage_offset() * t.element_size():,} B"
-    )
-
-
 def page_layout(
     plan,
     layer: int | str = 0,
@@ -302,7 +295,8 @@ def page_layout(
         real_bytes=real_page_bytes(spec),
         buffer=_buffer_name(plan, gid, name, registration),
         page_offset=int(page_offset),
-        views=tuple(_tensor_text(t) for t in tensors),
+        views=tuple(f"{list(t.shape)} {dtype_name(t.dtype)}, strides {tuple(t.stride())}, "
+                    f"storage offset {t.storage_offset() * t.element_size():,} B" for t in tensors),
         segments=tuple(segs),
         cells=tuple(cells),
         cells_note=cells_note,
@@ -460,7 +454,9 @@ def _edited_side(plan, name, registration, edited, block, page_offset, page, reg
     if isinstance(edited, Mapping):
         if name not in edited:
             raise KVExploreError(f"edited holds no layer {name!r}; expected the edited mapping of this plan")
-        value, rule = edited[name], _rule_of(edited, name)
+        report = getattr(edited, "report", None)  # an EditResult names the rule of each layer
+        rules = [] if report is None else list(report.loc[report["layer"] == name, "rule"])
+        value, rule = edited[name], (rules[0] if rules and isinstance(rules[0], str) else None)
     if not isinstance(value, torch.Tensor):
         return EditedSide(rule, None, None, "", (), (), note="no rule matched: still the registered list of state tensors")
     elem = value.element_size()
@@ -488,13 +484,6 @@ def _edited_side(plan, name, registration, edited, block, page_offset, page, reg
     falls = tuple(overlap_summary((s.start, s.end), registered) for s in segs)
     note = f"covers {sum(s.size for s in segs):,} of the page's {page:,} B"
     return EditedSide(rule, per_block, strides, dtype, tuple(segs), falls, note)
-
-
-def _rule_of(result, name: str) -> str | None:
-    """The rule an ``EditResult`` applied to layer ``name`` (None for a plain mapping)."""
-    report = getattr(result, "report", None)
-    rules = [] if report is None else list(report.loc[report["layer"] == name, "rule"])
-    return rules[0] if rules and isinstance(rules[0], str) else None
 
 
 def page_map_text(plan, layer: int | str = 0, **kwargs) -> str:

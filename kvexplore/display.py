@@ -1,18 +1,13 @@
 """One display protocol for every result kvexplore returns.
 
 Every result type (``Plan``, ``EditResult``, ``RoundTripReport``,
-``OffloadResult``, the layouts, capacity answers) has the same trio:
-
-* ``text()``: a deterministic plain-text form (terminals, the CLI, nbval);
-* ``_repr_html_()``: what Jupyter shows (and the Explorer's panels);
-* ``figure()``: a matplotlib ``Figure`` (not managed by pyplot).
-
-The three forms are ``functools.singledispatch`` functions dispatched on the
-result's class: :func:`text_form`, :func:`html_form` and :func:`figure_form`.
-The rendering stage (:mod:`kvexplore.rendering`, imported by ``import
-kvexplore``) registers an implementation for each result class, so the stages
-before rendering carry no HTML or matplotlib code.  A type with no registered
-form raises :class:`~kvexplore.errors.KVExploreError` naming it.
+``OffloadResult``, the layouts, capacity answers) has ``text()`` (plain text,
+deterministic), ``_repr_html_()`` (what Jupyter and the Explorer show) and
+``figure()`` (a matplotlib ``Figure`` not managed by pyplot).  Each is a
+``functools.singledispatch`` function on the result's class (:func:`text_form`,
+:func:`html_form`, :func:`figure_form`); :mod:`kvexplore.rendering` registers
+the implementations, so the stages before it carry no HTML or matplotlib code.
+A type with no registered form raises :class:`~kvexplore.errors.KVExploreError`.
 """
 
 from __future__ import annotations

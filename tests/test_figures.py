@@ -42,6 +42,21 @@ def _texts(fig):
     return out
 
 
+def _legend_entries(fig):
+    return [t.get_text() for t in fig.texts if t.get_gid() == "legend"]
+
+
+def _row_names(ax):
+    """Row names, top to bottom."""
+    named = [t for t in ax.texts if t.get_gid() == "row-name"]
+    return [t.get_text() for t in sorted(named, key=lambda t: -t.get_position()[1])]
+
+
+def _x_tick_labels(ax):
+    """``(position, label)`` of the byte axis' ticks, left to right."""
+    return sorted((t.get_position()[0], t.get_text()) for t in ax.texts if t.get_gid() == "x-tick")
+
+
 def _overlaps(texts):
     bad = []
     for (a, ba), (b, bb) in itertools.combinations(texts, 2):
@@ -81,7 +96,7 @@ def test_no_label_overlaps_and_one_legend(model, gpu, layer):
                 kind = kind_of(label)
                 drawn.add(kind)
                 assert to_hex(face) == COLORS[kind].lower(), (label, to_hex(face))
-        legend_texts = figures.legend_entries(fig)
+        legend_texts = _legend_entries(fig)
         assert sorted(legend_texts) == sorted(LEGEND_TEXT[k] for k in drawn)
 
 
@@ -98,7 +113,7 @@ def test_byte_ticks_are_units_and_exact():
     p = kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="A100")
     fig = kvexplore.page_map(p, 0)
     ax = fig.axes[0]
-    marks = figures.x_tick_labels(ax)
+    marks = _x_tick_labels(ax)
     ticks = [int(x) for x, _ in marks]
     labels = [text for _, text in marks]
     # one tick mark under each label, at the same offset
@@ -146,7 +161,7 @@ def test_plan_display_trio():
     html = p._repr_html_()
     assert html.count('class="kvx-bar"') == len(p.groups)  # one page bar per group
     fig = p.figure()
-    rows = figures.row_names(fig.axes[0])
+    rows = _row_names(fig.axes[0])
     assert rows == [f"g{g} mamba x6 (gdn_attn)" for g in range(3)] + ["g3 full_attention x6"]
 
 

@@ -170,7 +170,7 @@ def test_figure_rectangles_are_capped():
 
 def test_buffer_map_unified_overlay(qwen_a100_flashinfer):
     lay = viz.buffer_layout(qwen_a100_flashinfer)
-    assert lay.labels() == [
+    assert [r.name for r in lay.rows] == [
         "tensor 0 (group 0, MambaSpec)", "tensor 1 (group 1, MambaSpec)",
         "tensor 2 (group 2, MambaSpec)", "tensor 3 (group 3, FullAttentionSpec)"]
     row = lay.rows[0]

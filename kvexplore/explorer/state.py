@@ -22,7 +22,7 @@ True
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, get_args
 
@@ -208,17 +208,17 @@ class ExplorerState:
             "speculative_config": _speculative_config(c),
         }
 
-    def _memoised(self, key: tuple, build: Callable[[], Any]) -> Any:
-        """``build()``, memoised per current plan and ``key``."""
-        return per_plan(self.plan, ("explorer",) + key, build)
-
     def refresh(self) -> tuple[str, ...]:
         """Recompute every panel from the controls; return the changed ones."""
         before = dict(self.panels)
         new: dict[str, Panel] = {}
         self.error = None
         try:
-            self.plan = self._plan()
+            kwargs = self.plan_kwargs()
+            model = self.controls["model"]
+            if isinstance(model, str) and not model.strip():
+                raise KVExploreError("model='' is empty; expected a catalog id or a path to a config.json")
+            self.plan = make_plan(model.strip() if isinstance(model, str) else model, **kwargs)
         except Exception as exc:  # user errors and anything vLLM raised
             self.plan = None
             self.error = describe_error(exc)
@@ -228,19 +228,19 @@ class ExplorerState:
             new["status"] = _message_panel("status", self.error)
             return self._commit(before, new)
         p = self.plan
-        new["summary"] = self._memoised(("summary",), lambda: Panel("summary", p.text(), p._repr_html_()))
-        new["memory"] = self._memoised(("memory",), lambda: _memory_panel(p))
-        new["offload"] = self._memoised(("offload",), lambda: _offload_panel(p))
+        new["summary"] = per_plan(p, ("explorer", "summary"), lambda: Panel("summary", p.text(), p._repr_html_()))
+        new["memory"] = per_plan(p, ("explorer", "memory"), lambda: _memory_panel(p))
+        new["offload"] = per_plan(p, ("explorer", "offload"), lambda: _offload_panel(p))
         registration = self.controls["registration"]
         try:
-            new["edits"] = self._memoised(("edits", registration), lambda: _edits_panel(p, registration))
+            new["edits"] = per_plan(p, ("explorer", "edits", registration), lambda: _edits_panel(p, registration))
         except Exception as exc:
             self.error = describe_error(exc)
             new["edits"] = _message_panel("edits", self.error)
         try:
             layer, block = self._view()
-            key = ("page_map", layer, block, registration)
-            new["page_map"] = self._memoised(key, lambda: _page_map_panel(p, layer, block, registration))
+            key = ("explorer", "page_map", layer, block, registration)
+            new["page_map"] = per_plan(p, key, lambda: _page_map_panel(p, layer, block, registration))
         except Exception as exc:
             self.error = describe_error(exc)
             new["page_map"] = _message_panel("page_map", self.error)
@@ -257,13 +257,6 @@ class ExplorerState:
     def _commit(self, before: dict[str, Panel], new: dict[str, Panel]) -> tuple[str, ...]:
         self.panels = new
         return tuple(n for n in PANELS if before.get(n) != new.get(n))
-
-    def _plan(self):
-        kwargs = self.plan_kwargs()
-        model = self.controls["model"]
-        if isinstance(model, str) and not model.strip():
-            raise KVExploreError("model='' is empty; expected a catalog id or a path to a config.json")
-        return make_plan(model.strip() if isinstance(model, str) else model, **kwargs)
 
     def _layer(self) -> int:
         """Position of the layer control's value: an int position, its text, or a layer name."""
@@ -289,8 +282,8 @@ class ExplorerState:
             block = _control_int("block", self.controls["block"]) if block is None else block
         except ValueError:
             return None
-        key = ("png", layer, block, registration)
-        return self._memoised(key, lambda: _page_map_png(p, layer, block, registration))
+        key = ("explorer", "png", layer, block, registration)
+        return per_plan(p, key, lambda: _page_map_png(p, layer, block, registration))
 
     def edit_group_pngs(self) -> list[tuple[str, bytes]]:
         """``(caption, PNG)`` of block 0 of each group's first layer (empty
@@ -411,16 +404,13 @@ def _edits_panel(p, registration: str) -> Panel:
     try:
         result = plan_edits(p, registration)
     except ValueError as exc:
-        error = f"edits ({registration}) rejected: {exc}"
-        return Panel("edits", editing.edits_panel_text(verdicts, registration, error=error),
-                     editing.edits_panel_html(verdicts, registration, error=error), ok=False)
+        text, body = editing.edits_panel(verdicts, registration, error=f"edits ({registration}) rejected: {exc}")
+        return Panel("edits", text, body, ok=False)
     groups = editing.edit_groups(result.report)
     positions = {info.name: i for i, info in enumerate(p.layers)}
     bars = {g.group: html.page_bars_html(edited_layout(p, positions[g.first_layer], 0, registration))
             for g in groups if g.first_layer in positions}
-    summary = result.summary()
-    return Panel("edits", editing.edits_panel_text(verdicts, registration, summary, groups),
-                 editing.edits_panel_html(verdicts, registration, summary, groups, bars))
+    return Panel("edits", *editing.edits_panel(verdicts, registration, result.summary(), groups, bars))
 
 
 def _offload_panel(p) -> Panel:
@@ -479,10 +469,8 @@ def _page_map_rows(lay) -> dict[tuple[str, str], str]:
     rows = {("page map", q): _value_text(getattr(lay, q)) for q in PAGE_MAP_QUANTITIES}
     rows[("page map", "layer")] = f"{lay.layer} ({lay.label or lay.kind}, group {lay.group})"
     totals: dict[str, list[int]] = {}
-    for seg in lay.segments:
-        # "K|V p3" -> "K|V": one row per kind of segment, however many kernel pages
-        base = seg.label.rsplit(" p", 1)[0] if seg.label.rsplit(" p", 1)[-1].isdigit() else seg.label
-        totals.setdefault(base, []).append(seg.size)
+    for seg in lay.segments:  # one row per kind of segment, however many kernel pages
+        totals.setdefault(seg.kind, []).append(seg.size)
     for base, sizes in totals.items():
         each = f" ({len(sizes)} x {sizes[0]:,})" if len(sizes) > 1 and len(set(sizes)) == 1 else ""
         rows[("page map", f"{base} bytes")] = f"{sum(sizes):,}{each}"
@@ -538,7 +526,8 @@ class Comparison:
         return self.text()
 
     def _repr_html_(self) -> str:
-        return html.comparison_html(self, _page_bars(self.a), _page_bars(self.b))
+        lays = (_page_layout_of(self.a), _page_layout_of(self.b))
+        return html.comparison_html(self, *("" if lay is None else html.page_bars_html(lay) for lay in lays))
 
 
 def _page_layout_of(st: ExplorerState):
@@ -548,11 +537,6 @@ def _page_layout_of(st: ExplorerState):
         return edited_layout(st.plan, *st._view(), st.controls["registration"])
     except ValueError:
         return None
-
-
-def _page_bars(st: ExplorerState) -> str:
-    lay = _page_layout_of(st)
-    return html.page_bars_html(lay) if lay is not None else ""
 
 
 def _compared_rows(st: ExplorerState) -> dict[tuple[str, str], str]:
@@ -589,12 +573,9 @@ def compare(a_controls: Mapping[str, Any] | ExplorerState,
         return ExplorerState(model, **controls)
 
     a = state(a_controls)
-    if isinstance(b_controls, ExplorerState):
-        b = b_controls
-    elif b_controls is not None and not isinstance(b_controls, Mapping):
-        state(b_controls, "b_controls")
-    else:
-        b = state({**a.controls, **(b_controls or {}), **b_changes})
+    if b_controls is None or isinstance(b_controls, Mapping):
+        b_controls = {**a.controls, **(b_controls or {}), **b_changes}
+    b = state(b_controls, "b_controls")
     ra, rb = _compared_rows(a), _compared_rows(b)
     keys = list(dict.fromkeys([*ra, *rb]))
     rows = tuple(CompareRow(sec, q, ra.get((sec, q), "-"), rb.get((sec, q), "-")) for sec, q in keys)

@@ -112,7 +112,6 @@ class Explorer(widgets.VBox):
         self.figure.add_class("kvx-figure-page-map")
         self.edit_figures = widgets.VBox()
         self.edit_figures.add_class("kvx-figure-edits")
-        self._edit_figures_key = None
         self.live_button = widgets.Button(description="Run live round-trip", icon="play",
                                           layout=widgets.Layout(width="200px"))
         self.live_button.on_click(self._on_live)
@@ -143,7 +142,7 @@ class Explorer(widgets.VBox):
         try:
             changed = self.state.set(**{change["owner"].kvexplore_control: change["new"]})
         except Exception as exc:  # never a traceback in the notebook
-            self.panels["status"].value = _error_html(exc)
+            self.panels["status"].value = message_html(describe_error(exc))
             return
         self._render(changed)
 
@@ -188,10 +187,6 @@ class Explorer(widgets.VBox):
         """Each group's first layer, drawn only while the edits tab is shown."""
         if self.tabs.selected_index != PANELS.index("edits"):
             return
-        key = (id(self.state.plan), self.state.controls["registration"], self.figure_toggle.value)
-        if key == self._edit_figures_key:
-            return
-        self._edit_figures_key = key
         children = []
         if self.figure_toggle.value:
             for caption, png in self.state.edit_group_pngs():
@@ -270,7 +265,7 @@ class Compare(widgets.VBox):
                 self.states = [ExplorerState(v.pop("model"), **v) for v in map(dict, values)]
             c = compare(*self.states)
         except Exception as exc:
-            self.summary.value = _error_html(exc)
+            self.summary.value = message_html(describe_error(exc))
             return
         self.comparison = c
         self.summary.value = comparison_summary_html(c)
@@ -290,10 +285,6 @@ def _show(image: widgets.Image, png: bytes | None) -> None:
 def _css_class(kind: str, name: str) -> str:
     """``("panel", "page_map")`` -> ``"kvx-panel-page-map"`` (stable DOM hooks)."""
     return f"kvx-{kind}-{name.replace('_', '-')}"
-
-
-def _error_html(exc: BaseException) -> str:
-    return message_html(describe_error(exc))
 
 
 __all__ = ["CONTROL_DEFAULTS", "Compare", "Explorer"]

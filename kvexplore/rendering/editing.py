@@ -213,33 +213,25 @@ def edit_groups_html(groups: list[EditGroup], bars: Mapping[Any, str] | None = N
     return "".join(parts)
 
 
-def edits_panel_text(verdicts, registration: str, summary: str = "", groups=(),
-                     error: str = "") -> str:
-    """The Explorer's edits panel: the ``check_kv_cache_groups`` verdicts,
-    then the :func:`edit_groups` or ``error`` (why the edits were refused)."""
-    parts = ["validation:\n" + verdicts.to_string(index=False)]
-    if error:
-        parts.append(error)
-    else:
-        parts.append(f"edits ({registration}): {summary}\n" + "\n".join(g.text() for g in groups))
-    return "\n".join(parts)
-
-
-def edits_panel_html(verdicts, registration: str, summary: str = "", groups=(),
-                     bars: Mapping[Any, str] | None = None, error: str = "") -> str:
-    """:func:`edits_panel_text` as HTML, with :func:`edit_groups_html`'s ``bars``."""
+def edits_panel(verdicts, registration: str, summary: str = "", groups=(),
+                bars: Mapping[Any, str] | None = None, error: str = "") -> tuple[str, str]:
+    """The Explorer's edits panel as ``(text, html)``: the
+    ``check_kv_cache_groups`` verdicts, then the :func:`edit_groups` (in the
+    HTML with :func:`edit_groups_html`'s ``bars``) or ``error`` (why the edits
+    were refused)."""
+    text = "validation:\n" + verdicts.to_string(index=False)
     head = ("<details open><summary><b>validation</b></summary>" + table_html(verdicts)
             + "</details>")
     if error:
-        return head + message_html(error)
-    return (head + f"<p><b>edits ({escape(registration)})</b>: {escape(summary)}</p>"
-            + edit_groups_html(list(groups), bars))
+        return f"{text}\n{error}", head + message_html(error)
+    text += f"\nedits ({registration}): {summary}\n" + "\n".join(g.text() for g in groups)
+    return text, (head + f"<p><b>edits ({escape(registration)})</b>: {escape(summary)}</p>"
+                  + edit_groups_html(list(groups), bars))
 
 
 __all__ = [
     "ROUNDTRIP_COLUMNS",
-    "edits_panel_html",
-    "edits_panel_text",
+    "edits_panel",
     "EditGroup",
     "edit_groups",
     "edit_groups_html",

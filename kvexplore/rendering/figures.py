@@ -132,7 +132,7 @@ def _boxes(verts, kinds: Sequence[str], **kwargs) -> list:
 
 
 def legend(fig, kinds: Sequence[str], *, y_in: float = 0.12) -> None:
-    """One swatch and name per kind present, in ``LEGEND`` order, centred on
+    """One swatch and name per kind present, in ``KINDS`` order, centred on
     one line ``y_in`` inches above the bottom edge (names: gid ``"legend"``)."""
     import numpy as np
 
@@ -143,28 +143,15 @@ def legend(fig, kinds: Sequence[str], *, y_in: float = 0.12) -> None:
     sw, gap = 0.16, 0.06  # swatch width and gap, inches
     widths = [sw + gap + text_width_in(LEGEND_TEXT[k], 6) + 0.18 for k in present]
     x = (w - sum(widths)) / 2
-    verts, texts = [], []
+    verts = []
     for k, width in zip(present, widths, strict=True):
         x0, x1 = x / w, (x + sw) / w
         y0, y1 = (y_in - 0.045) / h, (y_in + 0.045) / h
         verts.append([(x0, y0), (x1, y0), (x1, y1), (x0, y1)])
-        texts.append(((x + sw + gap) / w, y_in / h, LEGEND_TEXT[k]))
+        fig.text((x + sw + gap) / w, y_in / h, LEGEND_TEXT[k], fontsize=6, va="center", ha="left", gid="legend")
         x += width
     for box in _boxes(np.array(verts), present, transform=fig.transFigure):
         fig.add_artist(box)
-    for tx, ty, text in texts:
-        fig.text(tx, ty, text, fontsize=6, va="center", ha="left", gid="legend")
-
-
-def legend_entries(fig) -> list[str]:
-    """The names a figure's legend shows (for tests and tooling)."""
-    return [t.get_text() for t in fig.texts if t.get_gid() == "legend"]
-
-
-def row_names(ax) -> list[str]:
-    """A rows figure's row names, top to bottom (for tests and tooling)."""
-    named = [t for t in ax.texts if t.get_gid() == "row-name"]
-    return [t.get_text() for t in sorted(named, key=lambda t: -t.get_position()[1])]
 
 
 #: Tick mark length and the gap under it, in points (matplotlib's defaults).
@@ -190,11 +177,6 @@ def x_ticks(ax, positions: Sequence[float], labels: Sequence[str], xlabel: str) 
                 fontsize=_TICK_FONT, gid="x-tick", clip_on=False)
     pad = _TICK_PT + _TICK_PAD_PT + 1.3 * _TICK_FONT
     ax.set_xlabel(xlabel, fontsize=_FONT, labelpad=pad)
-
-
-def x_tick_labels(ax) -> list[tuple[float, str]]:
-    """``(position, label)`` of :func:`x_ticks`' ticks, left to right (for tests and tooling)."""
-    return sorted((t.get_position()[0], t.get_text()) for t in ax.texts if t.get_gid() == "x-tick")
 
 
 def byte_axis(ax, segments: Sequence[Segment], page: int, axis_in: float, xlabel: str) -> None:
@@ -334,7 +316,6 @@ def page_figure(lay, *, title: bool = True, legend_row: bool = True):
     byte_axis(ax, lay.segments, lay.page_bytes, axis_in, "byte offset in the page")
     if legend_row:
         legend(fig, kinds)
-    fig.kvexplore_layout = lay
     fig.kvexplore_kinds = tuple(dict.fromkeys(kinds))
     return fig
 
@@ -355,7 +336,6 @@ def buffer_figure(lay):
     ax.set_xlim(0, 1)
     x_ticks(ax, [0, 1], ["start", "end"], "each row scaled to its own buffer")
     legend(fig, kinds)
-    fig.kvexplore_layout = lay
     return fig
 
 
@@ -397,7 +377,6 @@ def sweep_figure(table, x: str, y: str, value: str, context: str = ""):
                 ax.text(j, i, f"{v:g}", ha="center", va="center", fontsize=6,
                         color="black" if v > mid else "white")
     fig.colorbar(im, ax=ax)
-    fig.kvexplore_table = table
     return fig
 
 
@@ -436,5 +415,4 @@ def bar_chart(df, x: str, y: str, *, hue: str | None = None, title: str = "",
     if hue:
         ax.legend(fontsize=7, frameon=False, title=hue, title_fontsize=7)
     fig.tight_layout()
-    fig.kvexplore_table = df
     return fig

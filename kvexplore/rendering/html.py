@@ -18,7 +18,6 @@ from kvexplore.rendering.segments import (
     COLORS,
     LEGEND_TEXT,
     capped,
-    color_of,
     fmt_size,
     kind_of,
     legend_kinds,
@@ -136,7 +135,7 @@ def _bar_html(segments, total: int) -> str:
         if visible <= 0:
             continue
         width = 100 * visible / span
-        color = "#ffffff" if s.kind == "gap" else color_of(s.label)
+        color = "#ffffff" if s.kind == "gap" else COLORS[kind_of(s.label)]
         label = escape(s.label) if width >= 3 else ""
         title = escape(f"{s.label}: [{s.start:,}, {s.end:,}) {s.size:,} B {s.dtype} {s.detail}".strip())
         cells.append(
@@ -207,22 +206,19 @@ def comparison_table_html(comparison) -> str:
             f"<tbody>{''.join(body)}</tbody></table>")
 
 
-def comparison_callouts_html(comparison) -> str:
-    """The page-map numbers that differ between the two sides, as one message."""
-    lines = comparison.page_map_callouts()
-    if not lines:
-        return message_html("page maps: the compared numbers are the same", "info")
-    return message_html("page maps differ in:\n" + "\n".join(lines), "warning")
-
-
 def comparison_summary_html(comparison) -> str:
-    """How many compared quantities differ, each side's error, the callouts."""
+    """How many compared quantities differ, each side's error, the page-map
+    numbers that differ (:meth:`~kvexplore.explorer.state.Comparison.page_map_callouts`)."""
     n = len(comparison.differences)
     parts = [f"<p><b>{n}</b> of {len(comparison.rows)} compared quantities differ</p>"]
     for side, st in (("A", comparison.a), ("B", comparison.b)):
         if st.error:
             parts.append(message_html(f"{side}: {st.error}"))
-    parts.append(comparison_callouts_html(comparison))
+    lines = comparison.page_map_callouts()
+    if lines:
+        parts.append(message_html("page maps differ in:\n" + "\n".join(lines), "warning"))
+    else:
+        parts.append(message_html("page maps: the compared numbers are the same", "info"))
     return "".join(parts)
 
 
@@ -238,7 +234,6 @@ def comparison_html(comparison, bars_a: str = "", bars_b: str = "") -> str:
 
 
 __all__ = [
-    "comparison_callouts_html",
     "comparison_html",
     "comparison_summary_html",
     "comparison_table_html",

@@ -236,13 +236,6 @@ def buffer_layout_text(layout) -> str:
     return "\n".join(lines)
 
 
-def _tensor_text(t) -> str:
-    return (
-        f"{list(t.shape)} {dtype_name(t.dtype)}, strides {tuple(t.stride())}, "
-        f"storage offset {t.storage_offset() * t.element_size():,} B"
-    )
-
-
 def page_layout(
     plan,
     layer: int | str = 0,
@@ -283,11 +276,8 @@ def page_layout(
     page = int(spec.page_size_bytes)
     kernel = spec.block_size if isinstance(spec, MambaSpec) else plan.kernel_block_sizes[gid]
     ratio = max(1, spec.block_size // kernel)  # kernel pages per block
-    if isinstance(spec, MambaSpec):
-        segs, cells, cells_note = _mamba_segments(spec, page), (), ""
-    else:
-        segs, cells, cells_note = _attention_segments(plan, spec, tensors[0], ratio, registration)
     first = tensors[0]
+    segs, cells, cells_note = _page_segments(plan, spec, first, ratio, registration)
     page_offset = (first.storage_offset() + block * ratio * first.stride(0)) * first.element_size()
     edited_side = None
     if edited is not None and edited is not False:
@@ -311,7 +301,8 @@ def page_layout(
         real_bytes=real_page_bytes(spec),
         buffer=_buffer_name(plan, gid, name, registration),
         page_offset=int(page_offset),
-        views=tuple(_tensor_text(t) for t in tensors),
+        views=tuple(f"{list(t.shape)} {dtype_name(t.dtype)}, strides {tuple(t.stride())}, "
+                    f"storage offset {t.storage_offset() * t.element_size():,} B" for t in tensors),
         segments=tuple(segs),
         cells=tuple(cells),
         cells_note=cells_note,
@@ -336,24 +327,12 @@ def _sliding_window_notes(info) -> tuple[str, ...]:
     )
 
 
-def _mamba_segments(spec, page: int) -> list[Segment]:
-    """``conv | ssm | pad``: the states packed in ``MambaSpec.shapes`` order
-    (``MambaBase.bind_kv_cache`` unpacks the unified row the same way)."""
-    segs: list[Segment] = []
-    cursor = 0
-    for label, shape, dtype in zip(state_names(len(spec.shapes)), spec.shapes, spec.dtypes, strict=True):
-        size = math.prod(shape) * element_size(dtype)
-        segs.append(Segment(label, cursor, size, dtype_name(dtype), f"{tuple(shape)}"))
-        cursor += size
-    if cursor < page:
-        segs.append(Segment("pad", cursor, page - cursor, "", "page padding: no state"))
-    return segs
-
-
-def _attention_segments(plan, spec, view, ratio: int, registration: str):
-    """``(segments, cells, cells_note)`` of an attention page of ``ratio``
-    kernel pages, padded to the page size."""
-    if isinstance(spec, MLAAttentionSpec):
+def _page_segments(plan, spec, view, ratio: int, registration: str):
+    """``(segments, cells, cells_note)`` of a page of ``ratio`` kernel pages,
+    padded to the page size."""
+    if isinstance(spec, MambaSpec):
+        segs, cells, note = _mamba_segments(spec), [], ""
+    elif isinstance(spec, MLAAttentionSpec):
         segs, cells, note = _mla_segments(plan, spec, view, ratio)
     elif registration == "legacy" and view.ndim == 5:
         segs, cells, note = _legacy_attention_segments(view, ratio)
@@ -362,8 +341,21 @@ def _attention_segments(plan, spec, view, ratio: int, registration: str):
     page = int(spec.page_size_bytes)
     covered = max((s.end for s in segs), default=0)
     if covered < page:
-        segs.append(Segment("pad", covered, page - covered, "", "page padding (page_size_padded)"))
+        why = "page padding: no state" if isinstance(spec, MambaSpec) else "page padding (page_size_padded)"
+        segs.append(Segment("pad", covered, page - covered, "", why))
     return segs, cells, note
+
+
+def _mamba_segments(spec) -> list[Segment]:
+    """``conv | ssm``: the states packed in ``MambaSpec.shapes`` order
+    (``MambaBase.bind_kv_cache`` unpacks the unified row the same way)."""
+    segs: list[Segment] = []
+    cursor = 0
+    for label, shape, dtype in zip(state_names(len(spec.shapes)), spec.shapes, spec.dtypes, strict=True):
+        size = math.prod(shape) * element_size(dtype)
+        segs.append(Segment(label, cursor, size, dtype_name(dtype), f"{tuple(shape)}"))
+        cursor += size
+    return segs
 
 
 def _unified_attention_segments(spec, view, ratio: int):
@@ -468,7 +460,9 @@ def _edited_side(plan, name, registration, edited, block, page_offset, page, reg
     if isinstance(edited, Mapping):
         if name not in edited:
             raise KVExploreError(f"edited holds no layer {name!r}; expected the edited mapping of this plan")
-        value, rule = edited[name], _rule_of(edited, name)
+        report = getattr(edited, "report", None)  # an EditResult names the rule of each layer
+        rules = [] if report is None else list(report.loc[report["layer"] == name, "rule"])
+        value, rule = edited[name], (rules[0] if rules and isinstance(rules[0], str) else None)
     if not isinstance(value, torch.Tensor):
         return EditedSide(rule, None, None, "", (), (), note="no rule matched: still the registered list of state tensors")
     elem = value.element_size()
@@ -496,13 +490,6 @@ def _edited_side(plan, name, registration, edited, block, page_offset, page, reg
     falls = tuple(overlap_summary((s.start, s.end), registered) for s in segs)
     note = f"covers {sum(s.size for s in segs):,} of the page's {page:,} B"
     return EditedSide(rule, per_block, strides, dtype, tuple(segs), falls, note)
-
-
-def _rule_of(result, name: str) -> str | None:
-    """The rule an ``EditResult`` applied to layer ``name`` (None for a plain mapping)."""
-    report = getattr(result, "report", None)
-    rules = [] if report is None else list(report.loc[report["layer"] == name, "rule"])
-    return rules[0] if rules and isinstance(rules[0], str) else None
 
 
 def page_map_text(plan, layer: int | str = 0, **kwargs) -> str:
@@ -545,7 +532,6 @@ def plan_figure(plan, *, registration: str = "unified"):
     pages = plan_pages(plan, registration=registration)
     names = [group_label(plan, g) for g in plan.groups]
     fig = pages_figure(plan_title(plan), names, pages)
-    fig.kvexplore_plan = plan
     return fig
 
 
@@ -573,9 +559,6 @@ class BufferLayout(Displayable):
     block_zoom: tuple[Segment, ...]
     zoom_label: str
     notes: tuple[str, ...]
-
-    def labels(self) -> list[str]:
-        return [r.name for r in self.rows]
 
     def __repr__(self) -> str:
         return self.text()

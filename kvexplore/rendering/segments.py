@@ -43,14 +43,12 @@ KINDS = {
 }
 COLORS = {kind: color for kind, (color, _) in KINDS.items()}
 LEGEND_TEXT = {kind: text for kind, (_, text) in KINDS.items()}
-#: Legend order (kinds absent from a figure are left out of its legend).
-LEGEND = tuple(KINDS)
 
 
 def legend_kinds(kinds) -> list[str]:
-    """The distinct ``kinds``, in :data:`LEGEND` order."""
+    """The distinct ``kinds``, in :data:`KINDS` order."""
     present = set(kinds)
-    return [k for k in LEGEND if k in present]
+    return [k for k in KINDS if k in present]
 
 
 def fmt_bytes(n: int) -> str:
@@ -85,11 +83,6 @@ def kind_of(label: str) -> str:
     if head in COLORS:
         return head
     return "state"
-
-
-def color_of(label: str) -> str:
-    """The colour of a segment label (see :func:`kind_of`)."""
-    return COLORS[kind_of(label)]
 
 
 @dataclass(frozen=True)

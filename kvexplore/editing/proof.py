@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheSpec, KVCacheSpecKind
@@ -205,10 +205,8 @@ def layers_under_test(
     for name, value in kv_caches.items():
         group, spec = where[name]
         new = edited[name]
-        parts = (
-            tensors_of(new) if isinstance(new, (torch.Tensor, list, tuple)) else None
-        )
-        if not parts or not all(isinstance(t, torch.Tensor) for t in parts):
+        parts = tensors_of(new)
+        if not parts:
             raise KVExploreError(
                 f"edited[{name!r}] is a {type(new).__name__}; expected a tensor or "
                 "a list of tensors"
@@ -285,13 +283,8 @@ def union_bytes(parts: list[tuple[torch.Tensor, int]]) -> torch.Tensor:
     return (ends - torch.maximum(starts, before)).clamp(min=0).sum(dim=1)
 
 
-@dataclass(frozen=True)
-class _Pages:
-    """One layer's page intervals ``[starts, ends)`` (one per block, or per run)."""
-
-    starts: torch.Tensor
-    ends: torch.Tensor
-    layer: int
+#: One layer's page intervals: ``(starts, ends, layer position)``, one per block or per run.
+_Pages = tuple[torch.Tensor, torch.Tensor, int]
 
 
 def _coverage(
@@ -315,14 +308,14 @@ def _coverage(
     first = torch.cat([s for s, _ in runs], 1).amin(1)
     hull = torch.cat([s + n for s, n in runs], 1).amax(1) - first
     if bool((hull <= page).all()):
-        pages = [_Pages(first, first + page, position)]
+        pages = [(first, first + page, position)]
         e_lo = torch.cat([s for s, _ in edit_runs], 1).amin(1)
         e_hi = torch.cat([s + n for s, n in edit_runs], 1).amax(1)
         confined = (e_lo >= first[idx]) & (e_hi <= first[idx] + page)
     else:
         # No single page interval (e.g. heads outside blocks): the layer's
         # bytes of a block are exactly its registered runs.
-        pages = [_Pages(s.reshape(-1), s.reshape(-1) + n, position) for s, n in runs]
+        pages = [(s.reshape(-1), s.reshape(-1) + n, position) for s, n in runs]
         confined = all_bytes == reg_bytes
     confined = confined & same_storage
     covers = (uncovered == 0) & same_storage
@@ -352,10 +345,10 @@ def _overlaps(
     entries: list[_Pages], num_blocks: int, names: Sequence[str]
 ) -> dict[int, list[str]]:
     """Per layer position: notes on the pages of one storage that overlap."""
-    starts = torch.cat([p.starts for p in entries])
-    ends = torch.cat([p.ends for p in entries])
-    owner = torch.cat([torch.full_like(p.starts, p.layer) for p in entries])
-    block = torch.cat([torch.arange(p.starts.numel()) % num_blocks for p in entries])
+    starts = torch.cat([s for s, _, _ in entries])
+    ends = torch.cat([e for _, e, _ in entries])
+    owner = torch.cat([torch.full_like(s, layer) for s, _, layer in entries])
+    block = torch.cat([torch.arange(s.numel()) % num_blocks for s, _, _ in entries])
     order = starts.argsort()
     starts, ends, owner, block = starts[order], ends[order], owner[order], block[order]
     reach = ends.cummax(0).values
@@ -394,12 +387,6 @@ def address_checks(
         for li, notes in _overlaps(entries, num_blocks, names).items():
             clashes.setdefault(li, []).extend(notes)
     return tuple(
-        AddressCheck(
-            covers_ok=c.covers_ok,
-            uncovered_bytes=c.uncovered_bytes,
-            confined_ok=c.confined_ok,
-            disjoint_ok=li not in clashes,
-            notes=c.notes + tuple(clashes.get(li, ())),
-        )
+        replace(c, disjoint_ok=li not in clashes, notes=c.notes + tuple(clashes.get(li, ())))
         for li, c in enumerate(checks)
     )

@@ -87,9 +87,14 @@ def layer_spec(group_spec: KVCacheSpec, layer_name: str) -> KVCacheSpec:
     return group_spec
 
 
-def tensors_of(value: RegisteredKVCache) -> list[torch.Tensor]:
-    """A registered value's tensors: ``[t]`` for a tensor, the states of a list."""
-    return [value] if isinstance(value, torch.Tensor) else list(value)
+def tensors_of(value: object) -> list[torch.Tensor]:
+    """A registered value's tensors: ``[t]`` for a tensor, the states of a
+    list of tensors, ``[]`` for anything else."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)) and all(isinstance(t, torch.Tensor) for t in value):
+        return list(value)
+    return []
 
 
 def _layer_problems(
@@ -188,10 +193,8 @@ def check_registration(
     devices: dict[str, list[str]] = {}
     for name, value in kv_caches.items():
         _, spec = where.setdefault(name, (None, None))
-        tensors = (
-            tensors_of(value) if isinstance(value, (torch.Tensor, list, tuple)) else []
-        )
-        if not tensors or not all(isinstance(t, torch.Tensor) for t in tensors):
+        tensors = tensors_of(value)
+        if not tensors:
             problems.append(
                 f"layer {name!r} is registered as {describe(value)}; expected a "
                 "tensor or a non-empty list of tensors"
@@ -224,10 +227,8 @@ def layout_facts(value: object, num_blocks: int | None, suffix: str) -> dict:
     """Report columns of one value: ``shape`` / ``stride`` / ``storage_offset`` /
     ``dtype`` (tuples of them for a state list) and ``block_bytes`` (all its
     elements' bytes over ``num_blocks``), each with ``_{suffix}``."""
-    tensors = (
-        tensors_of(value) if isinstance(value, (torch.Tensor, list, tuple)) else []
-    )
-    if not tensors or not all(isinstance(t, torch.Tensor) for t in tensors):
+    tensors = tensors_of(value)
+    if not tensors:
         facts: dict[str, object] = dict.fromkeys(_FACTS)
     else:
         facts = {

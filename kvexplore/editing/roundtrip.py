@@ -237,14 +237,15 @@ def _save(
 
 
 def _put_back(saved: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
-    """Write every saved copy back.  A view whose elements overlap each other
-    cannot be written (torch refuses before writing), so nothing was written
-    through it and there is nothing to put back."""
+    """Write every saved copy back, but through a view whose elements overlap
+    each other: torch refuses to write through one before writing anything,
+    so there is nothing to put back."""
     for view, copy in reversed(saved):
         try:
             view.copy_(copy)
-        except RuntimeError:
-            continue
+        except RuntimeError as error:
+            if "more than one element of the written-to tensor" not in str(error):
+                raise
 
 
 def _compare(

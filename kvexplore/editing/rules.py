@@ -48,7 +48,6 @@ from kvexplore.editing.registered import (
     RegisteredKVCache,
     check_registration,
     describe,
-    layer_spec,
     layout_facts,
     spec_kind,
     spec_page_bytes,
@@ -68,16 +67,10 @@ __all__ = [
     "KVCacheGroupEdit",
     "MambaPageViewEdit",
     "MambaUnifiedViewEdit",
-    "RegisteredKVCache",
     "SubpagedAttentionViewEdit",
     "SubpagedMLAAttentionViewEdit",
     "apply_kv_cache_group_edits",
-    "check_registration",
-    "layer_spec",
     "resolve_kv_layout",
-    "spec_kind",
-    "spec_page_bytes",
-    "tensors_of",
 ]
 
 # The page is opaque bytes, so one synthetic head holding a whole K- or V-half
@@ -106,14 +99,6 @@ KV_LAYOUT_HINTS = tuple(sorted(_TOKENS_OUTSIDE_HEADS | _HEADS_OUTSIDE_TOKENS))
 # (LMCache 0.5.6 ``_MambaUnifiedViewEdit.apply``).
 _VECTOR_ALIGN_BYTES = (16, 8, 4, 2)
 
-
-
-def _num_states(spec: KVCacheSpec) -> int:
-    """Stored states per logical block (``spec.num_states`` in vLLM 0.33)."""
-    num_states = getattr(spec, "num_states", None)
-    if isinstance(num_states, int):
-        return num_states
-    return spec.block_size // getattr(spec, "compress_ratio", 1)
 
 
 def _synthetic_head_size(page_bytes: int, elem_size: int, block_size: int) -> int:
@@ -563,7 +548,7 @@ class SubpagedMLAAttentionViewEdit(_ReasonedEdit):
         if kv_cache.ndim not in (3, 4):
             return f"tensor is {kv_cache.ndim}-D; expected 3-D or 4-D MLA pages"
         rows = kv_cache.shape[_mla_rows_dim(kv_cache)]
-        if rows == _num_states(spec):
+        if rows == spec.num_states:
             return f"already paged at the logical {rows} states per block"
         return None
 
@@ -585,7 +570,7 @@ class SubpagedMLAAttentionViewEdit(_ReasonedEdit):
                 f"MLA tensor {tuple(kv_cache.shape)} has "
                 f"{kv_cache.shape[3 - rows_dim]} head slots; expected 1"
             )
-        num_states = _num_states(spec)
+        num_states = spec.num_states
         ordered, num_blocks = _regroup_kernel_pages(
             kv_cache,
             spec,

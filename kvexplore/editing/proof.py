@@ -58,10 +58,6 @@ class LayerUnderTest:
     edited_parts: tuple[torch.Tensor, ...]
     edited: bool
 
-    @property
-    def device(self) -> torch.device:
-        return self.regions[0].view.device
-
 
 @dataclass(frozen=True)
 class AddressCheck:
@@ -82,9 +78,7 @@ def selection(blocks: object, num_blocks: int) -> list[int]:
         return list(range(num_blocks))
     if hasattr(blocks, "tolist") and not isinstance(blocks, (list, tuple)):
         blocks = blocks.tolist()  # numpy arrays and tensors
-    if isinstance(blocks, range) or (
-        isinstance(blocks, Sequence) and not isinstance(blocks, (str, bytes))
-    ):
+    if isinstance(blocks, Sequence) and not isinstance(blocks, (str, bytes)):
         chosen = list(blocks)
     else:
         raise KVExploreError(

@@ -22,7 +22,6 @@ from vllm.v1.kv_cache_interface import (
 )
 
 from kvexplore.display import Displayable
-from kvexplore.editing.validation import as_kv_cache_config
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import FrozenDict, dtype_name
 
@@ -166,7 +165,6 @@ def check_registration(
     Mamba entries, mixed devices) are collected into one ``KVExploreError``,
     each naming its layer, before anything is edited.
     """
-    kv_cache_config = as_kv_cache_config(kv_cache_config)
     if not isinstance(kv_caches, Mapping):
         raise KVExploreError(
             f"kv_caches is a {type(kv_caches).__name__}; expected a mapping of "
@@ -273,7 +271,7 @@ class EditResult(Displayable, FrozenDict):
     block before and after.  ``counts``: rule name -> layers re-viewed.
     """
 
-    __slots__ = ("_rows", "_counts", "_note")
+    __slots__ = ("_rows", "_note")
 
     def __init__(
         self,
@@ -282,10 +280,7 @@ class EditResult(Displayable, FrozenDict):
         note: str = "",
     ) -> None:
         dict.__init__(self, edited)
-        rows = tuple(report.to_dict("records"))
-        counts = Counter(row["rule"] for row in rows if isinstance(row["rule"], str))
-        object.__setattr__(self, "_rows", rows)
-        object.__setattr__(self, "_counts", dict(counts))
+        object.__setattr__(self, "_rows", tuple(report.to_dict("records")))
         object.__setattr__(self, "_note", str(note))
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -311,7 +306,7 @@ class EditResult(Displayable, FrozenDict):
     @property
     def counts(self) -> dict[str, int]:
         """Rule name -> layers it re-viewed (a copy)."""
-        return dict(self._counts)
+        return dict(Counter(row["rule"] for row in self._rows if isinstance(row["rule"], str)))
 
     @property
     def note(self) -> str:
@@ -319,11 +314,8 @@ class EditResult(Displayable, FrozenDict):
         return self._note
 
     def by_group(self) -> pd.DataFrame:
-        """One row per group and rule that fired (``None``: no rule).
-
-        ``layers`` counts the group's layers that rule re-viewed; shapes and
-        bytes per block are the first such layer's.
-        """
+        """One row per group and rule that fired (``None``: no rule): ``layers``
+        it re-viewed, shapes and bytes per block of the first such layer."""
         seen: dict[tuple[object, object], dict[str, object]] = {}
         for row in self._rows:
             key = (row["group"], row["rule"])
@@ -337,7 +329,7 @@ class EditResult(Displayable, FrozenDict):
 
     def summary(self) -> str:
         """One line: layers, and how many each rule re-viewed."""
-        rules = ", ".join(f"{name} x{n}" for name, n in sorted(self._counts.items()))
+        rules = ", ".join(f"{name} x{n}" for name, n in sorted(self.counts.items()))
         extra = f"; {self._note}" if self._note else ""
         return f"EditResult({len(self)} layers: {rules or 'no layer edited'}{extra})"
 

@@ -1,13 +1,10 @@
 """LMCache 0.5.6's KV-cache group edits, re-implemented as explorable rules.
 
-A connector that moves pages with one attention-shaped copy kernel cannot
-digest a hybrid model's registration: a Mamba layer is a list of state
-tensors (or an opaque byte row), and an attention layer paged at a kernel
-block smaller than the scheduler's block shows too many blocks.  LMCache's
-``apply_kv_cache_group_edits`` (``lmcache/integration/vllm/kv_cache_group_edits.py``)
-re-views each such layer as something block-shaped; every rule here returns a
-view of the registered bytes (never a copy), refuses with the numbers and says
-why it declined.  In priority order (first match wins), with Qwen3.5-0.8B's
+LMCache's ``apply_kv_cache_group_edits``
+(``lmcache/integration/vllm/kv_cache_group_edits.py``) re-views a Mamba layer
+or a kernel-paged attention layer block-shaped; every rule here returns a view
+of the registered bytes (never a copy), refuses with the numbers and says why
+it declined.  In priority order (first match wins), with Qwen3.5-0.8B's
 shapes at 64 blocks (GDN page 1,114,112 B, block 544 = 17 kernel pages of 32):
 
 * ``mamba-page-view`` (legacy): ``[conv (64, 3, 6144) bf16, ssm (64, 16, 128,
@@ -98,7 +95,6 @@ KV_LAYOUT_HINTS = tuple(sorted(_TOKENS_OUTSIDE_HEADS | _HEADS_OUTSIDE_TOKENS))
 # Token widths the transfer kernels vectorize by, widest first
 # (LMCache 0.5.6 ``_MambaUnifiedViewEdit.apply``).
 _VECTOR_ALIGN_BYTES = (16, 8, 4, 2)
-
 
 
 def _synthetic_head_size(page_bytes: int, elem_size: int, block_size: int) -> int:
@@ -220,7 +216,6 @@ def resolve_kv_layout(kv_layout: str | None) -> bool:
         f"kv_layout={kv_layout!r} is not a known layout hint{hint}; expected one "
         f"of {', '.join(KV_LAYOUT_HINTS)}"
     )
-
 
 
 class KVCacheGroupEdit(ABC):
@@ -592,7 +587,6 @@ DEFAULT_EDITS: tuple[KVCacheGroupEdit, ...] = (
     MambaUnifiedViewEdit(),
     SubpagedMLAAttentionViewEdit(),
 )
-
 
 
 def _check_rules(rules: object) -> tuple[KVCacheGroupEdit, ...]:

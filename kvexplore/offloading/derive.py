@@ -108,13 +108,7 @@ def _offloaded(p: Plan) -> list:
     return [p.groups[gid] for gid in offloading_groups(p).value]
 
 
-class ParallelLayout(NamedTuple):
-    world_size: Derived
-    distributed_executor_backend: Derived
-    data_parallel_rank_local: Derived
-
-
-def parallel_layout(o: OffloadOptions, tp: int) -> ParallelLayout:
+def parallel_layout(o: OffloadOptions, tp: int) -> tuple[Derived, Derived, Derived]:
     """What ``ParallelConfig.__post_init__`` (``vllm/config/parallel.py``) fills
     in before ``build_offloading_config`` reads it: the world size
     (:meth:`OffloadOptions.world_size`), the executor backend when none is
@@ -134,7 +128,7 @@ def parallel_layout(o: OffloadOptions, tp: int) -> ParallelLayout:
         local = Derived(0, "DP 1: vLLM reads VLLM_DP_RANK_LOCAL (default 0)")
     else:
         local = Derived(None, f"DP {dp}: set only in SPMD mode")
-    return ParallelLayout(Derived(world, world_rule), Derived(backend, backend_rule), local)
+    return Derived(world, world_rule), Derived(backend, backend_rule), local
 
 
 def offloading_groups(p: Plan) -> Derived:
@@ -400,18 +394,16 @@ def worker_kv_bytes_per_block(p: Plan) -> Derived:
             f"backing KV cache allocation {total} B // {p.num_blocks} blocks "
             "(every KVCacheTensor places layers in one shared allocation)",
         )
-    parts = []
-    for g in _offloaded(p):
-        page = g.kv_cache_spec.page_size_bytes
-        if isinstance(g.kv_cache_spec, UniformTypeKVCacheSpecs):
-            parts.append(f"group {g.index}: {page}")
-        else:
-            parts.append(f"group {g.index}: {page} x {len(g.layer_names)} layers")
+    parts = [
+        f"group {g.index}: {g.kv_cache_spec.page_size_bytes}"
+        + ("" if isinstance(g.kv_cache_spec, UniformTypeKVCacheSpecs) else f" x {len(g.layer_names)} layers")
+        for g in _offloaded(p)
+    ]
     total = sum(group_bytes_per_block(g) for g in _offloaded(p))
     return Derived(total, "sum of the offloaded groups' pages per block (" + "; ".join(parts) + ")")
 
 
-def replicated_layout(p: Plan, o: OffloadOptions, par: ParallelLayout, worker_bytes: int) -> Derived:
+def replicated_layout(p: Plan, o: OffloadOptions, world: int, backend: str, worker_bytes: int) -> Derived:
     """``replicated_layout`` for the direct layout: an MLA latent replicated on
     every TP rank (``kv_tp_replicas == TP``), TP only, single-node ``mp`` (one
     shared host copy)."""
@@ -425,8 +417,8 @@ def replicated_layout(p: Plan, o: OffloadOptions, par: ParallelLayout, worker_by
             _eq("PP", o.pipeline_parallel_size, 1),
             _eq("PCP", o.prefill_context_parallel_size, 1),
             _eq("DCP", p.decode_context_parallel_size, 1),
-            _eq("world size", par.world_size.value, tp, f"TP {tp}"),
-            _eq("executor backend", repr(par.distributed_executor_backend.value), repr("mp")),
+            _eq("world size", world, tp, f"TP {tp}"),
+            _eq("executor backend", repr(backend), repr("mp")),
             _eq("nnodes_within_dp", o.nnodes_within_dp, 1),
         )
     )
@@ -540,12 +532,11 @@ def is_parallelism_agnostic(p: Plan, o: OffloadOptions, world: int, canonical: b
 
 
 def canonical_replicated_layout(
-    p: Plan, o: OffloadOptions, par: ParallelLayout, agnostic: bool
+    p: Plan, o: OffloadOptions, world: int, backend: str, agnostic: bool
 ) -> Derived:
     """``replicated_layout`` under the canonical layout: parallelism-agnostic,
     every offloaded layer exactly ``MLAAttentionSpec``, one node, and one
     worker or ``mp``."""
-    world, backend = par.world_size.value, par.distributed_executor_backend.value
     single_host = world == 1 or backend == "mp"
     not_mla = sorted(
         {_spec_name(s) for g in _offloaded(p) for s in leaf_specs(g.kv_cache_spec)
@@ -608,7 +599,7 @@ def derive(p: Plan, o: OffloadOptions) -> Derivation:
             f"got {type(p).__name__} {p!r:.80}"
         )
     o.check_parallel(p.tensor_parallel_size, p.decode_context_parallel_size)
-    par = parallel_layout(o, p.tensor_parallel_size)
+    world, backend, local_rank = parallel_layout(o, p.tensor_parallel_size)
     groups = offloading_groups(p)
     tpb = tokens_per_block(p)
     hashing = tokens_per_hash(p)
@@ -619,15 +610,15 @@ def derive(p: Plan, o: OffloadOptions) -> Derivation:
         for gid, t in zip(groups.value, tpb_values, strict=True)
     )
     wbytes = worker_kv_bytes_per_block(p)
-    replicated = replicated_layout(p, o, par, wbytes.value)
+    replicated = replicated_layout(p, o, world.value, backend.value, wbytes.value)
     canonical = canonical_layout(o.extra_config)
-    agnostic = is_parallelism_agnostic(p, o, par.world_size.value, canonical.value)
+    agnostic = is_parallelism_agnostic(p, o, world.value, canonical.value)
     if canonical.value:
-        replicated = canonical_replicated_layout(p, o, par, agnostic.value)
+        replicated = canonical_replicated_layout(p, o, world.value, backend.value, agnostic.value)
     return Derivation(
-        world_size=par.world_size,
-        distributed_executor_backend=par.distributed_executor_backend,
-        data_parallel_rank_local=par.data_parallel_rank_local,
+        world_size=world,
+        distributed_executor_backend=backend,
+        data_parallel_rank_local=local_rank,
         groups=groups,
         tokens_per_block=tpb,
         tokens_per_hash=hashing,
@@ -646,7 +637,6 @@ __all__ = [
     "Derivation",
     "Derived",
     "OffloadConfigError",
-    "ParallelLayout",
     "derive",
     "group_bytes_per_block",
     "verdict",

@@ -4,10 +4,8 @@
 :class:`Region` views (``conv`` / ``ssm`` of a Mamba page, ``K`` / ``V`` of an
 attention page) next to its edited tensors, both ``[num_blocks, ...]``;
 :func:`address_checks` proves from sizes, strides and storage offsets that
-the edited view of block ``i`` covers every registered byte of block ``i`` on
-the same storage (``covers_ok``; ``uncovered_bytes`` counts the misses), stays
-inside block ``i``'s page (``confined_ok``) and that no two pages of a group
-overlap (``disjoint_ok``).  E.g. a Qwen3.5-0.8B unified GDN row
+the edited view of a block covers its registered bytes, stays inside its
+page and that no two pages of a group overlap.  E.g. a Qwen3.5-0.8B unified GDN row
 ``[64, 1, 1, 1085440]`` int8 is ``conv`` (36,864 B) and ``ssm`` (1,048,576 B)
 per block; its edited ``[64, 544, 1, 2000]`` covers both and spills 2,560 B
 into the page padding, inside the page.
@@ -227,11 +225,6 @@ def layers_under_test(
             )
         )
     return tuple(layers)
-
-
-def storage_bytes(t: torch.Tensor) -> torch.Tensor:
-    """All of ``t``'s untyped storage as one flat ``uint8`` tensor (a view)."""
-    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
 
 
 def block_runs(blocks: torch.Tensor, which: torch.Tensor) -> tuple[torch.Tensor, int]:

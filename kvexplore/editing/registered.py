@@ -99,13 +99,9 @@ def tensors_of(value: object) -> list[torch.Tensor]:
 def _layer_problems(
     name: str, spec: KVCacheSpec, value: object, tensors: list[torch.Tensor]
 ) -> list[str]:
-    """What is wrong with one layer's tensors for its spec.
-
-    vLLM views an attention or MLA page in ``spec.dtype``, a legacy Mamba
-    state ``i`` in ``spec.dtypes[i]`` and a unified Mamba row as int8 bytes;
-    a Mamba layer is a list of ``len(MambaSpec.shapes)`` states or one 4-D
-    ``[blocks, 1, 1, row]`` tensor.
-    """
+    """What is wrong with one layer's tensors for its spec: an attention page
+    is in ``spec.dtype``; a Mamba layer is ``len(MambaSpec.shapes)`` states
+    in ``spec.dtypes`` or one 4-D ``[blocks, 1, 1, row]`` int8 tensor."""
     problems: list[str] = []
     if spec_kind(spec) != KVCacheSpecKind.MAMBA:
         wanted = getattr(spec, "dtype", None)
@@ -261,9 +257,8 @@ class EditResult(Displayable, FrozenDict):
     """The edited ``{layer_name: value}`` dict, plus what happened per layer.
 
     It *is* the new dict (edited layers re-viewed, the others the very same
-    objects), so it goes wherever LMCache's plain result would.  It is frozen
-    (``TypeError`` / ``FrozenInstanceError`` on any write) so the views and
-    their report cannot drift apart; ``dict(result)`` is a mutable copy.
+    objects), frozen (``TypeError`` / ``FrozenInstanceError`` on any write);
+    ``dict(result)`` is a mutable copy.
 
     ``report`` (a new DataFrame each access): one row per layer with group,
     layer, spec kind, the rule that matched (or ``None``), why every earlier

@@ -117,13 +117,11 @@ def _synthetic_head_size(page_bytes: int, elem_size: int, block_size: int) -> in
 
 
 def _checked_as_strided(
-    t: torch.Tensor,
-    size: Sequence[int],
-    stride: Sequence[int],
-    storage_offset: int,
-    what: str,
+    t: torch.Tensor, size: Sequence[int], stride: Sequence[int], what: str
 ) -> torch.Tensor:
-    """``t.as_strided``, refused with the byte counts when it would leave the storage."""
+    """``t.as_strided`` from ``t``'s own offset, refused with the byte counts
+    when it would leave the storage."""
+    storage_offset = t.storage_offset()
     need = (storage_offset + element_extent(size, stride)) * t.element_size()
     have = t.untyped_storage().nbytes()
     if need > have:
@@ -219,13 +217,11 @@ def resolve_kv_layout(kv_layout: str | None) -> bool:
 
 
 class KVCacheGroupEdit(ABC):
-    """One structural re-view of a layer's registered KV cache.
-
-    LMCache's ``KVCacheGroupEdit`` contract: ``matches`` decides from the spec
-    and the registered value alone and never raises; ``apply`` returns a view
-    of the same storage or raises ``ValueError`` with the numbers.
-    ``why_not`` (kvexplore's) says why it declined.  Subclass it and pass
-    ``rules=[...]`` to :func:`apply_kv_cache_group_edits`.
+    """One structural re-view of a layer's registered KV cache (LMCache's
+    ``KVCacheGroupEdit``): ``matches`` decides from the spec and the value
+    alone and never raises; ``apply`` returns a view of the same storage or
+    raises ``ValueError`` with the numbers; ``why_not`` says why it declined.
+    Subclass it and pass ``rules=[...]`` to :func:`apply_kv_cache_group_edits`.
     """
 
     #: Label of the rule in reports (LMCache's names for the built-ins).
@@ -274,12 +270,11 @@ class _ReasonedEdit(KVCacheGroupEdit):
 class MambaPageViewEdit(_ReasonedEdit):
     """Legacy Mamba state list -> one attention-shaped page (``mamba-page-view``).
 
-    LMCache's ``_MambaPageViewEdit``: the states view one padded page per
-    block (``conv | ssm | pad``); the whole page is re-viewed from the conv
-    state as ``[B, 2, block_size, 1, h']`` in its dtype.  Refused unless there
-    is one tensor per ``MambaSpec.shapes`` entry, the conv state starts at a
-    page base, each state steps one page per block, the states sit back to
-    back and the page factors.
+    LMCache's ``_MambaPageViewEdit``: the whole padded page (``conv | ssm |
+    pad``) re-viewed from the conv state as ``[B, 2, block_size, 1, h']`` in
+    its dtype.  Refused unless there is one tensor per ``MambaSpec.shapes``
+    entry, the conv state starts at a page base, each state steps one page
+    per block, the states sit back to back and the page factors.
     """
 
     name = "mamba-page-view"
@@ -370,9 +365,7 @@ class MambaPageViewEdit(_ReasonedEdit):
         page_elems = page_bytes // elem
         shape = (num_blocks, 2, spec.block_size, _SYNTHETIC_NUM_HEADS, head)
         strides = (page_elems, spec.block_size * head, head, head, 1)
-        return _checked_as_strided(
-            conv, shape, strides, conv.storage_offset(), "mamba-page-view"
-        )
+        return _checked_as_strided(conv, shape, strides, "mamba-page-view")
 
 
 class SubpagedAttentionViewEdit(_ReasonedEdit):
@@ -511,9 +504,7 @@ class MambaUnifiedViewEdit(_ReasonedEdit):
         else:
             shape = (num_blocks, 1, block_size, head)
             strides = (kv_cache.stride(0), block_size * head, head, 1)
-        return _checked_as_strided(
-            kv_cache, shape, strides, kv_cache.storage_offset(), "mamba-unified-view"
-        )
+        return _checked_as_strided(kv_cache, shape, strides, "mamba-unified-view")
 
 
 def _mla_rows_dim(kv_cache: torch.Tensor) -> int:
@@ -657,11 +648,10 @@ def apply_kv_cache_group_edits(
     """Re-view a registration as LMCache's ``apply_kv_cache_group_edits`` does.
 
     ``kv_caches`` (layer -> tensor, or legacy Mamba state list) is checked
-    against ``kv_cache_config`` (a ``KVCacheConfig``, ``Plan`` or ``None``)
-    first.  Without a config or Mamba layers no rule is consulted (as in
-    LMCache); otherwise each layer goes to ``rules`` (default
-    :data:`DEFAULT_EDITS`) in order and the first match re-views it.
-    ``kv_layout`` (for ``mamba-unified-view``) defaults to the config's
+    against ``kv_cache_config`` (a ``KVCacheConfig``, ``Plan`` or ``None``).
+    Without a config or Mamba layers no rule is consulted (as in LMCache);
+    otherwise the first of ``rules`` (default :data:`DEFAULT_EDITS`) that
+    matches a layer re-views it; ``kv_layout`` defaults to the config's
     ``kv_cache_layout``.  Returns an :class:`EditResult`; no input is
     modified.  Refused: group validation failures, registration mismatches,
     a rule's invariant violation (prefixed with layer and rule), a copy.

@@ -77,7 +77,6 @@ class OffloadResult(Displayable):
     derivation: Derivation
     config: Any = field(repr=False)
 
-    # -- reasons ---------------------------------------------------------------
     def rows(self) -> tuple[FieldRow, ...]:
         """Every field of the config, flattened, with its rule."""
         c, d, o = self.config, self.derivation, self.options
@@ -149,7 +148,6 @@ class OffloadResult(Displayable):
         """One line per derived field: ``field = value: rule`` (the text form)."""
         return self.text()
 
-    # -- export ------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: the config (``dataclasses.asdict``), reasons and inputs."""
         out = jsonable(asdict(self.config))
@@ -159,7 +157,6 @@ class OffloadResult(Displayable):
         out["inputs"] = {"model": self.plan.model.name, **jsonable(self.plan.inputs), **jsonable(inputs)}
         return out
 
-    # -- display -----------------------------------------------------------------
     def __repr__(self) -> str:
         c = self.config
         return (

@@ -1,9 +1,5 @@
-"""LMCache's edits over a plan's meta-device registration, kept per plan.
-
-The rendering stage and the Explorer show a page "before and after" the edits;
-both read the edits from here, so they are computed once per plan and
-registration (on the ``meta`` device: exact strides, no memory).
-"""
+"""LMCache's edits over a plan's ``meta``-device registration (exact strides,
+no memory), computed once per plan and registration."""
 
 from __future__ import annotations
 

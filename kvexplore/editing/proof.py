@@ -4,10 +4,8 @@
 :class:`Region` views (``conv`` / ``ssm`` of a Mamba page, ``K`` / ``V`` of an
 attention page) next to its edited tensors, both ``[num_blocks, ...]``;
 :func:`address_checks` proves from sizes, strides and storage offsets that
-the edited view of block ``i`` covers every registered byte of block ``i`` on
-the same storage (``covers_ok``; ``uncovered_bytes`` counts the misses), stays
-inside block ``i``'s page (``confined_ok``) and that no two pages of a group
-overlap (``disjoint_ok``).  E.g. a Qwen3.5-0.8B unified GDN row
+the edited view of a block covers its registered bytes, stays inside its
+page and that no two pages of a group overlap.  E.g. a Qwen3.5-0.8B unified GDN row
 ``[64, 1, 1, 1085440]`` int8 is ``conv`` (36,864 B) and ``ssm`` (1,048,576 B)
 per block; its edited ``[64, 544, 1, 2000]`` covers both and spills 2,560 B
 into the page padding, inside the page.
@@ -18,7 +16,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheSpec, KVCacheSpecKind
@@ -58,10 +56,6 @@ class LayerUnderTest:
     edited_parts: tuple[torch.Tensor, ...]
     edited: bool
 
-    @property
-    def device(self) -> torch.device:
-        return self.regions[0].view.device
-
 
 @dataclass(frozen=True)
 class AddressCheck:
@@ -82,9 +76,7 @@ def selection(blocks: object, num_blocks: int) -> list[int]:
         return list(range(num_blocks))
     if hasattr(blocks, "tolist") and not isinstance(blocks, (list, tuple)):
         blocks = blocks.tolist()  # numpy arrays and tensors
-    if isinstance(blocks, range) or (
-        isinstance(blocks, Sequence) and not isinstance(blocks, (str, bytes))
-    ):
+    if isinstance(blocks, Sequence) and not isinstance(blocks, (str, bytes)):
         chosen = list(blocks)
     else:
         raise KVExploreError(
@@ -205,10 +197,8 @@ def layers_under_test(
     for name, value in kv_caches.items():
         group, spec = where[name]
         new = edited[name]
-        parts = (
-            tensors_of(new) if isinstance(new, (torch.Tensor, list, tuple)) else None
-        )
-        if not parts or not all(isinstance(t, torch.Tensor) for t in parts):
+        parts = tensors_of(new)
+        if not parts:
             raise KVExploreError(
                 f"edited[{name!r}] is a {type(new).__name__}; expected a tensor or "
                 "a list of tensors"
@@ -235,11 +225,6 @@ def layers_under_test(
             )
         )
     return tuple(layers)
-
-
-def storage_bytes(t: torch.Tensor) -> torch.Tensor:
-    """All of ``t``'s untyped storage as one flat ``uint8`` tensor (a view)."""
-    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
 
 
 def block_runs(blocks: torch.Tensor, which: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -285,13 +270,8 @@ def union_bytes(parts: list[tuple[torch.Tensor, int]]) -> torch.Tensor:
     return (ends - torch.maximum(starts, before)).clamp(min=0).sum(dim=1)
 
 
-@dataclass(frozen=True)
-class _Pages:
-    """One layer's page intervals ``[starts, ends)`` (one per block, or per run)."""
-
-    starts: torch.Tensor
-    ends: torch.Tensor
-    layer: int
+#: One layer's page intervals: ``(starts, ends, layer position)``, one per block or per run.
+_Pages = tuple[torch.Tensor, torch.Tensor, int]
 
 
 def _coverage(
@@ -315,14 +295,14 @@ def _coverage(
     first = torch.cat([s for s, _ in runs], 1).amin(1)
     hull = torch.cat([s + n for s, n in runs], 1).amax(1) - first
     if bool((hull <= page).all()):
-        pages = [_Pages(first, first + page, position)]
+        pages = [(first, first + page, position)]
         e_lo = torch.cat([s for s, _ in edit_runs], 1).amin(1)
         e_hi = torch.cat([s + n for s, n in edit_runs], 1).amax(1)
         confined = (e_lo >= first[idx]) & (e_hi <= first[idx] + page)
     else:
         # No single page interval (e.g. heads outside blocks): the layer's
         # bytes of a block are exactly its registered runs.
-        pages = [_Pages(s.reshape(-1), s.reshape(-1) + n, position) for s, n in runs]
+        pages = [(s.reshape(-1), s.reshape(-1) + n, position) for s, n in runs]
         confined = all_bytes == reg_bytes
     confined = confined & same_storage
     covers = (uncovered == 0) & same_storage
@@ -352,10 +332,10 @@ def _overlaps(
     entries: list[_Pages], num_blocks: int, names: Sequence[str]
 ) -> dict[int, list[str]]:
     """Per layer position: notes on the pages of one storage that overlap."""
-    starts = torch.cat([p.starts for p in entries])
-    ends = torch.cat([p.ends for p in entries])
-    owner = torch.cat([torch.full_like(p.starts, p.layer) for p in entries])
-    block = torch.cat([torch.arange(p.starts.numel()) % num_blocks for p in entries])
+    starts = torch.cat([s for s, _, _ in entries])
+    ends = torch.cat([e for _, e, _ in entries])
+    owner = torch.cat([torch.full_like(s, layer) for s, _, layer in entries])
+    block = torch.cat([torch.arange(s.numel()) % num_blocks for s, _, _ in entries])
     order = starts.argsort()
     starts, ends, owner, block = starts[order], ends[order], owner[order], block[order]
     reach = ends.cummax(0).values
@@ -394,12 +374,6 @@ def address_checks(
         for li, notes in _overlaps(entries, num_blocks, names).items():
             clashes.setdefault(li, []).extend(notes)
     return tuple(
-        AddressCheck(
-            covers_ok=c.covers_ok,
-            uncovered_bytes=c.uncovered_bytes,
-            confined_ok=c.confined_ok,
-            disjoint_ok=li not in clashes,
-            notes=c.notes + tuple(clashes.get(li, ())),
-        )
+        replace(c, disjoint_ok=li not in clashes, notes=c.notes + tuple(clashes.get(li, ())))
         for li, c in enumerate(checks)
     )

@@ -22,7 +22,6 @@ from vllm.v1.kv_cache_interface import (
 )
 
 from kvexplore.display import Displayable
-from kvexplore.editing.validation import as_kv_cache_config
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import FrozenDict, dtype_name
 
@@ -87,21 +86,22 @@ def layer_spec(group_spec: KVCacheSpec, layer_name: str) -> KVCacheSpec:
     return group_spec
 
 
-def tensors_of(value: RegisteredKVCache) -> list[torch.Tensor]:
-    """A registered value's tensors: ``[t]`` for a tensor, the states of a list."""
-    return [value] if isinstance(value, torch.Tensor) else list(value)
+def tensors_of(value: object) -> list[torch.Tensor]:
+    """A registered value's tensors: ``[t]`` for a tensor, the states of a
+    list of tensors, ``[]`` for anything else."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)) and all(isinstance(t, torch.Tensor) for t in value):
+        return list(value)
+    return []
 
 
 def _layer_problems(
     name: str, spec: KVCacheSpec, value: object, tensors: list[torch.Tensor]
 ) -> list[str]:
-    """What is wrong with one layer's tensors for its spec.
-
-    vLLM views an attention or MLA page in ``spec.dtype``, a legacy Mamba
-    state ``i`` in ``spec.dtypes[i]`` and a unified Mamba row as int8 bytes;
-    a Mamba layer is a list of ``len(MambaSpec.shapes)`` states or one 4-D
-    ``[blocks, 1, 1, row]`` tensor.
-    """
+    """What is wrong with one layer's tensors for its spec: an attention page
+    is in ``spec.dtype``; a Mamba layer is ``len(MambaSpec.shapes)`` states
+    in ``spec.dtypes`` or one 4-D ``[blocks, 1, 1, row]`` int8 tensor."""
     problems: list[str] = []
     if spec_kind(spec) != KVCacheSpecKind.MAMBA:
         wanted = getattr(spec, "dtype", None)
@@ -161,7 +161,6 @@ def check_registration(
     Mamba entries, mixed devices) are collected into one ``KVExploreError``,
     each naming its layer, before anything is edited.
     """
-    kv_cache_config = as_kv_cache_config(kv_cache_config)
     if not isinstance(kv_caches, Mapping):
         raise KVExploreError(
             f"kv_caches is a {type(kv_caches).__name__}; expected a mapping of "
@@ -188,10 +187,8 @@ def check_registration(
     devices: dict[str, list[str]] = {}
     for name, value in kv_caches.items():
         _, spec = where.setdefault(name, (None, None))
-        tensors = (
-            tensors_of(value) if isinstance(value, (torch.Tensor, list, tuple)) else []
-        )
-        if not tensors or not all(isinstance(t, torch.Tensor) for t in tensors):
+        tensors = tensors_of(value)
+        if not tensors:
             problems.append(
                 f"layer {name!r} is registered as {describe(value)}; expected a "
                 "tensor or a non-empty list of tensors"
@@ -224,10 +221,8 @@ def layout_facts(value: object, num_blocks: int | None, suffix: str) -> dict:
     """Report columns of one value: ``shape`` / ``stride`` / ``storage_offset`` /
     ``dtype`` (tuples of them for a state list) and ``block_bytes`` (all its
     elements' bytes over ``num_blocks``), each with ``_{suffix}``."""
-    tensors = (
-        tensors_of(value) if isinstance(value, (torch.Tensor, list, tuple)) else []
-    )
-    if not tensors or not all(isinstance(t, torch.Tensor) for t in tensors):
+    tensors = tensors_of(value)
+    if not tensors:
         facts: dict[str, object] = dict.fromkeys(_FACTS)
     else:
         facts = {
@@ -262,9 +257,8 @@ class EditResult(Displayable, FrozenDict):
     """The edited ``{layer_name: value}`` dict, plus what happened per layer.
 
     It *is* the new dict (edited layers re-viewed, the others the very same
-    objects), so it goes wherever LMCache's plain result would.  It is frozen
-    (``TypeError`` / ``FrozenInstanceError`` on any write) so the views and
-    their report cannot drift apart; ``dict(result)`` is a mutable copy.
+    objects), frozen (``TypeError`` / ``FrozenInstanceError`` on any write);
+    ``dict(result)`` is a mutable copy.
 
     ``report`` (a new DataFrame each access): one row per layer with group,
     layer, spec kind, the rule that matched (or ``None``), why every earlier
@@ -272,7 +266,7 @@ class EditResult(Displayable, FrozenDict):
     block before and after.  ``counts``: rule name -> layers re-viewed.
     """
 
-    __slots__ = ("_rows", "_counts", "_note")
+    __slots__ = ("_rows", "_note")
 
     def __init__(
         self,
@@ -281,10 +275,7 @@ class EditResult(Displayable, FrozenDict):
         note: str = "",
     ) -> None:
         dict.__init__(self, edited)
-        rows = tuple(report.to_dict("records"))
-        counts = Counter(row["rule"] for row in rows if isinstance(row["rule"], str))
-        object.__setattr__(self, "_rows", rows)
-        object.__setattr__(self, "_counts", dict(counts))
+        object.__setattr__(self, "_rows", tuple(report.to_dict("records")))
         object.__setattr__(self, "_note", str(note))
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -310,7 +301,7 @@ class EditResult(Displayable, FrozenDict):
     @property
     def counts(self) -> dict[str, int]:
         """Rule name -> layers it re-viewed (a copy)."""
-        return dict(self._counts)
+        return dict(Counter(row["rule"] for row in self._rows if isinstance(row["rule"], str)))
 
     @property
     def note(self) -> str:
@@ -318,11 +309,8 @@ class EditResult(Displayable, FrozenDict):
         return self._note
 
     def by_group(self) -> pd.DataFrame:
-        """One row per group and rule that fired (``None``: no rule).
-
-        ``layers`` counts the group's layers that rule re-viewed; shapes and
-        bytes per block are the first such layer's.
-        """
+        """One row per group and rule that fired (``None``: no rule): ``layers``
+        it re-viewed, shapes and bytes per block of the first such layer."""
         seen: dict[tuple[object, object], dict[str, object]] = {}
         for row in self._rows:
             key = (row["group"], row["rule"])
@@ -336,7 +324,7 @@ class EditResult(Displayable, FrozenDict):
 
     def summary(self) -> str:
         """One line: layers, and how many each rule re-viewed."""
-        rules = ", ".join(f"{name} x{n}" for name, n in sorted(self._counts.items()))
+        rules = ", ".join(f"{name} x{n}" for name, n in sorted(self.counts.items()))
         extra = f"; {self._note}" if self._note else ""
         return f"EditResult({len(self)} layers: {rules or 'no layer edited'}{extra})"
 

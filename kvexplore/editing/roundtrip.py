@@ -1,11 +1,9 @@
 """Byte-exact proof that a store and a load through edited views lose nothing.
 
-:func:`verify_roundtrip` does what an LMCache-style connector does with the
-result of :func:`kvexplore.apply_kv_cache_group_edits` (save a block through
-the edited views, free it, load it into another block) and reports per layer,
-in a frozen :class:`RoundTripReport`, the address checks of
-:mod:`kvexplore.editing.proof` next to the data check.  Mismatches never
-raise: the report names the layer, block and byte.
+:func:`verify_roundtrip` saves blocks through the edited views, frees them and
+loads them into other blocks, as an LMCache-style connector does, and reports
+per layer the data check next to :mod:`kvexplore.editing.proof`'s address
+checks (mismatches are reported, never raised).
 """
 
 from __future__ import annotations
@@ -79,8 +77,7 @@ class LayerVerdict:
 
     @property
     def ok(self) -> bool:
-        checks = (self.roundtrip_ok, self.covers_ok, self.confined_ok, self.disjoint_ok)
-        return all(checks)
+        return all((self.roundtrip_ok, self.covers_ok, self.confined_ok, self.disjoint_ok))
 
     @classmethod
     def of(
@@ -119,13 +116,10 @@ class LayerVerdict:
 
 @dataclass(frozen=True)
 class RoundTripReport(Displayable):
-    """Per-layer outcome of :func:`verify_roundtrip` (frozen).
-
-    ``table`` (a new DataFrame each access): one row per layer with the data
-    check (``roundtrip_ok``, ``mismatched_bytes``, ``first_mismatch``) and
-    the address checks (``covers_ok``, ``uncovered_bytes``, ``confined_ok``,
-    ``disjoint_ok``).  ``ok`` is the conjunction over all layers;
-    ``seconds`` is wall time and appears in no text form.
+    """Per-layer outcome of :func:`verify_roundtrip` (frozen): ``table`` (a
+    new DataFrame each access) has one :class:`LayerVerdict` row per layer;
+    ``ok`` is the conjunction over all layers; ``seconds`` (wall time)
+    appears in no text form.
     """
 
     layers: tuple[LayerVerdict, ...]
@@ -237,14 +231,15 @@ def _save(
 
 
 def _put_back(saved: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
-    """Write every saved copy back.  A view whose elements overlap each other
-    cannot be written (torch refuses before writing), so nothing was written
-    through it and there is nothing to put back."""
+    """Write every saved copy back, but through a view whose elements overlap
+    each other: torch refuses to write through one before writing anything,
+    so there is nothing to put back."""
     for view, copy in reversed(saved):
         try:
             view.copy_(copy)
-        except RuntimeError:
-            continue
+        except RuntimeError as error:
+            if "more than one element of the written-to tensor" not in str(error):
+                raise
 
 
 def _compare(
@@ -354,7 +349,7 @@ def verify_roundtrip(
     layers = layers_under_test(kv_cache_config, kv_caches, edited)
     if not layers:
         return RoundTripReport((), 0.0, "cpu")
-    device = layers[0].device
+    device = layers[0].regions[0].view.device
     checks = address_checks(layers, chosen, num_blocks)
     found = {layer.name: _Found() for layer in layers}
     for group in sorted({layer.group for layer in layers}):

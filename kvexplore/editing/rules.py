@@ -1,13 +1,10 @@
 """LMCache 0.5.6's KV-cache group edits, re-implemented as explorable rules.
 
-A connector that moves pages with one attention-shaped copy kernel cannot
-digest a hybrid model's registration: a Mamba layer is a list of state
-tensors (or an opaque byte row), and an attention layer paged at a kernel
-block smaller than the scheduler's block shows too many blocks.  LMCache's
-``apply_kv_cache_group_edits`` (``lmcache/integration/vllm/kv_cache_group_edits.py``)
-re-views each such layer as something block-shaped; every rule here returns a
-view of the registered bytes (never a copy), refuses with the numbers and says
-why it declined.  In priority order (first match wins), with Qwen3.5-0.8B's
+LMCache's ``apply_kv_cache_group_edits``
+(``lmcache/integration/vllm/kv_cache_group_edits.py``) re-views a Mamba layer
+or a kernel-paged attention layer block-shaped; every rule here returns a view
+of the registered bytes (never a copy), refuses with the numbers and says why
+it declined.  In priority order (first match wins), with Qwen3.5-0.8B's
 shapes at 64 blocks (GDN page 1,114,112 B, block 544 = 17 kernel pages of 32):
 
 * ``mamba-page-view`` (legacy): ``[conv (64, 3, 6144) bf16, ssm (64, 16, 128,
@@ -48,7 +45,6 @@ from kvexplore.editing.registered import (
     RegisteredKVCache,
     check_registration,
     describe,
-    layer_spec,
     layout_facts,
     spec_kind,
     spec_page_bytes,
@@ -68,16 +64,10 @@ __all__ = [
     "KVCacheGroupEdit",
     "MambaPageViewEdit",
     "MambaUnifiedViewEdit",
-    "RegisteredKVCache",
     "SubpagedAttentionViewEdit",
     "SubpagedMLAAttentionViewEdit",
     "apply_kv_cache_group_edits",
-    "check_registration",
-    "layer_spec",
     "resolve_kv_layout",
-    "spec_kind",
-    "spec_page_bytes",
-    "tensors_of",
 ]
 
 # The page is opaque bytes, so one synthetic head holding a whole K- or V-half
@@ -107,15 +97,6 @@ KV_LAYOUT_HINTS = tuple(sorted(_TOKENS_OUTSIDE_HEADS | _HEADS_OUTSIDE_TOKENS))
 _VECTOR_ALIGN_BYTES = (16, 8, 4, 2)
 
 
-
-def _num_states(spec: KVCacheSpec) -> int:
-    """Stored states per logical block (``spec.num_states`` in vLLM 0.33)."""
-    num_states = getattr(spec, "num_states", None)
-    if isinstance(num_states, int):
-        return num_states
-    return spec.block_size // getattr(spec, "compress_ratio", 1)
-
-
 def _synthetic_head_size(page_bytes: int, elem_size: int, block_size: int) -> int:
     """The ``head_size'`` that makes ``[2, block_size, 1, head_size']`` one page
     (1,114,112 B of bf16 = 2 x 544 x 1 x 512); refused when it does not factor."""
@@ -136,13 +117,11 @@ def _synthetic_head_size(page_bytes: int, elem_size: int, block_size: int) -> in
 
 
 def _checked_as_strided(
-    t: torch.Tensor,
-    size: Sequence[int],
-    stride: Sequence[int],
-    storage_offset: int,
-    what: str,
+    t: torch.Tensor, size: Sequence[int], stride: Sequence[int], what: str
 ) -> torch.Tensor:
-    """``t.as_strided``, refused with the byte counts when it would leave the storage."""
+    """``t.as_strided`` from ``t``'s own offset, refused with the byte counts
+    when it would leave the storage."""
+    storage_offset = t.storage_offset()
     need = (storage_offset + element_extent(size, stride)) * t.element_size()
     have = t.untyped_storage().nbytes()
     if need > have:
@@ -237,15 +216,12 @@ def resolve_kv_layout(kv_layout: str | None) -> bool:
     )
 
 
-
 class KVCacheGroupEdit(ABC):
-    """One structural re-view of a layer's registered KV cache.
-
-    LMCache's ``KVCacheGroupEdit`` contract: ``matches`` decides from the spec
-    and the registered value alone and never raises; ``apply`` returns a view
-    of the same storage or raises ``ValueError`` with the numbers.
-    ``why_not`` (kvexplore's) says why it declined.  Subclass it and pass
-    ``rules=[...]`` to :func:`apply_kv_cache_group_edits`.
+    """One structural re-view of a layer's registered KV cache (LMCache's
+    ``KVCacheGroupEdit``): ``matches`` decides from the spec and the value
+    alone and never raises; ``apply`` returns a view of the same storage or
+    raises ``ValueError`` with the numbers; ``why_not`` says why it declined.
+    Subclass it and pass ``rules=[...]`` to :func:`apply_kv_cache_group_edits`.
     """
 
     #: Label of the rule in reports (LMCache's names for the built-ins).
@@ -294,12 +270,11 @@ class _ReasonedEdit(KVCacheGroupEdit):
 class MambaPageViewEdit(_ReasonedEdit):
     """Legacy Mamba state list -> one attention-shaped page (``mamba-page-view``).
 
-    LMCache's ``_MambaPageViewEdit``: the states view one padded page per
-    block (``conv | ssm | pad``); the whole page is re-viewed from the conv
-    state as ``[B, 2, block_size, 1, h']`` in its dtype.  Refused unless there
-    is one tensor per ``MambaSpec.shapes`` entry, the conv state starts at a
-    page base, each state steps one page per block, the states sit back to
-    back and the page factors.
+    LMCache's ``_MambaPageViewEdit``: the whole padded page (``conv | ssm |
+    pad``) re-viewed from the conv state as ``[B, 2, block_size, 1, h']`` in
+    its dtype.  Refused unless there is one tensor per ``MambaSpec.shapes``
+    entry, the conv state starts at a page base, each state steps one page
+    per block, the states sit back to back and the page factors.
     """
 
     name = "mamba-page-view"
@@ -390,9 +365,7 @@ class MambaPageViewEdit(_ReasonedEdit):
         page_elems = page_bytes // elem
         shape = (num_blocks, 2, spec.block_size, _SYNTHETIC_NUM_HEADS, head)
         strides = (page_elems, spec.block_size * head, head, head, 1)
-        return _checked_as_strided(
-            conv, shape, strides, conv.storage_offset(), "mamba-page-view"
-        )
+        return _checked_as_strided(conv, shape, strides, "mamba-page-view")
 
 
 class SubpagedAttentionViewEdit(_ReasonedEdit):
@@ -531,9 +504,7 @@ class MambaUnifiedViewEdit(_ReasonedEdit):
         else:
             shape = (num_blocks, 1, block_size, head)
             strides = (kv_cache.stride(0), block_size * head, head, 1)
-        return _checked_as_strided(
-            kv_cache, shape, strides, kv_cache.storage_offset(), "mamba-unified-view"
-        )
+        return _checked_as_strided(kv_cache, shape, strides, "mamba-unified-view")
 
 
 def _mla_rows_dim(kv_cache: torch.Tensor) -> int:
@@ -563,7 +534,7 @@ class SubpagedMLAAttentionViewEdit(_ReasonedEdit):
         if kv_cache.ndim not in (3, 4):
             return f"tensor is {kv_cache.ndim}-D; expected 3-D or 4-D MLA pages"
         rows = kv_cache.shape[_mla_rows_dim(kv_cache)]
-        if rows == _num_states(spec):
+        if rows == spec.num_states:
             return f"already paged at the logical {rows} states per block"
         return None
 
@@ -585,7 +556,7 @@ class SubpagedMLAAttentionViewEdit(_ReasonedEdit):
                 f"MLA tensor {tuple(kv_cache.shape)} has "
                 f"{kv_cache.shape[3 - rows_dim]} head slots; expected 1"
             )
-        num_states = _num_states(spec)
+        num_states = spec.num_states
         ordered, num_blocks = _regroup_kernel_pages(
             kv_cache,
             spec,
@@ -607,7 +578,6 @@ DEFAULT_EDITS: tuple[KVCacheGroupEdit, ...] = (
     MambaUnifiedViewEdit(),
     SubpagedMLAAttentionViewEdit(),
 )
-
 
 
 def _check_rules(rules: object) -> tuple[KVCacheGroupEdit, ...]:
@@ -678,11 +648,10 @@ def apply_kv_cache_group_edits(
     """Re-view a registration as LMCache's ``apply_kv_cache_group_edits`` does.
 
     ``kv_caches`` (layer -> tensor, or legacy Mamba state list) is checked
-    against ``kv_cache_config`` (a ``KVCacheConfig``, ``Plan`` or ``None``)
-    first.  Without a config or Mamba layers no rule is consulted (as in
-    LMCache); otherwise each layer goes to ``rules`` (default
-    :data:`DEFAULT_EDITS`) in order and the first match re-views it.
-    ``kv_layout`` (for ``mamba-unified-view``) defaults to the config's
+    against ``kv_cache_config`` (a ``KVCacheConfig``, ``Plan`` or ``None``).
+    Without a config or Mamba layers no rule is consulted (as in LMCache);
+    otherwise the first of ``rules`` (default :data:`DEFAULT_EDITS`) that
+    matches a layer re-views it; ``kv_layout`` defaults to the config's
     ``kv_cache_layout``.  Returns an :class:`EditResult`; no input is
     modified.  Refused: group validation failures, registration mismatches,
     a rule's invariant violation (prefixed with layer and rule), a copy.

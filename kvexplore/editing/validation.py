@@ -23,8 +23,6 @@ accepted (LMCache serves them on a separate path; the edits skip them).
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import pandas as pd
 from vllm.v1.kv_cache_interface import (
     KVCacheConfig,
@@ -56,19 +54,10 @@ _COLUMNS = ["group", "kind", "verdict", "reason"]
 
 
 def declares_slot_compression(spec: KVCacheSpec) -> bool:
-    """Whether ``spec`` packs several tokens into one stored slot.
-
-    LMCache's ``_declares_slot_compression``: ``tokens_per_state > 1``
-    (``compress_ratio > 1`` on vLLM < 0.26) or ``tq_slot_size > 0``.  A
-    ``tokens_per_state`` below 1 (Whisper pooling, ``MambaSpec``'s -1) is not
-    compression.
-    """
-    tokens_per_state = getattr(spec, "tokens_per_state", 1)
-    if isinstance(tokens_per_state, (int, Fraction)) and tokens_per_state > 1:
-        return True
-    return (
-        getattr(spec, "compress_ratio", 1) > 1 or getattr(spec, "tq_slot_size", 0) > 0
-    )
+    """Whether ``spec`` packs several tokens into one stored slot: LMCache's
+    ``_declares_slot_compression``, ``tokens_per_state > 1`` in vLLM 0.33
+    (a ``tokens_per_state`` below 1, Whisper pooling or ``MambaSpec``'s -1, is not)."""
+    return getattr(spec, "tokens_per_state", 1) > 1
 
 
 def as_kv_cache_config(value: object) -> KVCacheConfig | None:
@@ -100,12 +89,9 @@ def _judge_leaf(spec: KVCacheSpec) -> tuple[str, str]:
             )
         return ACCEPTED, f"MambaSpec with mamba_cache_mode={mode!r}"
     if declares_slot_compression(spec):
-        ratio = getattr(spec, "tokens_per_state", None)
-        if not (isinstance(ratio, (int, Fraction)) and ratio > 1):
-            ratio = getattr(spec, "compress_ratio", None)
         return ACCEPTED, (
             f"{type(spec).__name__} declares slot compression "
-            f"(tokens_per_state/compress_ratio {ratio}); served by the "
+            f"(tokens_per_state/compress_ratio {spec.tokens_per_state}); served by the "
             "compression path, skipped by the edits"
         )
     return ACCEPTED, f"{type(spec).__name__}"

@@ -1,18 +1,13 @@
 """What vLLM 0.33 hands a native KV offloading backend, and why.
 
-vLLM's ``OffloadingConnector`` turns the engine's configuration and the
-``KVCacheConfig`` into one ``OffloadingConfig``
-(``vllm/v1/kv_offload/config.py``) through ``build_offloading_config`` in
-``vllm/distributed/kv_transfer/kv_connector/v1/offloading/config.py``.
-:func:`offload_config` derives the same object from a :class:`~kvexplore.Plan`
-plus the :class:`~kvexplore.offloading.options.OffloadOptions` the plan does
-not carry, in vLLM's steps and order
-(:func:`kvexplore.offloading.derive.derive`), and records for every derived
-field the rule and the actual numbers behind it.
-
-Worked example, Qwen3.5-0.8B on an A100 at TP 4 with DCP 2: the
-attention group spans 272 x 2 tokens per block, the GDN groups 272, so the
-hash unit is their gcd and a chunk given in tokens cannot be expressed:
+:func:`offload_config` builds the ``OffloadingConfig``
+(``vllm/v1/kv_offload/config.py``) that ``build_offloading_config``
+(``vllm/distributed/kv_transfer/kv_connector/v1/offloading/config.py``) builds
+from a :class:`~kvexplore.Plan` plus the
+:class:`~kvexplore.offloading.options.OffloadOptions` the plan does not carry
+(:func:`kvexplore.offloading.derive.derive`), with every derived field's rule.
+Qwen3.5-0.8B on an A100 at TP 4, DCP 2 (attention 272 x 2 tokens per block,
+GDN 272, so the hash unit is their gcd):
 
 >>> from kvexplore import plan
 >>> r = offload_config(plan("Qwen/Qwen3.5-0.8B", gpu="A100", tensor_parallel_size=4,
@@ -42,17 +37,8 @@ from vllm.v1.kv_offload.config import (
 from kvexplore.display import Displayable
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import FrozenDict, jsonable
-from kvexplore.offloading.derive import (
-    Derivation,
-    OffloadConfigError,
-    derive,
-    offloaded_layer_names,
-)
-from kvexplore.offloading.options import (
-    DEFAULT_ENGINE_ID,
-    EXECUTOR_BACKENDS,
-    OffloadOptions,
-)
+from kvexplore.offloading.derive import Derivation, OffloadConfigError, derive
+from kvexplore.offloading.options import OffloadOptions
 from kvexplore.planning.planner import Plan
 
 #: Keywords of :func:`offload_config` besides the plan: the option names.
@@ -91,7 +77,6 @@ class OffloadResult(Displayable):
     derivation: Derivation
     config: Any = field(repr=False)
 
-    # -- reasons ---------------------------------------------------------------
     def rows(self) -> tuple[FieldRow, ...]:
         """Every field of the config, flattened, with its rule."""
         c, d, o = self.config, self.derivation, self.options
@@ -141,12 +126,9 @@ class OffloadResult(Displayable):
         return pd.DataFrame([r for r in self.rows() if r.rule], columns=["field", "value", "rule"])
 
     def rule(self, field: str) -> str:
-        """The rule behind one field, e.g. ``rule("replicated_layout")``.
-
-        A unique last component names a nested field too:
-        ``rule("is_parallelism_agnostic")`` is
-        ``rule("parallel.is_parallelism_agnostic")``.
-        """
+        """The rule behind one field, e.g. ``rule("replicated_layout")``; a
+        unique last component names a nested field too
+        (``rule("is_parallelism_agnostic")``)."""
         rows = self.rows()
         exact = [r for r in rows if r.field == field]
         tails = exact or [r for r in rows if r.field.rsplit(".", 1)[-1] == field]
@@ -166,7 +148,6 @@ class OffloadResult(Displayable):
         """One line per derived field: ``field = value: rule`` (the text form)."""
         return self.text()
 
-    # -- export ------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: the config (``dataclasses.asdict``), reasons and inputs."""
         out = jsonable(asdict(self.config))
@@ -176,7 +157,6 @@ class OffloadResult(Displayable):
         out["inputs"] = {"model": self.plan.model.name, **jsonable(self.plan.inputs), **jsonable(inputs)}
         return out
 
-    # -- display -----------------------------------------------------------------
     def __repr__(self) -> str:
         c = self.config
         return (
@@ -200,13 +180,10 @@ def build_config(p: Plan, o: OffloadOptions, d: Derivation):
         OffloadingGroupConfig(
             group_id=gid,
             tokens_per_block=t.value,
-            layer_names=names,
+            layer_names=p.groups[gid].layer_names,
             sliding_window_size_in_chunks=w.value,
         )
-        for gid, t, names, w in zip(
-            d.groups.value, d.tokens_per_block, offloaded_layer_names(p), d.sliding_window_size_in_chunks,
-            strict=True,
-        )
+        for gid, t, w in zip(d.groups.value, d.tokens_per_block, d.sliding_window_size_in_chunks, strict=True)
     )
     return OffloadingConfig(
         groups=groups,
@@ -239,13 +216,11 @@ def build_config(p: Plan, o: OffloadOptions, d: Derivation):
 def offload_config(plan: Plan, options: OffloadOptions | None = None, **kwargs: Any) -> OffloadResult:
     """The ``OffloadingConfig`` vLLM 0.33's ``build_offloading_config`` builds.
 
-    TP and DCP come from ``plan``; everything else is an
-    :class:`~kvexplore.offloading.options.OffloadOptions`, given as one
-    (``options``) or by its field names as keywords (:data:`OFFLOAD_KEYWORDS`),
-    keywords overriding ``options``; environment variables vLLM reads
-    (``VLLM_DP_RANK_LOCAL``) take their defaults.  With
-    ``pipeline_parallel_size > 1`` the plan's ``KVCacheConfig`` still lists
-    every layer (one stage's share is not modelled).
+    TP and DCP come from ``plan``; the rest is an
+    :class:`~kvexplore.offloading.options.OffloadOptions` (``options``), its
+    fields given as keywords overriding it (:data:`OFFLOAD_KEYWORDS`);
+    ``VLLM_DP_RANK_LOCAL`` takes its default.  With PP > 1 the plan's
+    ``KVCacheConfig`` still lists every layer (one stage's share is not modelled).
 
     Raises :class:`OffloadConfigError` (a ``ValueError``, with ``code``) where
     vLLM raises or asserts, with the same facts, and ``KVExploreError`` for
@@ -265,8 +240,6 @@ def offload_config(plan: Plan, options: OffloadOptions | None = None, **kwargs: 
 
 
 __all__ = [
-    "DEFAULT_ENGINE_ID",
-    "EXECUTOR_BACKENDS",
     "OFFLOAD_KEYWORDS",
     "FieldRow",
     "OffloadConfigError",

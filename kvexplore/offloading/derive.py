@@ -24,6 +24,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading.config import (
+    _group_kv_bytes_per_block as group_bytes_per_block,
+)
 from vllm.v1.kv_cache_interface import (
     AttentionSpec,
     ChunkedLocalAttentionSpec,
@@ -105,13 +108,7 @@ def _offloaded(p: Plan) -> list:
     return [p.groups[gid] for gid in offloading_groups(p).value]
 
 
-class ParallelLayout(NamedTuple):
-    world_size: Derived
-    distributed_executor_backend: Derived
-    data_parallel_rank_local: Derived
-
-
-def parallel_layout(o: OffloadOptions, tp: int) -> ParallelLayout:
+def parallel_layout(o: OffloadOptions, tp: int) -> tuple[Derived, Derived, Derived]:
     """What ``ParallelConfig.__post_init__`` (``vllm/config/parallel.py``) fills
     in before ``build_offloading_config`` reads it: the world size
     (:meth:`OffloadOptions.world_size`), the executor backend when none is
@@ -131,7 +128,7 @@ def parallel_layout(o: OffloadOptions, tp: int) -> ParallelLayout:
         local = Derived(0, "DP 1: vLLM reads VLLM_DP_RANK_LOCAL (default 0)")
     else:
         local = Derived(None, f"DP {dp}: set only in SPMD mode")
-    return ParallelLayout(Derived(world, world_rule), Derived(backend, backend_rule), local)
+    return Derived(world, world_rule), Derived(backend, backend_rule), local
 
 
 def offloading_groups(p: Plan) -> Derived:
@@ -159,11 +156,6 @@ def offloading_groups(p: Plan) -> Derived:
             code="no_eligible_groups",
         )
     return Derived(selected, rule)
-
-
-def offloaded_layer_names(p: Plan) -> tuple[tuple[str, ...], ...]:
-    """``OffloadingGroupConfig.layer_names`` of each offloaded group."""
-    return tuple(g.layer_names for g in _offloaded(p))
 
 
 def dcp_tokens_per_block(spec, dcp: int) -> Derived:
@@ -342,42 +334,21 @@ def blocks_per_chunk(extra: Mapping[str, Any], group_ids: tuple[int, ...], tpb: 
     return Derived(bpc, rule)
 
 
-class Window(NamedTuple):
-    """How ``get_sliding_window_size_in_chunks`` treats a group's first layer spec."""
-
-    kind: str  # "sliding", "chunked", "mamba", "full" or "unsupported"
-    spec_name: str
-    size: int = 0  # sliding window or attention chunk, in tokens
-    extra_retained_tokens: int = 0
-
-
-def _window(spec) -> Window:
+def sliding_window_size_in_chunks(gid: int, spec, tpb: int, bpc: int) -> Derived:
+    """``get_sliding_window_size_in_chunks`` for group ``gid``'s first layer
+    spec: the chunks of ``tpb x bpc`` tokens the tier keeps for one request;
+    1 for a Mamba group, None (no bound) for full attention."""
     name = _spec_name(spec)
+    extra = 0
     if isinstance(spec, SlidingWindowSpec):
-        return Window("sliding", name, spec.sliding_window, spec.extra_retained_tokens)
-    if isinstance(spec, ChunkedLocalAttentionSpec):
-        return Window("chunked", name, spec.attention_chunk_size)
-    if isinstance(spec, MambaSpec):
-        return Window("mamba", name)
-    return Window("full" if isinstance(spec, FullAttentionSpec) else "unsupported", name)
-
-
-def group_windows(p: Plan) -> tuple[Window, ...]:
-    """Each offloaded group's :class:`Window`, from the first of its layer
-    specs (``next(iter(iter_layer_specs(group.kv_cache_spec)))``)."""
-    return tuple(_window(leaf_specs(g.kv_cache_spec)[0]) for g in _offloaded(p))
-
-
-def sliding_window_size_in_chunks(gid: int, window: Window, tpb: int, bpc: int) -> Derived:
-    """``get_sliding_window_size_in_chunks``: the chunks of ``tpb x bpc``
-    tokens the tier keeps for one request of a group; 1 for a Mamba group,
-    None (no bound) for full attention."""
-    kind, name, size, extra = window
-    if kind == "mamba":
+        size, extra = spec.sliding_window, spec.extra_retained_tokens
+    elif isinstance(spec, ChunkedLocalAttentionSpec):
+        size = spec.attention_chunk_size
+    elif isinstance(spec, MambaSpec):
         return Derived(1, "a Mamba layer depends on a single state")
-    if kind == "full":
+    elif isinstance(spec, FullAttentionSpec):
         return Derived(None, f"{name} reaches back without a bound")
-    if kind == "unsupported":
+    else:
         raise OffloadConfigError(
             f"group {gid} is {name}; vLLM 0.33's offloading supports full, "
             "sliding-window, chunked-local and Mamba groups only "
@@ -398,7 +369,7 @@ def sliding_window_size_in_chunks(gid: int, window: Window, tpb: int, bpc: int) 
             "expected a positive chunk size (vLLM fails with ZeroDivisionError)",
             code="zero_chunk",
         )
-    if kind == "chunked":
+    if isinstance(spec, ChunkedLocalAttentionSpec):
         return Derived(
             cdiv(size, chunk),
             f"cdiv({size}, {chunk}): attention chunk {size}, chunk {tpb} x {bpc} tokens",
@@ -408,15 +379,6 @@ def sliding_window_size_in_chunks(gid: int, window: Window, tpb: int, bpc: int) 
         f"max(cdiv({size}, {chunk}), cdiv({size} - 1 + {extra}, "
         f"{chunk})): sliding window {size}, chunk {tpb} x {bpc} tokens",
     )
-
-
-def group_bytes_per_block(group) -> int:
-    """``_group_kv_bytes_per_block``: one block of a group, every layer
-    (a ``UniformTypeKVCacheSpecs`` page already spans its layers)."""
-    spec = group.kv_cache_spec
-    if isinstance(spec, UniformTypeKVCacheSpecs):
-        return spec.page_size_bytes
-    return spec.page_size_bytes * len(group.layer_names)
 
 
 def worker_kv_bytes_per_block(p: Plan) -> Derived:
@@ -432,18 +394,16 @@ def worker_kv_bytes_per_block(p: Plan) -> Derived:
             f"backing KV cache allocation {total} B // {p.num_blocks} blocks "
             "(every KVCacheTensor places layers in one shared allocation)",
         )
-    parts = []
-    for g in _offloaded(p):
-        page = g.kv_cache_spec.page_size_bytes
-        if isinstance(g.kv_cache_spec, UniformTypeKVCacheSpecs):
-            parts.append(f"group {g.index}: {page}")
-        else:
-            parts.append(f"group {g.index}: {page} x {len(g.layer_names)} layers")
+    parts = [
+        f"group {g.index}: {g.kv_cache_spec.page_size_bytes}"
+        + ("" if isinstance(g.kv_cache_spec, UniformTypeKVCacheSpecs) else f" x {len(g.layer_names)} layers")
+        for g in _offloaded(p)
+    ]
     total = sum(group_bytes_per_block(g) for g in _offloaded(p))
     return Derived(total, "sum of the offloaded groups' pages per block (" + "; ".join(parts) + ")")
 
 
-def replicated_layout(p: Plan, o: OffloadOptions, par: ParallelLayout, worker_bytes: int) -> Derived:
+def replicated_layout(p: Plan, o: OffloadOptions, world: int, backend: str, worker_bytes: int) -> Derived:
     """``replicated_layout`` for the direct layout: an MLA latent replicated on
     every TP rank (``kv_tp_replicas == TP``), TP only, single-node ``mp`` (one
     shared host copy)."""
@@ -457,8 +417,8 @@ def replicated_layout(p: Plan, o: OffloadOptions, par: ParallelLayout, worker_by
             _eq("PP", o.pipeline_parallel_size, 1),
             _eq("PCP", o.prefill_context_parallel_size, 1),
             _eq("DCP", p.decode_context_parallel_size, 1),
-            _eq("world size", par.world_size.value, tp, f"TP {tp}"),
-            _eq("executor backend", repr(par.distributed_executor_backend.value), repr("mp")),
+            _eq("world size", world, tp, f"TP {tp}"),
+            _eq("executor backend", repr(backend), repr("mp")),
             _eq("nnodes_within_dp", o.nnodes_within_dp, 1),
         )
     )
@@ -473,11 +433,17 @@ def canonical_layout(extra: Mapping[str, Any]) -> Derived:
     return Derived(bool(raw), rule)
 
 
-def _full_attention_terms(spec, p: Plan) -> tuple[Clause, ...]:
-    """The terms of :func:`single_full_attention_group` about the one group's spec."""
+def single_full_attention_group(p: Plan) -> tuple[Clause, ...]:
+    """The plan's terms of the direct ``is_parallelism_agnostic`` rule: a
+    single non-MLA ``FullAttentionSpec`` group whose KV heads are really split
+    over TP, without per-token-head quantization, and DCP 1."""
+    dcp = _eq("DCP", p.decode_context_parallel_size, 1)
+    if len(p.groups) != 1:
+        return (Clause(False, f"{len(p.groups)} KV cache groups, not a single full-attention group"), dcp)
+    spec = p.groups[0].kv_cache_spec
     if isinstance(spec, MLAAttentionSpec) or not isinstance(spec, FullAttentionSpec):
         why = "MLA" if isinstance(spec, MLAAttentionSpec) else "not FullAttentionSpec"
-        return (Clause(False, f"the single group is {_spec_name(spec)} ({why})"),)
+        return (Clause(False, f"the single group is {_spec_name(spec)} ({why})"), dcp)
     tp, total = p.tensor_parallel_size, p.total_num_kv_heads
     prod = spec.num_kv_heads * tp
     heads = f"{spec.num_kv_heads} KV heads per rank x TP {tp} = {prod}"
@@ -487,19 +453,8 @@ def _full_attention_terms(spec, p: Plan) -> tuple[Clause, ...]:
                f"{heads} != {total} total KV heads (heads replicated across ranks)"),
         _named(not spec.kv_quant_mode.is_per_token_head, "no per-token-head KV quantization",
                f"per-token-head KV quantization ({p.kv_cache_dtype})"),
+        dcp,
     )
-
-
-def single_full_attention_group(p: Plan) -> tuple[Clause, ...]:
-    """The plan's terms of the direct ``is_parallelism_agnostic`` rule: a
-    single non-MLA ``FullAttentionSpec`` group whose KV heads are really split
-    over TP, without per-token-head quantization, and DCP 1."""
-    groups = p.groups
-    if len(groups) == 1:
-        terms = _full_attention_terms(groups[0].kv_cache_spec, p)
-    else:
-        terms = (Clause(False, f"{len(groups)} KV cache groups, not a single full-attention group"),)
-    return (*terms, _eq("DCP", p.decode_context_parallel_size, 1))
 
 
 def uncertifiable(spec, tp: int, total_kv_heads: int) -> str | None:
@@ -547,22 +502,6 @@ def canonical_certification(p: Plan) -> Clause:
     return Clause(True, f"all {len(specs)} layer specs certifiable (canonical mapping derivable)")
 
 
-def offloaded_layers_exact_mla(p: Plan) -> Clause:
-    """Every offloaded layer exactly ``MLAAttentionSpec`` (the canonical
-    layout's ``replicated_layout`` term)."""
-    not_mla = sorted(
-        {
-            _spec_name(s)
-            for g in _offloaded(p)
-            for s in leaf_specs(g.kv_cache_spec)
-            if type(s) is not MLAAttentionSpec
-        }
-    )
-    if not_mla:
-        return Clause(False, f"offloaded layers include {', '.join(not_mla)} (not pure MLAAttentionSpec)")
-    return Clause(True, "every offloaded layer is MLAAttentionSpec")
-
-
 def is_parallelism_agnostic(p: Plan, o: OffloadOptions, world: int, canonical: bool) -> Derived:
     """``is_parallelism_agnostic``: the direct rule (V1 model runner,
     :func:`single_full_attention_group`'s terms, PCP 1), widened by the
@@ -593,17 +532,21 @@ def is_parallelism_agnostic(p: Plan, o: OffloadOptions, world: int, canonical: b
 
 
 def canonical_replicated_layout(
-    p: Plan, o: OffloadOptions, par: ParallelLayout, agnostic: bool
+    p: Plan, o: OffloadOptions, world: int, backend: str, agnostic: bool
 ) -> Derived:
     """``replicated_layout`` under the canonical layout: parallelism-agnostic,
-    pure MLA (:func:`offloaded_layers_exact_mla`), one node, and one worker
-    or ``mp``."""
-    world, backend = par.world_size.value, par.distributed_executor_backend.value
+    every offloaded layer exactly ``MLAAttentionSpec``, one node, and one
+    worker or ``mp``."""
     single_host = world == 1 or backend == "mp"
+    not_mla = sorted(
+        {_spec_name(s) for g in _offloaded(p) for s in leaf_specs(g.kv_cache_spec)
+         if type(s) is not MLAAttentionSpec}
+    )
     rule = verdict(
         (
             _named(agnostic, "parallelism-agnostic", "not parallelism-agnostic"),
-            offloaded_layers_exact_mla(p),
+            _named(not not_mla, "every offloaded layer is MLAAttentionSpec",
+                   f"offloaded layers include {', '.join(not_mla)} (not pure MLAAttentionSpec)"),
             _eq("nnodes_within_dp", o.nnodes_within_dp, 1),
             Clause(
                 single_host,
@@ -643,15 +586,6 @@ class Derivation:
     dtype: Derived
 
 
-def check_plan(p: Any) -> None:
-    """Raise ``KVExploreError`` unless ``p`` is a :class:`~kvexplore.Plan`."""
-    if not isinstance(p, Plan):
-        raise KVExploreError(
-            f"offload_config expects a kvexplore.Plan (from kvexplore.plan(model, ...)); "
-            f"got {type(p).__name__} {p!r:.80}"
-        )
-
-
 def derive(p: Plan, o: OffloadOptions) -> Derivation:
     """``build_offloading_config`` for plan ``p`` and options ``o``, in vLLM's order.
 
@@ -659,28 +593,32 @@ def derive(p: Plan, o: OffloadOptions) -> Derivation:
     :class:`OffloadConfigError` (a ``ValueError``) where
     ``build_offloading_config`` raises or asserts.
     """
-    check_plan(p)
+    if not isinstance(p, Plan):
+        raise KVExploreError(
+            f"offload_config expects a kvexplore.Plan (from kvexplore.plan(model, ...)); "
+            f"got {type(p).__name__} {p!r:.80}"
+        )
     o.check_parallel(p.tensor_parallel_size, p.decode_context_parallel_size)
-    par = parallel_layout(o, p.tensor_parallel_size)
+    world, backend, local_rank = parallel_layout(o, p.tensor_parallel_size)
     groups = offloading_groups(p)
     tpb = tokens_per_block(p)
     hashing = tokens_per_hash(p)
     tpb_values = tuple(t.value for t in tpb)
     bpc = blocks_per_chunk(o.extra_config, groups.value, tpb_values)
     windows = tuple(
-        sliding_window_size_in_chunks(gid, w, t, bpc.value)
-        for gid, w, t in zip(groups.value, group_windows(p), tpb_values, strict=True)
+        sliding_window_size_in_chunks(gid, leaf_specs(p.groups[gid].kv_cache_spec)[0], t, bpc.value)
+        for gid, t in zip(groups.value, tpb_values, strict=True)
     )
     wbytes = worker_kv_bytes_per_block(p)
-    replicated = replicated_layout(p, o, par, wbytes.value)
+    replicated = replicated_layout(p, o, world.value, backend.value, wbytes.value)
     canonical = canonical_layout(o.extra_config)
-    agnostic = is_parallelism_agnostic(p, o, par.world_size.value, canonical.value)
+    agnostic = is_parallelism_agnostic(p, o, world.value, canonical.value)
     if canonical.value:
-        replicated = canonical_replicated_layout(p, o, par, agnostic.value)
+        replicated = canonical_replicated_layout(p, o, world.value, backend.value, agnostic.value)
     return Derivation(
-        world_size=par.world_size,
-        distributed_executor_backend=par.distributed_executor_backend,
-        data_parallel_rank_local=par.data_parallel_rank_local,
+        world_size=world,
+        distributed_executor_backend=backend,
+        data_parallel_rank_local=local_rank,
         groups=groups,
         tokens_per_block=tpb,
         tokens_per_hash=hashing,
@@ -699,11 +637,7 @@ __all__ = [
     "Derivation",
     "Derived",
     "OffloadConfigError",
-    "ParallelLayout",
-    "Window",
-    "check_plan",
     "derive",
     "group_bytes_per_block",
-    "offloaded_layer_names",
     "verdict",
 ]

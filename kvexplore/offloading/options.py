@@ -1,11 +1,9 @@
 """The inputs of an offloading deployment that a :class:`~kvexplore.Plan` does not carry.
 
-vLLM's ``build_offloading_config`` reads TP and DCP from the engine's
-``ParallelConfig``, which the plan holds; the rest of what it reads (the other
-parallel sizes, the executor backend, the model runner, KV events and
-``kv_connector_extra_config``) is an :class:`OffloadOptions`.  Its fields are
-the one list of option names, defaults and checks: ``offload_config``,
-``sweep``, the CLI and the Explorer all read them from here.
+The plan holds TP and DCP; the rest ``build_offloading_config`` reads (other
+parallel sizes, executor backend, model runner, KV events,
+``kv_connector_extra_config``) is an :class:`OffloadOptions`, whose fields are
+the one list of option names, defaults and checks.
 
 >>> OffloadOptions(pipeline_parallel_size=2).pipeline_parallel_size
 2
@@ -34,10 +32,6 @@ MULTI_NODE_BACKENDS = (None, "mp", "uni", "external_launcher")
 DEFAULT_ENGINE_ID = "kvexplore"
 
 
-def _help(text: str, **more: Any) -> dict[str, Any]:
-    return {"help": text, **more}
-
-
 @dataclass(frozen=True, kw_only=True)
 class OffloadOptions:
     """What the engine's ``ParallelConfig``, ``KVEventsConfig`` and
@@ -52,30 +46,30 @@ class OffloadOptions:
 
     extra_config: Mapping[str, Any] | None = field(
         default=None,
-        metadata=_help('kv_connector_extra_config, e.g. {"block_size": 1088}'),
+        metadata={"help": 'kv_connector_extra_config, e.g. {"block_size": 1088}'},
     )
-    pipeline_parallel_size: int = field(default=1, metadata=_help("PP size", minimum=1))
+    pipeline_parallel_size: int = field(default=1, metadata={"help": "PP size", "minimum": 1})
     prefill_context_parallel_size: int = field(
-        default=1, metadata=_help("PCP size", minimum=1)
+        default=1, metadata={"help": "PCP size", "minimum": 1}
     )
-    data_parallel_size: int = field(default=1, metadata=_help("DP size", minimum=1))
+    data_parallel_size: int = field(default=1, metadata={"help": "DP size", "minimum": 1})
     data_parallel_rank: int = field(
-        default=0, metadata=_help("this engine's DP replica index", minimum=0)
+        default=0, metadata={"help": "this engine's DP replica index", "minimum": 0}
     )
     distributed_executor_backend: str | None = field(
         default="mp",
-        metadata=_help("executor backend; None resolves as vLLM does", choices=EXECUTOR_BACKENDS),
+        metadata={"help": "executor backend; None resolves as vLLM does", "choices": EXECUTOR_BACKENDS},
     )
     nnodes_within_dp: int = field(
-        default=1, metadata=_help("nodes one DP replica spans", minimum=1)
+        default=1, metadata={"help": "nodes one DP replica spans", "minimum": 1}
     )
-    use_v2_model_runner: bool = field(default=False, metadata=_help("vLLM's V2 model runner"))
+    use_v2_model_runner: bool = field(default=False, metadata={"help": "vLLM's V2 model runner"})
     enable_kv_cache_events: bool = field(
-        default=False, metadata=_help("kv_events_config.enable_kv_cache_events")
+        default=False, metadata={"help": "kv_events_config.enable_kv_cache_events"}
     )
-    rank: int = field(default=0, metadata=_help("worker index in [0, world size)", minimum=0))
+    rank: int = field(default=0, metadata={"help": "worker index in [0, world size)", "minimum": 0})
     engine_id: str = field(
-        default=DEFAULT_ENGINE_ID, metadata=_help("kv_transfer_config.engine_id")
+        default=DEFAULT_ENGINE_ID, metadata={"help": "kv_transfer_config.engine_id"}
     )
 
     def __post_init__(self) -> None:

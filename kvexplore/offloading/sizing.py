@@ -1,20 +1,14 @@
 """Host-memory sizing of vLLM 0.33's native CPU offloading, and LMCache chunk sizes.
 
-:func:`host_sizing` turns the ``OffloadingConfig`` that
-:func:`kvexplore.offload_config` derives into the numbers vLLM's CPU backend
-computes from ``kv_connector_extra_config["cpu_bytes_to_use"]``
-(``vllm/v1/kv_offload/cpu/spec.py: CPUOffloadingSpec.__init__``), in its
-order: ``num_copies`` (1 when ``replicated_layout`` holds and the backend uses
-its shared mmap region, else ``world_size``), ``kv_bytes_per_chunk``, that
-rounded up to ``SharedOffloadRegion.BLOCK_SIZE_ALIGNMENT`` (``mmap.PAGESIZE``),
-and ``num_chunks``.
-
-A chunk holds ``blocks_per_chunk`` blocks of *one* group: the scheduler side
-keys every chunk by ``(block hash, group)``
-(``offloading/scheduler.py: make_offload_key(req_block_hash, group_idx)``), so a
-span of context costs one chunk per offloaded group, and the chunk holds every
-rank's copy.  That is why host bytes per token are not GPU bytes per block over
-the block size.  Qwen3.5-0.8B on an A100 (4 groups, block 544):
+:func:`host_sizing` computes from an ``OffloadingConfig`` and
+``cpu_bytes_to_use`` what ``CPUOffloadingSpec.__init__``
+(``vllm/v1/kv_offload/cpu/spec.py``) does, in its order: ``num_copies`` (1
+when ``replicated_layout`` holds, else ``world_size``), ``kv_bytes_per_chunk``,
+that rounded up to ``SharedOffloadRegion.BLOCK_SIZE_ALIGNMENT``
+(``mmap.PAGESIZE``), and ``num_chunks``.  A chunk holds ``blocks_per_chunk``
+blocks of *one* group, every rank's copy (``offloading/scheduler.py:
+make_offload_key(req_block_hash, group_idx)``), so a span of context costs one
+chunk per offloaded group.  Qwen3.5-0.8B on an A100 (4 groups, block 544):
 
 >>> from kvexplore import plan, offload_config
 >>> h = host_sizing(offload_config(plan("Qwen/Qwen3.5-0.8B", gpu="A100")), 10 << 30)
@@ -51,12 +45,11 @@ def _check_result(result) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class HostSizing(Displayable):
-    """How much context the CPU tier holds: vLLM 0.33's ``CPUOffloadingSpec``
-    arithmetic for one ``OffloadingConfig`` and ``cpu_bytes_to_use``, each
+    """How much context the CPU tier holds (:func:`host_sizing`), each
     number's rule in ``derivation``.  ``tokens`` is what the ``num_chunks``
     chunks hold in whole spans (``span_tokens`` tokens cost ``chunks_per_span``
-    chunks); ``gpu_bytes_per_token_one_group`` is the figure people wrongly
-    scale host memory by (one rank's block bytes over the block size).
+    chunks); ``gpu_bytes_per_token_one_group`` is one rank's block bytes over
+    the block size (the figure host memory is wrongly scaled by).
     """
 
     cpu_bytes_to_use: int
@@ -203,13 +196,10 @@ def _host_reasons(h: HostSizing, gpu_block_bytes: int, block_size: int) -> dict[
 
 @dataclass(frozen=True, kw_only=True)
 class ChunkSizes(Displayable):
-    """The LMCache ``chunk_size`` values a plan accepts, and the rule.
-
-    LMCache stores whole vLLM blocks of every group, so its chunk size must
-    be a multiple of the hybrid block, the scheduler block
-    (``vllm/v1/core/kv_cache_utils.py: resolve_kv_cache_block_sizes``: the lcm
-    of every group's DCP-resolved block size).  ``valid`` lists the first
-    multiples; ``checked`` maps each asked size to whether it is valid.
+    """The LMCache ``chunk_size`` values a plan accepts: multiples of the
+    hybrid block (``resolve_kv_cache_block_sizes``: the lcm of every group's
+    DCP-resolved block size), as LMCache stores whole vLLM blocks of every
+    group.  ``valid``: the first multiples; ``checked``: asked size -> valid.
     """
 
     hybrid_block_size: int

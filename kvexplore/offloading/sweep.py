@@ -84,16 +84,6 @@ def _cell(name: str, value):
     return value
 
 
-def _plan_or_error(src, kwargs: dict) -> tuple[Any, str | None]:
-    """``(plan, None)``, or ``(None, why)`` where vLLM rejects the plan."""
-    try:
-        return make_plan(src, **kwargs), None
-    except ValueError as exc:
-        return None, str(exc)
-    except ArithmeticError as exc:  # vLLM's own checks can divide by 0
-        return None, f"vLLM 0.33 fails: {type(exc).__name__}: {exc}"
-
-
 def _result_cells(p, options: dict) -> dict:
     """The :data:`RESULT_COLUMNS` of one row whose plan vLLM accepts."""
     cells = {"gpu_block_size": p.block_size, "padding_share": p.padding_share, "tokens_per_gib": p.tokens_per_gib}
@@ -123,7 +113,13 @@ def _rows_of_plan(model: Any, plan_kwargs: dict, combos: list[dict]) -> list[dic
     """The rows of every combination that shares one plan: the plan is built
     once (in the process that runs this, a worker of an executor or this one)."""
     src = load_model_config(model)
-    p, plan_error = _plan_or_error(src, plan_kwargs)
+    p = plan_error = None
+    try:
+        p = make_plan(src, **plan_kwargs)
+    except ValueError as exc:
+        plan_error = str(exc)
+    except ArithmeticError as exc:  # vLLM's own checks can divide by 0
+        plan_error = f"vLLM 0.33 fails: {type(exc).__name__}: {exc}"
     rows = []
     for given in combos:
         row = {"model": src.name, **{n: _cell(n, v) for n, v in given.items()}}
@@ -159,19 +155,15 @@ def sweep(model: Any = "Qwen/Qwen3.5-0.8B", *, executor=None, **axes) -> pd.Data
     """One row per combination of ``axes``: inputs, sizes, flags and reasons.
 
     Every keyword is a ``kvexplore.plan`` keyword (``tensor_parallel_size``,
-    ``decode_context_parallel_size``, ``block_size``, ``kv_cache_dtype`` ...)
-    or an :func:`kvexplore.offloading.config.offload_config` keyword
-    (``extra_config``, ``pipeline_parallel_size``, ``nnodes_within_dp`` ...).
-    A list, tuple or range is an axis; any other value is held fixed.
-    Combinations run in ``itertools.product`` order of the keywords as given.
-    ``executor`` (any ``concurrent.futures.Executor``) plans the distinct
-    sets of ``plan`` keywords in parallel, one task each (see :func:`run_groups`).
+    ``block_size`` ...) or an :func:`~kvexplore.offloading.config.offload_config`
+    keyword (``extra_config``, ``pipeline_parallel_size`` ...); a list, tuple
+    or range is an axis, any other value is held fixed; rows come in
+    ``itertools.product`` order.  A plan is built once per distinct set of
+    ``plan`` keywords, on ``executor`` when given (:func:`run_groups`).
 
     Columns: ``model``, one per keyword given, then :data:`RESULT_COLUMNS`
     (per-group values are tuples in ``groups`` order; ``error`` is missing,
-    i.e. ``pd.isna``, when the row is valid).  ``extra_config`` cells are JSON
-    text.  Plans are built once per distinct set of ``plan`` keywords and
-    shared by the rows that use them.
+    i.e. ``pd.isna``, when the row is valid; ``extra_config`` cells are JSON).
     """
     unknown = [k for k in axes if k not in PLAN_KEYWORDS and k not in OFFLOAD_KEYWORDS]
     if unknown:

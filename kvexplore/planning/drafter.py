@@ -1,22 +1,12 @@
 """The drafter of a speculative deployment, built by vLLM 0.33's own speculator code.
 
-Model Runner V2 (``vllm/v1/worker/gpu/model_runner.py``) builds the speculator
-next to the target model: ``init_speculator`` (``vllm/v1/worker/gpu/spec_decode/
-__init__.py``) picks the speculator class for ``speculative_config.method``,
-and ``DraftModelSpeculator.load_model`` (``spec_decode/speculator.py``) records
-the target's attention layers, calls ``load_draft_model`` (MTP and EAGLE:
-``eagle/utils.py: load_eagle_model``; a draft model: ``standalone_ar``) and
-marks every attention layer that appeared ``is_draft_layer``.  The runner's
-``get_kv_cache_spec`` then gives those layers KV cache like any other layer
-(``replace(spec, is_draft=True)``), so they join the groups, the tensors and
-the pool.
-
-:func:`build_drafter` runs exactly that on the meta device, with one
-difference: vLLM's model loader builds the draft model with its own
-``create_model`` but loads no weights (``BaseModelLoader.load_model`` is
-answered on the meta device, as the target's build is).  Methods whose
-speculator is not a ``DraftModelSpeculator`` (``ngram``, ``suffix``, ...)
-add no layers; the plan says so.
+:func:`build_drafter` runs what Model Runner V2 runs next to the target model:
+``init_speculator`` (``vllm/v1/worker/gpu/spec_decode/__init__.py``) and
+``DraftModelSpeculator.load_model`` (``spec_decode/speculator.py``), whose
+new attention layers the runner's ``get_kv_cache_spec`` gives KV cache with
+``is_draft=True``.  The draft model is built by vLLM's ``create_model`` on the
+meta device, loading no weights.  Methods whose speculator is not a
+``DraftModelSpeculator`` (``ngram``, ``suffix``, ...) add no layers.
 
 Qwen3.5-0.8B with ``{"method": "mtp", "num_speculative_tokens": 3}``: its
 config's ``mtp_num_hidden_layers: 1`` gives one draft attention layer,

@@ -20,9 +20,8 @@ _LOCK = threading.Lock()
 def per_plan(plan: Any, key: Hashable, build: Callable[[], T]) -> T:
     """``build()`` once per (``plan``, ``key``); later calls return the same object.
 
-    ``build`` runs outside the lock; when two threads race, the first stored
-    value wins.  A failing ``build`` runs again next time.
-    """
+    ``build`` runs outside the lock (the first stored value wins a race); a
+    failing ``build`` runs again next time."""
     with _LOCK:
         entries = _MEMO.get(plan)
         if entries is not None and key in entries:

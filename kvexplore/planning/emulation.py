@@ -1,27 +1,14 @@
 """vLLM 0.33 running as if on a named NVIDIA GPU, on a machine without one.
 
-:func:`emulate` makes vLLM's ``current_platform`` answer for one :class:`GPU`
-inside a ``with`` block and restores it afterwards:
-
-- the platform object's class becomes a subclass of vLLM's
-  ``CudaPlatformBase`` (``vllm/platforms/cuda.py``) whose device queries answer
-  from the GPU table instead of NVML.  The class is swapped on the one object
-  every vLLM module already holds, so everything CUDA's platform decides from
-  those answers (``get_attn_backend_cls``, ``check_and_update_config``,
-  ``supported_dtypes``) is vLLM's own code.
-- ``is_cuda()`` is True only when asked by :data:`CUDA_GATED_DECISIONS` or
-  from :data:`CUDA_GATED_MODULES`, so no layer launches a CUDA kernel or
-  allocates device memory while built on the meta device.
-- probes that need ``libcuda`` answer as the GPU machine would: FlashAttention
-  2/3 when the wheel ships their extensions
-  (``vllm_flash_attn/flash_attn_interface.py``), Triton
-  (``vllm/config/vllm.py: HAS_TRITON``, which chooses Model Runner V2), and
-  FlashInfer's SM count.
-- vLLM's capability-keyed caches are cleared when the GPU changes.
-
-Tensors placed on ``cuda`` at construction go to the meta device, CUDA streams
-and events are inert stand-ins, and Triton's kernel-scratch allocator
-(``vllm/triton_utils/allocation.py``) is not registered.
+Inside :func:`emulate`, the class of vLLM's ``current_platform`` object is a
+subclass of ``CudaPlatformBase`` (``vllm/platforms/cuda.py``) answering device
+queries from the :class:`GPU` table, so backend selection and config checks
+are vLLM's own code.  ``is_cuda()`` is True only for :data:`CUDA_GATED_DECISIONS`
+and :data:`CUDA_GATED_MODULES`; FlashAttention 2/3 (when the wheel ships
+them), Triton (``HAS_TRITON``, which chooses Model Runner V2) and FlashInfer's
+SM count answer as on the GPU; capability-keyed caches are cleared when the
+GPU changes.  Tensors placed on ``cuda`` go to the meta device, CUDA streams
+and events are inert, and Triton's allocator is not registered.
 """
 
 from __future__ import annotations
@@ -65,9 +52,8 @@ _state: dict = {"gpu": None, "log_level": logging.ERROR}
 
 
 def vllm_log_level(level: int | None = None) -> int:
-    """The level at which vLLM's own log records show while kvexplore runs
-    vLLM's code (``logging.ERROR`` unless set; the CLI's ``--verbose`` sets
-    ``logging.INFO``).  Returns the level in force after the call."""
+    """The level vLLM's log records show at while kvexplore runs vLLM's code
+    (``logging.ERROR`` unless set); returns the level in force after the call."""
     if level is not None:
         _state["log_level"] = int(level)
     return _state["log_level"]
@@ -84,18 +70,6 @@ def _vllm_logs_at(level: int) -> Iterator[None]:
         logger.setLevel(before)
 
 
-def _cuda_platform_module():
-    """``vllm.platforms.cuda``, importable without ``libcuda``: the CUDA op
-    library is left out (ops only run in ``forward``)."""
-    try:
-        import vllm._C_stable_libtorch  # noqa: F401
-    except (ImportError, OSError):
-        sys.modules.setdefault(
-            "vllm._C_stable_libtorch", types.ModuleType("vllm._C_stable_libtorch")
-        )
-    return importlib.import_module("vllm.platforms.cuda")
-
-
 @functools.cache
 def _gated_codes() -> frozenset:
     codes = set()
@@ -105,15 +79,17 @@ def _gated_codes() -> frozenset:
     return frozenset(codes)
 
 
-def _asked_by_gated(frame) -> bool:
-    if frame.f_code in _gated_codes():
-        return True
-    return frame.f_globals.get("__name__", "").startswith(CUDA_GATED_MODULES)
-
-
 @functools.cache
 def _platform_class():
-    cuda = _cuda_platform_module()
+    # vllm.platforms.cuda loads vLLM's CUDA op library, which needs libcuda;
+    # without it the ops are left out (they only run in forward)
+    try:
+        import vllm._C_stable_libtorch  # noqa: F401
+    except (ImportError, OSError):
+        sys.modules.setdefault(
+            "vllm._C_stable_libtorch", types.ModuleType("vllm._C_stable_libtorch")
+        )
+    cuda = importlib.import_module("vllm.platforms.cuda")
     from vllm.platforms.interface import DeviceCapability
 
     class EmulatedCudaPlatform(cuda.CudaPlatformBase):
@@ -122,10 +98,11 @@ def _platform_class():
         gpu: GPU
 
         def is_cuda(self) -> bool:
-            return _asked_by_gated(sys._getframe(1))
+            caller = sys._getframe(1)
+            return caller.f_code in _gated_codes() or caller.f_globals.get(
+                "__name__", "").startswith(CUDA_GATED_MODULES)
 
-        def is_cuda_alike(self) -> bool:
-            return _asked_by_gated(sys._getframe(1))
+        is_cuda_alike = is_cuda
 
         @classmethod
         def get_device_capability(cls, device_id: int = 0):
@@ -192,8 +169,7 @@ class _DeviceTensorsOnMeta(TorchFunctionMode):
 
 
 def _flash_attn_interface():
-    """vLLM's FlashAttention interface module, imported even when its
-    extensions cannot load (its package ``__init__`` refuses then)."""
+    """vLLM's FlashAttention interface module, even when its package refuses to import."""
     name = "vllm.vllm_flash_attn.flash_attn_interface"
     if name not in sys.modules:
         with contextlib.suppress(ImportError):
@@ -212,8 +188,8 @@ _MISSING = object()
 
 
 def _current(obj, name):
-    """An attribute's own value: a module's or class's entry (not one found by
-    inheritance or a module ``__getattr__``), or an instance attribute."""
+    """An attribute's own value: a module's or class's own entry, or an
+    instance attribute."""
     if name != "__class__" and isinstance(obj, (types.ModuleType, type)):
         return vars(obj).get(name, _MISSING)
     return getattr(obj, name)
@@ -221,8 +197,7 @@ def _current(obj, name):
 
 @contextlib.contextmanager
 def patch_attributes(pairs) -> Iterator[None]:
-    """Set ``(object, name, value)`` attributes, restore them on exit (an
-    attribute that was not there is removed again)."""
+    """Set ``(object, name, value)`` attributes, restore (or remove) them on exit."""
     saved = [(obj, name, _current(obj, name)) for obj, name, _ in pairs]
     try:
         for obj, name, value in pairs:
@@ -251,12 +226,9 @@ def _clear_capability_caches() -> None:
 
 @contextlib.contextmanager
 def emulate(gpu: GPU, *, meta_tensors: bool = True) -> Iterator[None]:
-    """Run the enclosed vLLM code as vLLM 0.33 runs on ``gpu``.
-
-    ``meta_tensors=False`` leaves tensors placed on ``cuda`` alone (for code
-    that builds no layer).  Re-entrant and serialised: one GPU is emulated at
-    a time in a process.
-    """
+    """Run the enclosed vLLM code as vLLM 0.33 runs on ``gpu``; re-entrant, one
+    GPU at a time.  ``meta_tensors=False`` leaves tensors placed on ``cuda``
+    alone (for code that builds no layer)."""
     import vllm.config.vllm as config_vllm
     import vllm.platforms as platforms
 

@@ -1,13 +1,8 @@
-"""The GPUs kvexplore answers for.
-
-vLLM 0.33 decides parts of the KV cache layout from the device: the attention
-backend (``CudaPlatformBase.get_attn_backend_cls`` ranks backends by compute
-capability) and the Gated-DeltaNet prefill kernel
-(``qwen_gdn_linear_attn.py: _resolve_gdn_prefill_backend``), hence the Mamba
-prefill checkpoint alignment ``_align_hybrid_block_size`` folds into the block
-size.  :func:`resolve_gpu` turns a name or a compute capability into one row
-of this table (nominal memory, shipping SM counts, the CUDA runtime of the
-pinned wheels).
+"""The GPUs kvexplore answers for: vLLM 0.33 picks the attention backend
+(``CudaPlatformBase.get_attn_backend_cls``) and the GDN prefill kernel
+(``qwen_gdn_linear_attn.py: _resolve_gdn_prefill_backend``), hence the block
+size, from the device.  :func:`resolve_gpu` turns a name or a compute
+capability into one row of this table.
 
 >>> resolve_gpu("H100").compute_capability
 '9.0'
@@ -58,9 +53,8 @@ class GPU:
 
     @property
     def total_memory_range(self) -> tuple[int, int]:
-        """``(low, high)`` bytes of what ``torch.cuda.mem_get_info()`` reports as
-        the total (the readings +- 0.005 GiB of log rounding); the nominal
-        memory when no reading is known."""
+        """``(low, high)`` bytes of ``torch.cuda.mem_get_info()``'s total (the
+        readings +- 0.005 GiB of log rounding); nominal memory when unknown."""
         if self.total_memory_gib is None:
             return self.memory_bytes, self.memory_bytes
         low, high = self.total_memory_gib
@@ -127,15 +121,11 @@ _CAPABILITIES = sorted({g.compute_capability for g in _GPUS})
 
 
 def gpus() -> pd.DataFrame:
-    """The GPUs kvexplore can answer for, one row each.
-
-    Columns: ``gpu`` (the name ``plan(gpu=...)`` takes), ``device_name`` (what
-    ``torch.cuda.get_device_name`` reports), ``compute_capability``,
-    ``memory_gib`` (nominal), ``total_memory_gib`` (what
-    ``torch.cuda.mem_get_info()`` reports, as public vLLM logs print it: low
-    and high reading) with ``total_memory_source``, ``sm_count`` and
-    ``cuda_runtime_major`` (the runtime kvexplore assumes, that of the pinned
-    wheels).
+    """The GPUs kvexplore can answer for, one row each: ``gpu`` (the name
+    ``plan(gpu=...)`` takes), ``device_name``, ``compute_capability``,
+    ``memory_gib`` (nominal), ``total_memory_gib`` (low and high
+    ``torch.cuda.mem_get_info()`` total in public vLLM logs) with
+    ``total_memory_source``, ``sm_count`` and ``cuda_runtime_major``.
     """
     columns = ("device_name", "compute_capability", "memory_gib", "total_memory_gib",
                "total_memory_source", "sm_count", "cuda_runtime_major")
@@ -152,8 +142,7 @@ def _parse_capability(text: str) -> tuple[int, int] | None:
 
 
 def _checked(gpu: GPU) -> GPU:
-    """A custom :class:`GPU` must have a capability of the table's cards (the
-    ones kvexplore emulates) and positive memory and SM counts."""
+    """``gpu`` if its capability is one of the table's and its counts are >= 1."""
     if gpu.compute_capability not in _CAPABILITIES:
         raise KVExploreError(
             f"gpu={gpu!r}: compute capability {gpu.compute_capability} cannot be emulated; "

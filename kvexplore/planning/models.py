@@ -1,10 +1,5 @@
-"""Model configs: the bundled catalog, loading, and vLLM's view of a model.
-
-``load_model_config`` turns a catalog name, a ``config.json`` path, a directory,
-a dict or a ``transformers.PretrainedConfig`` into a :class:`ModelSource`, an
-immutable value keyed by the config's content (a file is read again on every
-call, so an edited ``config.json`` is a new source).  vLLM's own
-``ModelConfig`` is built from the source's materialised ``config.json``.
+"""Model configs: the bundled catalog, loading (:func:`load_model_config`, read
+again on every call, so an edited ``config.json`` is a new source) and layer kinds.
 """
 
 from __future__ import annotations
@@ -44,7 +39,18 @@ def catalog_names() -> list[str]:
     return list(_catalog_files())
 
 
-def _json_load(text: str, where: str) -> dict[str, Any]:
+def _read_config(path: Path, where: str) -> dict[str, Any]:
+    """The parsed ``config.json`` at ``path`` (``where`` names it in errors)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise KVExploreError(
+            f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); expected a "
+            "Hugging Face config.json"
+        ) from None
+    except OSError as exc:
+        raise KVExploreError(f"{path} cannot be read ({exc.strerror}); expected a readable "
+                             "config.json") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -57,7 +63,7 @@ def _json_load(text: str, where: str) -> dict[str, Any]:
             f"{where} holds a JSON {type(data).__name__}; expected a JSON object "
             "(a Hugging Face config.json)"
         )
-    return data
+    return _decode_special_floats(data)
 
 
 def _decode_special_floats(value: Any) -> Any:
@@ -287,26 +293,10 @@ def _looks_like_path(source: str) -> bool:
     )
 
 
-def _read_config(path: Path, where: str) -> dict[str, Any]:
-    """The parsed ``config.json`` at ``path`` (``where`` names it in errors)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise KVExploreError(
-            f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); expected a "
-            "Hugging Face config.json"
-        ) from None
-    except OSError as exc:
-        raise KVExploreError(f"{path} cannot be read ({exc.strerror}); expected a readable "
-                             "config.json") from None
-    return _decode_special_floats(_json_load(text, where))
-
-
 def json_ready(value: Any, where: str, _seen: tuple = ()) -> Any:
-    """A deep copy of ``value`` as JSON data: dict keys as strings, tuples as
-    lists, a ``torch.dtype`` by its name (``"bfloat16"``, as ``to_dict``
-    writes it), numpy scalars unwrapped.  Anything else, or a container that
-    holds itself, is refused naming where (``config['x'][0]``)."""
+    """A deep copy of ``value`` as JSON data: keys as strings, tuples as lists,
+    a ``torch.dtype`` by its name, numpy scalars unwrapped; anything else, or
+    a container that holds itself, is refused naming where (``config['x'][0]``)."""
     if isinstance(value, (str, bool, int, float)) or value is None:
         return value
     if id(value) in _seen:
@@ -345,8 +335,7 @@ def _hub_reachable(timeout: float = 2.0) -> str | None:
 
 
 def _from_hub(repo_id: str, files: Mapping[str, Path]) -> ModelSource:
-    """``config.json`` of a hub repository: the local hub cache first, then the
-    hub itself when it can be reached (no retries while offline)."""
+    """``config.json`` of a hub repository: the local hub cache, else the hub."""
     from huggingface_hub import hf_hub_download
 
     close = difflib.get_close_matches(repo_id, list(files), n=3, cutoff=0.4)
@@ -383,11 +372,9 @@ MAMBA = "mamba"
 class LayerInfo:
     """One KV-cache-bearing layer: vLLM's layer name and what kind it is.
 
-    ``kind`` is kvexplore's name for the spec (:data:`MAMBA`, :data:`FULL`,
-    ...); ``mixer`` says which state layer a Mamba spec holds, from its
-    ``mamba_type`` (``"short_conv"`` for LFM2's conv layers, ``"gdn_attn"``,
-    ``"mamba2"``, ...; None for attention); ``is_draft`` marks the layers a
-    speculative config's drafter adds.
+    ``kind`` is :data:`MAMBA`, :data:`FULL`, ...; ``mixer`` a Mamba spec's
+    ``mamba_type`` (``"short_conv"``, ``"gdn_attn"``, ...; None for attention);
+    ``is_draft`` marks the layers a speculative config's drafter adds.
     """
 
     index: int
@@ -399,8 +386,7 @@ class LayerInfo:
 
     @property
     def label(self) -> str:
-        """``"mamba (short_conv)"``, ``"full_attention, draft"``: the kind with
-        what a reader needs next to it."""
+        """``"mamba (short_conv)"``, ``"full_attention (draft)"``."""
         extra = [x for x in (self.mixer, "draft" if self.is_draft else None) if x]
         return f"{self.kind} ({', '.join(extra)})" if extra else self.kind
 

@@ -5,13 +5,10 @@ GPU's emulation (:mod:`kvexplore.planning.emulation`):
 
 1. ``EngineArgs(...).create_engine_config()``: the real ``VllmConfig``, the
    per-model config hooks included (``vllm/model_executor/models/config.py``).
-2. ``initialize_model`` (``vllm/model_executor/model_loader/utils.py``) under
-   ``set_current_vllm_config`` and ``torch.device("meta")``: no weights, no
-   device memory; the layers register in ``static_forward_context`` and make
-   their device decisions.  A speculative config's drafter is built next to it
+2. ``initialize_model`` (``vllm/model_executor/model_loader/utils.py``) on
+   the meta device, and a speculative config's drafter next to it
    (:mod:`kvexplore.planning.drafter`).
-3. ``current_platform.update_block_size_for_backend``: block size and Mamba
-   page padding.
+3. ``current_platform.update_block_size_for_backend``.
 4. The model runner's ``get_kv_cache_spec`` (Model Runner V2:
    ``vllm/v1/worker/gpu/attn_utils.py``; V1: ``GPUModelRunner``).
 5. The engine core's ``_initialize_kv_caches`` up to memory profiling:
@@ -19,8 +16,7 @@ GPU's emulation (:mod:`kvexplore.planning.emulation`):
    ``adjust_dcp_kv_cache_interleave_size`` and ``validate_block_size``.
 
 Tensor parallelism runs in one process: a single-rank gloo group whose TP and
-DCP coordinators report the requested world sizes (rank 0's view, which every
-rank shares for the KV cache).
+DCP coordinators report the requested world sizes (rank 0's view).
 """
 
 from __future__ import annotations
@@ -45,11 +41,9 @@ _DIST_LOCK = threading.Lock()
 class BuiltModel:
     """The model-dependent half of a plan: everything before memory is known.
 
-    ``vllm_config`` is the engine's ``VllmConfig`` after the build (block size
-    aligned, layout resolved); ``layer_specs`` what the runner reports, draft
-    layers included; ``layer_classes`` each layer's vLLM class name;
-    ``backends`` each attention layer's backend class; ``decisions`` the
-    layers' GPU-dependent choices (``gdn_prefill_backend``,
+    ``vllm_config`` is the engine's ``VllmConfig`` after the build;
+    ``layer_specs`` what the runner reports, draft layers included;
+    ``decisions`` the layers' GPU-dependent choices (``gdn_prefill_backend``,
     ``prefill_checkpoint_alignment``, the block-size alignment inputs);
     ``forward_context`` vLLM's ``static_forward_context`` (emptied on the
     config), which :mod:`kvexplore.planning.profile` runs.
@@ -142,10 +136,8 @@ def _runner_specs(vc) -> dict:
 
 
 def _alignment_recorder(platform, record: dict) -> list:
-    """Patch pairs that record what ``_align_hybrid_block_size``
-    (``vllm/platforms/interface.py``) starts from: the block size after the
-    backends' preference, the backend it aligns for, and every non-SSM
-    backend (whose smallest kernel blocks the result is rounded to)."""
+    """Patch pairs that record the inputs of ``_align_hybrid_block_size``
+    (``vllm/platforms/interface.py``): block size, backend, non-SSM backends."""
     cls = type(platform)
     original = cls._align_hybrid_block_size
 
@@ -159,10 +151,7 @@ def _alignment_recorder(platform, record: dict) -> list:
 
 
 def _resolved_groups(vc, specs: dict, kv_cache_layout: str | None) -> list:
-    """The engine core's layout resolution and grouping
-    (``resolve_kv_cache_layout`` with every backend's supported layouts,
-    ``get_global_kv_cache_groups``, ``adjust_dcp_kv_cache_interleave_size``,
-    ``validate_block_size``)."""
+    """Step 5 of the module docstring: the engine core's layout and groups."""
     import vllm.envs as envs
     from vllm.distributed.kv_transfer.kv_connector.utils import (
         get_current_attn_backends,
@@ -184,9 +173,7 @@ def _resolved_groups(vc, specs: dict, kv_cache_layout: str | None) -> list:
 
 
 def _layer_decisions(vc, model, specs: dict, record: dict) -> dict:
-    """What the built layers decided on the device: the GDN prefill kernel,
-    the Mamba prefill checkpoint alignment (vLLM's
-    ``get_mamba_prefill_checkpoint_alignment``), and the alignment inputs."""
+    """:attr:`BuiltModel.decisions`."""
     from vllm.model_executor.layers.mamba.abstract import (
         get_mamba_prefill_checkpoint_alignment,
     )
@@ -209,8 +196,7 @@ def _layer_decisions(vc, model, specs: dict, record: dict) -> dict:
 
 
 def _build_layers(vc):
-    """The worker's model build on the meta device; returns the model and its
-    parameter bytes as built, per rank."""
+    """The meta-device model and its parameter bytes per rank."""
     from vllm.model_executor.model_loader.utils import (
         get_model_architecture,
         initialize_model,

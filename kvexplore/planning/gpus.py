@@ -124,9 +124,8 @@ def gpus() -> pd.DataFrame:
     """The GPUs kvexplore can answer for, one row each: ``gpu`` (the name
     ``plan(gpu=...)`` takes), ``device_name``, ``compute_capability``,
     ``memory_gib`` (nominal), ``total_memory_gib`` (low and high
-    ``torch.cuda.mem_get_info()`` total in public vLLM logs) with
-    ``total_memory_source``, ``sm_count`` and ``cuda_runtime_major``.
-    """
+    ``torch.cuda.mem_get_info()`` total) with ``total_memory_source``,
+    ``sm_count`` and ``cuda_runtime_major``."""
     columns = ("device_name", "compute_capability", "memory_gib", "total_memory_gib",
                "total_memory_source", "sm_count", "cuda_runtime_major")
     return pd.DataFrame([{"gpu": g.name, **{c: getattr(g, c) for c in columns}} for g in _GPUS])

@@ -101,10 +101,8 @@ class ModelSource:
     """One model config, ready for planning; hashable by its content.
 
     ``name`` is what the user asked for (catalog id, path, hub id or
-    ``"<dict>"``); ``digest`` is the SHA-256 of the config's canonical JSON
-    (equal sources hold the same config); ``config`` a fresh copy of the
-    parsed JSON on every read; ``config_dir`` holds the ``config.json`` vLLM
-    reads.
+    ``"<dict>"``); ``digest`` the SHA-256 of the config's canonical JSON;
+    ``config_dir`` holds the ``config.json`` vLLM reads.
     """
 
     name: str
@@ -114,7 +112,7 @@ class ModelSource:
 
     @property
     def config(self) -> dict[str, Any]:
-        """A copy of the parsed ``config.json``."""
+        """A fresh copy of the parsed ``config.json`` on every read."""
         return json.loads(self._text)
 
     @property

@@ -1,10 +1,5 @@
 """Pure byte-layout arithmetic shared by every stage: small functions, no I/O.
 
-Each helper exists once here (ceil division, a strided view's extent, dtype names,
-runs of consecutive integers, Mamba state names, a spec's leaf specs, integer
-input checks, JSON conversion) so that planning, editing, offloading and
-rendering compute the same number the same way.
-
 >>> cdiv(1085440, 16 * 2048)
 34
 >>> state_names(2), state_names(3)
@@ -50,15 +45,7 @@ class FrozenDict(dict):
     __setitem__ = __delitem__ = __ior__ = _refuse
     clear = pop = popitem = setdefault = update = _refuse
 
-    def __copy__(self) -> dict:
-        return dict(self)
-
-    def __deepcopy__(self, memo) -> dict:
-        import copy
-
-        return copy.deepcopy(dict(self), memo)
-
-    def __reduce__(self):
+    def __reduce__(self):  # pickle, copy and deepcopy give plain dicts
         return (dict, (dict(self),))
 
 

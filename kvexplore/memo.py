@@ -1,11 +1,7 @@
 """One memo per plan: derived results later stages compute from a ``Plan``.
 
-Plans are immutable and hashed by identity, so a result derived from a plan
-(its meta-device registration, LMCache's edits over it, the offloading facts,
-a rendered figure) can be kept for exactly as long as the plan lives: the
-memo is a ``WeakKeyDictionary`` keyed by the plan, and an entry goes when its
-plan is collected.  Keys inside a plan's memo are tuples naming the stage and
-the arguments (``("views", "unified")``).
+Results live as long as their plan (a ``WeakKeyDictionary`` keyed by the
+immutable plan); keys name the stage and the arguments (``("views", "unified")``).
 """
 
 from __future__ import annotations
@@ -24,10 +20,8 @@ _LOCK = threading.Lock()
 def per_plan(plan: Any, key: Hashable, build: Callable[[], T]) -> T:
     """``build()`` once per (``plan``, ``key``); later calls return the same object.
 
-    ``build`` runs outside the lock (it may be slow, or itself memoise); when
-    two threads race, the first stored value wins and both return it.
-    Exceptions are not stored: a failing ``build`` runs again next time.
-    """
+    ``build`` runs outside the lock (the first stored value wins a race); a
+    failing ``build`` runs again next time."""
     with _LOCK:
         entries = _MEMO.get(plan)
         if entries is not None and key in entries:

@@ -1,8 +1,5 @@
-"""Models and planning: the first stage of the pipeline.
-
-A model config and a named GPU go in; a :class:`~kvexplore.planning.planner.Plan`
-comes out, built by vLLM 0.33's own worker and engine-core code on the meta
-device while vLLM's platform answers as that GPU (``emulation``, ``worker``).
+"""Models and planning, the first stage: a model config and a named GPU in, a
+:class:`~kvexplore.planning.planner.Plan` out (vLLM 0.33's own code, on the meta device).
 """
 
 from kvexplore.planning.gpus import DEFAULT_GPU, GPU, gpus, resolve_gpu

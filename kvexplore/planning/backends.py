@@ -1,17 +1,11 @@
 """Attention backend names, as vLLM 0.33's ``--attention-backend`` takes them.
 
-``attention_backend=None`` lets vLLM choose for the GPU
-(``CudaPlatformBase.get_attn_backend_cls`` walks its priority list for the
-compute capability and takes the first backend whose
-``validate_configuration`` passes).  A named backend must be a member of
-vLLM's ``AttentionBackendEnum`` (``vllm/v1/attention/backends/registry.py``);
-whether it suits the model and GPU is then decided by vLLM itself when the
-layers are built, and its refusal is quoted.
+A named backend must be a member of vLLM's ``AttentionBackendEnum``
+(``vllm/v1/attention/backends/registry.py``); whether it suits the model and
+GPU is decided by vLLM when the layers are built.
 """
 
 from __future__ import annotations
-
-from functools import cache
 
 from kvexplore.errors import KVExploreError
 
@@ -29,7 +23,6 @@ COMMON_BACKENDS = (
 )
 
 
-@cache
 def backend_names() -> tuple[str, ...]:
     """Every name vLLM 0.33's ``--attention-backend`` accepts."""
     from vllm.v1.attention.backends.registry import AttentionBackendEnum

@@ -1,22 +1,12 @@
 """The drafter of a speculative deployment, built by vLLM 0.33's own speculator code.
 
-Model Runner V2 (``vllm/v1/worker/gpu/model_runner.py``) builds the speculator
-next to the target model: ``init_speculator`` (``vllm/v1/worker/gpu/spec_decode/
-__init__.py``) picks the speculator class for ``speculative_config.method``,
-and ``DraftModelSpeculator.load_model`` (``spec_decode/speculator.py``) records
-the target's attention layers, calls ``load_draft_model`` (MTP and EAGLE:
-``eagle/utils.py: load_eagle_model``; a draft model: ``standalone_ar``) and
-marks every attention layer that appeared ``is_draft_layer``.  The runner's
-``get_kv_cache_spec`` then gives those layers KV cache like any other layer
-(``replace(spec, is_draft=True)``), so they join the groups, the tensors and
-the pool.
-
-:func:`build_drafter` runs exactly that on the meta device, with one
-difference: vLLM's model loader builds the draft model with its own
-``create_model`` but loads no weights (``BaseModelLoader.load_model`` is
-answered on the meta device, as the target's build is).  Methods whose
-speculator is not a ``DraftModelSpeculator`` (``ngram``, ``suffix``, ...)
-add no layers; the plan says so.
+:func:`build_drafter` runs what Model Runner V2 runs next to the target model:
+``init_speculator`` (``vllm/v1/worker/gpu/spec_decode/__init__.py``) and
+``DraftModelSpeculator.load_model`` (``spec_decode/speculator.py``), whose
+new attention layers the runner's ``get_kv_cache_spec`` gives KV cache with
+``is_draft=True``.  The draft model is built by vLLM's ``create_model`` on the
+meta device, loading no weights.  Methods whose speculator is not a
+``DraftModelSpeculator`` (``ngram``, ``suffix``, ...) add no layers.
 
 Qwen3.5-0.8B with ``{"method": "mtp", "num_speculative_tokens": 3}``: its
 config's ``mtp_num_hidden_layers: 1`` gives one draft attention layer,
@@ -37,13 +27,9 @@ from kvexplore.planning.emulation import patch_attributes
 class Drafter:
     """What a ``speculative_config`` adds to the deployment.
 
-    ``speculator`` is vLLM's speculator class (``MTPSpeculator``,
-    ``EagleSpeculator``, ``StandaloneARSpeculator``, ...) or ``None`` when the
-    method builds no model; ``architecture`` the draft model's; ``layer_names``
-    the attention layers it adds (vLLM's names, each ``is_draft``);
-    ``weight_bytes`` the bytes of the draft model's parameters and buffers that
-    the target does not already hold (a shared embedding or LM head counts once);
-    ``dcp_size`` the decode context parallel size it runs at.
+    ``speculator`` is vLLM's speculator class name or ``None`` when the method
+    builds no model; ``layer_names`` the ``is_draft`` attention layers it adds;
+    ``weight_bytes`` the draft's tensor bytes the target does not already hold.
     """
 
     method: str
@@ -88,17 +74,14 @@ def _natural(name: str) -> list:
 
 def _own_parameter_bytes(draft: torch.nn.Module, target: torch.nn.Module) -> int:
     """Bytes of the draft's parameters and buffers the target does not hold."""
-    def tensors(m):
-        return [*m.parameters(), *m.buffers()]
-
-    shared = {id(t) for t in tensors(target)}
-    return sum(t.numel() * t.element_size() for t in tensors(draft) if id(t) not in shared)
+    shared = {id(t) for t in (*target.parameters(), *target.buffers())}
+    return sum(t.numel() * t.element_size() for t in (*draft.parameters(), *draft.buffers())
+               if id(t) not in shared)
 
 
 def build_drafter(vc, target: torch.nn.Module) -> Drafter | None:
-    """The drafter of ``vc.speculative_config``, built next to ``target`` as
-    Model Runner V2 builds it; ``None`` without a speculative config.  Runs
-    inside the build's emulation, parallel groups and ``set_current_vllm_config``."""
+    """The drafter of ``vc.speculative_config`` (``None`` without one), built
+    next to ``target`` inside the build's emulation and parallel groups."""
     spec = vc.speculative_config
     if spec is None:
         return None
@@ -125,8 +108,8 @@ def build_drafter(vc, target: torch.nn.Module) -> Drafter | None:
 
 
 def draft_specs(specs: dict, drafter: Drafter | None, target_dcp: int) -> dict:
-    """``GPUModelRunner.get_kv_cache_spec`` of Model Runner V2: a draft running
-    at DCP 1 under a DCP target keeps a replicated cache (``dcp_sharded=False``)."""
+    """As Model Runner V2's ``get_kv_cache_spec``: a draft at DCP 1 under a DCP
+    target keeps a replicated cache (``dcp_sharded=False``)."""
     if drafter is None or not (drafter.dcp_size == 1 and target_dcp > 1):
         return specs
     return {name: replace(s, dcp_sharded=False) if name in drafter.layer_names else s

@@ -1,46 +1,20 @@
 """vLLM 0.33 running as if on a named NVIDIA GPU, on a machine without one.
 
-Offline, vLLM's ``current_platform`` is the ``UnspecifiedPlatform`` and the
-GPU-dependent decisions vLLM makes while it builds a model cannot be seen.
-:func:`emulate` makes vLLM's platform object answer for one :class:`GPU` for
-the duration of a ``with`` block, and restores it afterwards:
-
-- the platform object's class becomes a subclass of vLLM's own
-  ``CudaPlatformBase`` (``vllm/platforms/cuda.py``) whose device queries
-  (``get_device_capability``, ``get_device_name``, ``get_device_total_memory``,
-  ``get_cuda_runtime_major``, ``current_device``, ...) answer from the GPU
-  table instead of NVML. The class is swapped on the one platform object every
-  vLLM module already holds, so ``from vllm.platforms import current_platform``
-  done before kvexplore was imported sees the emulation too.  Everything
-  CUDA's platform decides from those answers (attention backend selection in
-  ``CudaPlatformBase.get_attn_backend_cls``, ``check_and_update_config``,
-  ``supported_dtypes``) is vLLM's own code.
-- ``is_cuda()`` answers True only when asked by the decision functions that
-  gate a layout choice on it (:data:`CUDA_GATED_DECISIONS`) or by vLLM's
-  compute-kernel pickers for MoE and quantized linear layers
-  (:data:`CUDA_GATED_MODULES`: they choose kernels, not the cache layout, but
-  refuse to build a layer without a CUDA answer), and False elsewhere, so no
-  layer tries to launch a CUDA kernel or allocate device memory while it is
-  built on the meta device.
-- availability probes that need ``libcuda`` to load a shipped extension are
-  answered as the GPU machine would: FlashAttention 2/3 are available when the
-  wheel ships their extensions (``vllm_flash_attn/flash_attn_interface.py``),
-  Triton is available (``vllm/config/vllm.py: HAS_TRITON``, which chooses
-  Model Runner V2), and FlashInfer's SM count comes from the GPU table.
-- vLLM's capability-keyed caches (``_cached_get_attn_backend``, FlashInfer's
-  capability probes) are cleared when the GPU changes.
-
-Device memory is never touched: tensors that vLLM's layers would place on the
-GPU at construction are created on PyTorch's meta device, and the CUDA streams
-and events some layers create in ``__init__`` (Kimi-Linear's auxiliary
-stream) are inert stand-ins.  Triton's kernel-scratch allocator, which a layer
-may register at construction (``vllm/triton_utils/allocation.py``), is not
-registered: Triton is present on a GPU machine but only a placeholder here.
+Inside :func:`emulate`, the class of vLLM's ``current_platform`` object is a
+subclass of ``CudaPlatformBase`` (``vllm/platforms/cuda.py``) answering device
+queries from the :class:`GPU` table, so backend selection and config checks
+are vLLM's own code.  ``is_cuda()`` is True only for :data:`CUDA_GATED_DECISIONS`
+and :data:`CUDA_GATED_MODULES`; FlashAttention 2/3 (when the wheel ships
+them), Triton (``HAS_TRITON``, which chooses Model Runner V2) and FlashInfer's
+SM count answer as on the GPU; capability-keyed caches are cleared when the
+GPU changes.  Tensors placed on ``cuda`` go to the meta device, CUDA streams
+and events are inert, and Triton's allocator is not registered.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import logging
 import os
@@ -66,20 +40,20 @@ CUDA_GATED_DECISIONS = (
 )
 
 #: Modules whose ``is_cuda()`` questions pick compute kernels (MoE experts,
-#: quantized GEMMs) for the GPU.
+#: quantized GEMMs): not the cache layout, but they refuse to build a layer
+#: without a CUDA answer.
 CUDA_GATED_MODULES = (
     "vllm.model_executor.layers.fused_moe",
     "vllm.model_executor.kernels",
 )
 
 _LOCK = threading.RLock()
-_state: dict = {"gpu": None, "cls": None, "codes": None, "log_level": logging.ERROR}
+_state: dict = {"gpu": None, "log_level": logging.ERROR}
 
 
 def vllm_log_level(level: int | None = None) -> int:
-    """The level at which vLLM's own log records show while kvexplore runs
-    vLLM's code (``logging.ERROR`` unless set; the CLI's ``--verbose`` sets
-    ``logging.INFO``).  Returns the level in force after the call."""
+    """The level vLLM's log records show at while kvexplore runs vLLM's code
+    (``logging.ERROR`` unless set); returns the level in force after the call."""
     if level is not None:
         _state["log_level"] = int(level)
     return _state["log_level"]
@@ -96,39 +70,26 @@ def _vllm_logs_at(level: int) -> Iterator[None]:
         logger.setLevel(before)
 
 
-def _cuda_platform_module():
-    """``vllm.platforms.cuda``; its import loads vLLM's CUDA op library, which
-    needs ``libcuda``. Without a driver the op registrations are left out (ops
-    only run in ``forward``; the meta build never calls them)."""
+@functools.cache
+def _gated_codes() -> frozenset:
+    codes = set()
+    for entry in CUDA_GATED_DECISIONS:
+        module, name = entry.split(":")
+        codes.add(getattr(importlib.import_module(module), name).__code__)
+    return frozenset(codes)
+
+
+@functools.cache
+def _platform_class():
+    # vllm.platforms.cuda loads vLLM's CUDA op library, which needs libcuda;
+    # without it the ops are left out (they only run in forward)
     try:
         import vllm._C_stable_libtorch  # noqa: F401
     except (ImportError, OSError):
         sys.modules.setdefault(
             "vllm._C_stable_libtorch", types.ModuleType("vllm._C_stable_libtorch")
         )
-    return importlib.import_module("vllm.platforms.cuda")
-
-
-def _gated_codes() -> frozenset:
-    if _state["codes"] is None:
-        codes = set()
-        for entry in CUDA_GATED_DECISIONS:
-            module, name = entry.split(":")
-            codes.add(getattr(importlib.import_module(module), name).__code__)
-        _state["codes"] = frozenset(codes)
-    return _state["codes"]
-
-
-def _asked_by_gated(frame) -> bool:
-    if frame.f_code in _gated_codes():
-        return True
-    return frame.f_globals.get("__name__", "").startswith(CUDA_GATED_MODULES)
-
-
-def _platform_class():
-    if _state["cls"] is not None:
-        return _state["cls"]
-    cuda = _cuda_platform_module()
+    cuda = importlib.import_module("vllm.platforms.cuda")
     from vllm.platforms.interface import DeviceCapability
 
     class EmulatedCudaPlatform(cuda.CudaPlatformBase):
@@ -137,10 +98,11 @@ def _platform_class():
         gpu: GPU
 
         def is_cuda(self) -> bool:
-            return _asked_by_gated(sys._getframe(1))
+            caller = sys._getframe(1)
+            return caller.f_code in _gated_codes() or caller.f_globals.get(
+                "__name__", "").startswith(CUDA_GATED_MODULES)
 
-        def is_cuda_alike(self) -> bool:
-            return _asked_by_gated(sys._getframe(1))
+        is_cuda_alike = is_cuda
 
         @classmethod
         def get_device_capability(cls, device_id: int = 0):
@@ -182,7 +144,6 @@ def _platform_class():
         def is_integrated_gpu(cls, device_id: int = 0) -> bool:
             return False
 
-    _state["cls"] = EmulatedCudaPlatform
     return EmulatedCudaPlatform
 
 
@@ -208,8 +169,7 @@ class _DeviceTensorsOnMeta(TorchFunctionMode):
 
 
 def _flash_attn_interface():
-    """vLLM's FlashAttention interface module, imported even when its
-    extensions cannot load (its package ``__init__`` refuses then)."""
+    """vLLM's FlashAttention interface module, even when its package refuses to import."""
     name = "vllm.vllm_flash_attn.flash_attn_interface"
     if name not in sys.modules:
         with contextlib.suppress(ImportError):
@@ -228,8 +188,8 @@ _MISSING = object()
 
 
 def _current(obj, name):
-    """An attribute's own value: a module's or class's entry (not one found by
-    inheritance or a module ``__getattr__``), or an instance attribute."""
+    """An attribute's own value: a module's or class's own entry, or an
+    instance attribute."""
     if name != "__class__" and isinstance(obj, (types.ModuleType, type)):
         return vars(obj).get(name, _MISSING)
     return getattr(obj, name)
@@ -237,8 +197,7 @@ def _current(obj, name):
 
 @contextlib.contextmanager
 def patch_attributes(pairs) -> Iterator[None]:
-    """Set ``(object, name, value)`` attributes, restore them on exit (an
-    attribute that was not there is removed again)."""
+    """Set ``(object, name, value)`` attributes, restore (or remove) them on exit."""
     saved = [(obj, name, _current(obj, name)) for obj, name, _ in pairs]
     try:
         for obj, name, value in pairs:
@@ -267,13 +226,9 @@ def _clear_capability_caches() -> None:
 
 @contextlib.contextmanager
 def emulate(gpu: GPU, *, meta_tensors: bool = True) -> Iterator[None]:
-    """Run the enclosed vLLM code as vLLM 0.33 runs on ``gpu``.
-
-    ``meta_tensors=False`` leaves tensors placed on ``cuda`` alone (for code
-    that builds no layer, such as the engine core's cache planning: the
-    interception costs microseconds per tensor).  Re-entrant and serialised:
-    one GPU is emulated at a time in a process.
-    """
+    """Run the enclosed vLLM code as vLLM 0.33 runs on ``gpu``; re-entrant, one
+    GPU at a time.  ``meta_tensors=False`` leaves tensors placed on ``cuda``
+    alone (for code that builds no layer)."""
     import vllm.config.vllm as config_vllm
     import vllm.platforms as platforms
 
@@ -310,9 +265,8 @@ def emulate(gpu: GPU, *, meta_tensors: bool = True) -> Iterator[None]:
 
 
 def _fa_utils_cuda_names() -> list:
-    """The names ``fa_utils`` imports at module level on CUDA only
-    (``vllm/v1/attention/backends/fa_utils.py``: ``if current_platform.is_cuda():``),
-    which backends that module serves (MLA prefill) import from it."""
+    """The names ``vllm/v1/attention/backends/fa_utils.py`` imports only when
+    ``current_platform.is_cuda()``, which MLA prefill backends import from it."""
     fa_utils = importlib.import_module("vllm.v1.attention.backends.fa_utils")
     names = (
         "compile_flash_attn_varlen_func_from_specs",

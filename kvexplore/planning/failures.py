@@ -1,10 +1,5 @@
-"""vLLM's own exceptions, wrapped once at the planning boundary.
-
-:func:`vllm_error` turns whatever vLLM (or transformers under it) raises while
-a plan is built into one ``KVExploreError`` line: the model, the GPU, the
-inputs that differ from vLLM's defaults, vLLM's message, and the vLLM file
-and function that raised it (with the condition of a failing ``assert``).
-"""
+"""vLLM's own exceptions, wrapped once at the planning boundary into one
+``KVExploreError`` line (:func:`vllm_error`)."""
 
 from __future__ import annotations
 

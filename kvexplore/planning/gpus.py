@@ -1,19 +1,8 @@
-"""The GPUs kvexplore answers for.
-
-vLLM 0.33 decides parts of the KV cache layout from the device: the attention
-backend it selects (``CudaPlatformBase.get_attn_backend_cls`` ranks backends by
-compute capability), the Gated-DeltaNet prefill kernel
-(``qwen_gdn_linear_attn.py: _resolve_gdn_prefill_backend``: FlashInfer on SM
-9.0, and on SM 10.x / 12.x when ``linear_key_head_dim == 128`` and the CUDA
-runtime is >= 13), and from that the Mamba prefill checkpoint alignment that
-``_align_hybrid_block_size`` folds into the block size.  A plan therefore names
-a GPU; :func:`resolve_gpu` turns a name or a compute capability into one row
-of this table.
-
-The CUDA runtime major is the one the pinned wheels ship (torch 2.14 + vLLM
-0.33.0 are built against CUDA 13).  Memory is the card's nominal size; SM
-counts are the shipping configurations (vLLM's FlashInfer backend reads the
-SM count when it sets up its decode work buffers).
+"""The GPUs kvexplore answers for: vLLM 0.33 picks the attention backend
+(``CudaPlatformBase.get_attn_backend_cls``) and the GDN prefill kernel
+(``qwen_gdn_linear_attn.py: _resolve_gdn_prefill_backend``), hence the block
+size, from the device.  :func:`resolve_gpu` turns a name or a compute
+capability into one row of this table.
 
 >>> resolve_gpu("H100").compute_capability
 '9.0'
@@ -64,9 +53,8 @@ class GPU:
 
     @property
     def total_memory_range(self) -> tuple[int, int]:
-        """``(low, high)`` bytes of what ``torch.cuda.mem_get_info()`` reports as
-        the total (the readings +- 0.005 GiB of log rounding); the nominal
-        memory when no reading is known."""
+        """``(low, high)`` bytes of ``torch.cuda.mem_get_info()``'s total (the
+        readings +- 0.005 GiB of log rounding); nominal memory when unknown."""
         if self.total_memory_gib is None:
             return self.memory_bytes, self.memory_bytes
         low, high = self.total_memory_gib
@@ -129,34 +117,18 @@ def _key(text: str) -> str:
 
 
 _BY_NAME = {_key(alias): g for g in _GPUS for alias in (g.name, *g.aliases)}
+_CAPABILITIES = sorted({g.compute_capability for g in _GPUS})
 
 
 def gpus() -> pd.DataFrame:
-    """The GPUs kvexplore can answer for, one row each.
-
-    Columns: ``gpu`` (the name ``plan(gpu=...)`` takes), ``device_name`` (what
-    ``torch.cuda.get_device_name`` reports), ``compute_capability``,
-    ``memory_gib`` (nominal), ``total_memory_gib`` (what
-    ``torch.cuda.mem_get_info()`` reports, as public vLLM logs print it: low
-    and high reading) with ``total_memory_source``, ``sm_count`` and
-    ``cuda_runtime_major`` (the runtime kvexplore assumes, that of the pinned
-    wheels).
-    """
-    return pd.DataFrame(
-        [
-            {
-                "gpu": g.name,
-                "device_name": g.device_name,
-                "compute_capability": g.compute_capability,
-                "memory_gib": g.memory_gib,
-                "total_memory_gib": g.total_memory_gib,
-                "total_memory_source": g.total_memory_source,
-                "sm_count": g.sm_count,
-                "cuda_runtime_major": g.cuda_runtime_major,
-            }
-            for g in _GPUS
-        ]
-    )
+    """The GPUs kvexplore can answer for, one row each: ``gpu`` (the name
+    ``plan(gpu=...)`` takes), ``device_name``, ``compute_capability``,
+    ``memory_gib`` (nominal), ``total_memory_gib`` (low and high
+    ``torch.cuda.mem_get_info()`` total) with ``total_memory_source``,
+    ``sm_count`` and ``cuda_runtime_major``."""
+    columns = ("device_name", "compute_capability", "memory_gib", "total_memory_gib",
+               "total_memory_source", "sm_count", "cuda_runtime_major")
+    return pd.DataFrame([{"gpu": g.name, **{c: getattr(g, c) for c in columns}} for g in _GPUS])
 
 
 def _parse_capability(text: str) -> tuple[int, int] | None:
@@ -169,13 +141,11 @@ def _parse_capability(text: str) -> tuple[int, int] | None:
 
 
 def _checked(gpu: GPU) -> GPU:
-    """A custom :class:`GPU` must have a capability of the table's cards (the
-    ones kvexplore emulates) and positive memory and SM counts."""
-    known = sorted({g.compute_capability for g in _GPUS})
-    if gpu.compute_capability not in known:
+    """``gpu`` if its capability is one of the table's and its counts are >= 1."""
+    if gpu.compute_capability not in _CAPABILITIES:
         raise KVExploreError(
             f"gpu={gpu!r}: compute capability {gpu.compute_capability} cannot be emulated; "
-            f"expected one of the capabilities of kvexplore.gpus() ({', '.join(known)})"
+            f"expected one of the capabilities of kvexplore.gpus() ({', '.join(_CAPABILITIES)})"
         )
     for name in ("memory_gib", "sm_count", "cuda_runtime_major"):
         value = getattr(gpu, name)
@@ -187,12 +157,8 @@ def _checked(gpu: GPU) -> GPU:
 
 def resolve_gpu(gpu: str | GPU) -> GPU:
     """The :class:`GPU` for a name (``"H100"``, ``"rtx 4090"``) or a compute
-    capability (``"9.0"``, ``"sm90"``: the first card of the table with it).
-
-    A capability with no card in the table cannot be emulated: vLLM reads more
-    of the device than its capability (SM count, memory), and kvexplore only
-    answers for devices whose facts it holds.
-    """
+    capability (``"9.0"``, ``"sm90"``: the first card of the table with it); a
+    capability with no card in the table is refused."""
     if isinstance(gpu, GPU):
         return _checked(gpu)
     if not isinstance(gpu, str) or not gpu.strip():
@@ -208,11 +174,10 @@ def resolve_gpu(gpu: str | GPU) -> GPU:
         for g in _GPUS:
             if (g.major, g.minor) == cap:
                 return g
-        known = sorted({g.compute_capability for g in _GPUS})
         raise KVExploreError(
             f"gpu={gpu!r}: compute capability {cap[0]}.{cap[1]} cannot be emulated; "
             f"kvexplore emulates the capabilities of the GPUs in kvexplore.gpus() "
-            f"({', '.join(known)}), because vLLM also reads the device's SM count and "
+            f"({', '.join(_CAPABILITIES)}), because vLLM also reads the device's SM count and "
             "memory, which a bare capability does not give"
         )
     raise KVExploreError(

@@ -1,13 +1,5 @@
-"""Model configs: the bundled catalog, loading, and vLLM's view of a model.
-
-``load_model_config`` turns a catalog name, a ``config.json`` path, a directory,
-a dict or a ``transformers.PretrainedConfig`` into a :class:`ModelSource`, an
-immutable value keyed by the config's content: a file is read again on every
-call, so an edited ``config.json`` is a new source (and a new plan).  A source
-owns one materialised ``config.json`` directory from which vLLM's own
-``ModelConfig`` is built: every derived number later comes from vLLM's parsing
-(``ModelConfig.model_arch_config``, ``get_num_kv_heads``, ``use_mla`` ...), not
-from a re-implementation.
+"""Model configs: the bundled catalog, loading (:func:`load_model_config`, read
+again on every call, so an edited ``config.json`` is a new source) and layer kinds.
 """
 
 from __future__ import annotations
@@ -47,7 +39,18 @@ def catalog_names() -> list[str]:
     return list(_catalog_files())
 
 
-def _json_load(text: str, where: str) -> dict[str, Any]:
+def _read_config(path: Path, where: str) -> dict[str, Any]:
+    """The parsed ``config.json`` at ``path`` (``where`` names it in errors)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise KVExploreError(
+            f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); expected a "
+            "Hugging Face config.json"
+        ) from None
+    except OSError as exc:
+        raise KVExploreError(f"{path} cannot be read ({exc.strerror}); expected a readable "
+                             "config.json") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -60,7 +63,7 @@ def _json_load(text: str, where: str) -> dict[str, Any]:
             f"{where} holds a JSON {type(data).__name__}; expected a JSON object "
             "(a Hugging Face config.json)"
         )
-    return data
+    return _decode_special_floats(data)
 
 
 def _decode_special_floats(value: Any) -> Any:
@@ -98,10 +101,7 @@ class ModelSource:
     """One model config, ready for planning; hashable by its content.
 
     ``name`` is what the user asked for (catalog id, path, hub id or
-    ``"<dict>"``); ``digest`` is the SHA-256 of the config's canonical JSON,
-    so two sources are equal exactly when they name the same config text.
-    ``config`` hands out a fresh copy of the parsed JSON on every read (the
-    caller's object is never kept, and changing a copy changes no plan);
+    ``"<dict>"``); ``digest`` the SHA-256 of the config's canonical JSON;
     ``config_dir`` holds the ``config.json`` vLLM reads.
     """
 
@@ -112,7 +112,7 @@ class ModelSource:
 
     @property
     def config(self) -> dict[str, Any]:
-        """A copy of the parsed ``config.json``."""
+        """A fresh copy of the parsed ``config.json`` on every read."""
         return json.loads(self._text)
 
     @property
@@ -132,11 +132,8 @@ class ModelSource:
 
     def model_config(self, dtype: str = "auto", max_model_len: int | None = None):
         """A new ``vllm.config.ModelConfig`` for this config (no weights, no
-        tokenizer: ``skip_tokenizer_init=True``).
-
-        Errors from vLLM / transformers become ``KVExploreError`` naming the
-        architecture and what was wrong.
-        """
+        tokenizer); vLLM's errors become ``KVExploreError`` naming the
+        architecture and what was wrong."""
         from vllm.config import ModelConfig
 
         path = str(self.config_dir)
@@ -187,10 +184,8 @@ _TMP_DIR: tempfile.TemporaryDirectory | None = None
 
 
 def _tmp_root() -> Path:
-    """One temporary directory per process for the ``config.json`` files vLLM
-    reads, created on first use under a lock.  It is removed when the process
-    exits normally (``TemporaryDirectory``'s finalizer) and on SIGTERM while
-    SIGTERM has its default action (:func:`_remove_on_sigterm`)."""
+    """The process's temporary directory for the ``config.json`` files vLLM
+    reads, removed at exit and on SIGTERM (:func:`_remove_on_sigterm`)."""
     global _TMP_DIR
     with _TMP_LOCK:
         if _TMP_DIR is None:
@@ -199,11 +194,8 @@ def _tmp_root() -> Path:
 
 
 def _remove_on_sigterm() -> None:
-    """SIGTERM's default action ends the process without running finalizers.
-    Installed when this module is imported from the main thread with that
-    default in force (a handler can only be installed from the main thread,
-    while the directory may be created by any): on SIGTERM, remove the
-    directory if it exists, then end the process the default way."""
+    """While SIGTERM has its default action (which runs no finalizers), make
+    it remove the directory first; installed at import from the main thread."""
     import os
     import signal
 
@@ -225,8 +217,8 @@ _remove_on_sigterm()
 
 
 def _materialise(name: str, config: dict[str, Any]) -> ModelSource:
-    """A :class:`ModelSource` for ``config``: its ``config.json`` written once
-    per content digest (a directory named by the digest)."""
+    """A :class:`ModelSource` for ``config``, its ``config.json`` written once
+    per content digest."""
     text = json.dumps(config, sort_keys=True, allow_nan=True)
     digest = hashlib.sha256(text.encode()).hexdigest()
     d = _tmp_root() / digest[:32]
@@ -275,26 +267,20 @@ def load_model_config(source: Any) -> ModelSource:
         )
     files = _catalog_files()
     if source in files:
-        config = _decode_special_floats(
-            _json_load(_read_text(files[source]), f"catalog file for {source}")
+        return _materialise(source, _read_config(files[source], f"catalog file for {source}"))
+    path = Path(source).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+    if path.is_file():
+        config = _read_config(path, str(path))
+        _check_transformers_format(config, str(path))
+        return _materialise(source, config)
+    if _looks_like_path(source):
+        raise KVExploreError(
+            f"config path {source!r} does not exist; expected a config.json "
+            "file or a directory holding one"
         )
-        src = _materialise(source, config)
-    else:
-        path = Path(source).expanduser()
-        if path.is_dir():
-            path = path / "config.json"
-        if path.is_file():
-            config = _decode_special_floats(_json_load(_read_text(path), str(path)))
-            _check_transformers_format(config, str(path))
-            src = _materialise(source, config)
-        elif _looks_like_path(source):
-            raise KVExploreError(
-                f"config path {source!r} does not exist; expected a config.json "
-                "file or a directory holding one"
-            )
-        else:
-            src = _from_hub(source, files)
-    return src
+    return _from_hub(source, files)
 
 
 def _looks_like_path(source: str) -> bool:
@@ -305,24 +291,10 @@ def _looks_like_path(source: str) -> bool:
     )
 
 
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise KVExploreError(
-            f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); expected a "
-            "Hugging Face config.json"
-        ) from None
-    except OSError as exc:
-        raise KVExploreError(f"{path} cannot be read ({exc.strerror}); expected a readable "
-                             "config.json") from None
-
-
 def json_ready(value: Any, where: str, _seen: tuple = ()) -> Any:
-    """A deep copy of ``value`` as JSON data: dict keys as strings, tuples as
-    lists, a ``torch.dtype`` by its name (``"bfloat16"``, as ``to_dict``
-    writes it), numpy scalars unwrapped.  Anything else, or a container that
-    holds itself, is refused naming where (``config['x'][0]``)."""
+    """A deep copy of ``value`` as JSON data: keys as strings, tuples as lists,
+    a ``torch.dtype`` by its name, numpy scalars unwrapped; anything else, or
+    a container that holds itself, is refused naming where (``config['x'][0]``)."""
     if isinstance(value, (str, bool, int, float)) or value is None:
         return value
     if id(value) in _seen:
@@ -361,8 +333,7 @@ def _hub_reachable(timeout: float = 2.0) -> str | None:
 
 
 def _from_hub(repo_id: str, files: Mapping[str, Path]) -> ModelSource:
-    """``config.json`` of a hub repository: the local hub cache first, then the
-    hub itself when it can be reached (no retries while offline)."""
+    """``config.json`` of a hub repository: the local hub cache, else the hub."""
     from huggingface_hub import hf_hub_download
 
     close = difflib.get_close_matches(repo_id, list(files), n=3, cutoff=0.4)
@@ -371,7 +342,6 @@ def _from_hub(repo_id: str, files: Mapping[str, Path]) -> ModelSource:
         local = hf_hub_download(repo_id, "config.json", local_files_only=True)
     except Exception:
         offline = _hub_reachable()
-        why = offline or "the hub has no such repository or file"
         try:
             if offline:
                 raise OSError(offline)
@@ -383,14 +353,10 @@ def _from_hub(repo_id: str, files: Mapping[str, Path]) -> ModelSource:
                 f"be fetched from the Hugging Face hub ({why}).{hint} See kvexplore.catalog() "
                 "for the bundled models, or pass a path to a config.json."
             ) from None
-    config = _decode_special_floats(_json_load(_read_text(Path(local)), local))
+    config = _read_config(Path(local), local)
     _check_transformers_format(config, f"hub config of {repo_id}")
     return _materialise(repo_id, config)
 
-
-# ---------------------------------------------------------------------------
-# Layer kinds
-# ---------------------------------------------------------------------------
 
 #: Kinds of KV-cache-bearing layers the planner knows.
 FULL = "full_attention"
@@ -404,11 +370,9 @@ MAMBA = "mamba"
 class LayerInfo:
     """One KV-cache-bearing layer: vLLM's layer name and what kind it is.
 
-    ``kind`` is kvexplore's name for the spec (:data:`MAMBA`, :data:`FULL`,
-    ...); ``mixer`` says which state layer a Mamba spec holds, from its
-    ``mamba_type`` (``"short_conv"`` for LFM2's conv layers, ``"gdn_attn"``,
-    ``"mamba2"``, ...; None for attention); ``is_draft`` marks the layers a
-    speculative config's drafter adds.
+    ``kind`` is :data:`MAMBA`, :data:`FULL`, ...; ``mixer`` a Mamba spec's
+    ``mamba_type`` (``"short_conv"``, ``"gdn_attn"``, ...; None for attention);
+    ``is_draft`` marks the layers a speculative config's drafter adds.
     """
 
     index: int
@@ -420,8 +384,7 @@ class LayerInfo:
 
     @property
     def label(self) -> str:
-        """``"mamba (short_conv)"``, ``"full_attention, draft"``: the kind with
-        what a reader needs next to it."""
+        """``"mamba (short_conv)"``, ``"full_attention (draft)"``."""
         extra = [x for x in (self.mixer, "draft" if self.is_draft else None) if x]
         return f"{self.kind} ({', '.join(extra)})" if extra else self.kind
 

@@ -1,31 +1,22 @@
 """What vLLM 0.33's GPU worker and engine core run before the KV cache exists.
 
-:func:`build_model` runs, in vLLM's order and with vLLM's own code, under the
-named GPU's emulation (:mod:`kvexplore.planning.emulation`):
+:func:`build_model` runs vLLM's own code, in vLLM's order, under the named
+GPU's emulation (:mod:`kvexplore.planning.emulation`):
 
 1. ``EngineArgs(...).create_engine_config()``: the real ``VllmConfig``, the
    per-model config hooks included (``vllm/model_executor/models/config.py``).
-2. The worker's model build (``vllm/model_executor/model_loader/utils.py:
-   initialize_model``) under ``set_current_vllm_config``, the model dtype and
-   ``torch.device("meta")``: no weights and no device memory.  The layers
-   register themselves in ``compilation_config.static_forward_context``, and
-   decide what they decide on the device (attention backend, GDN prefill
-   kernel, prefill checkpoint alignment).  A speculative config's drafter is
-   built next to it by vLLM's speculator (:mod:`kvexplore.planning.drafter`).
-3. ``current_platform.update_block_size_for_backend`` (the executor runs it
-   right after ``load_model``): the block size and the Mamba page padding.
+2. ``initialize_model`` (``vllm/model_executor/model_loader/utils.py``) on
+   the meta device, and a speculative config's drafter next to it
+   (:mod:`kvexplore.planning.drafter`).
+3. ``current_platform.update_block_size_for_backend``.
 4. The model runner's ``get_kv_cache_spec`` (Model Runner V2:
-   ``vllm/v1/worker/gpu/attn_utils.py``; V1: ``GPUModelRunner``): one spec per
-   layer, as each layer's own ``get_kv_cache_spec`` builds it.
+   ``vllm/v1/worker/gpu/attn_utils.py``; V1: ``GPUModelRunner``).
 5. The engine core's ``_initialize_kv_caches`` up to memory profiling:
-   ``resolve_kv_cache_layout`` with the layouts every backend supports,
-   ``get_global_kv_cache_groups``, ``adjust_dcp_kv_cache_interleave_size`` and
-   ``validate_block_size``.
+   ``resolve_kv_cache_layout``, ``get_global_kv_cache_groups``,
+   ``adjust_dcp_kv_cache_interleave_size`` and ``validate_block_size``.
 
-Tensor parallelism runs in one process: a single-rank gloo group whose
-tensor- and decode-context-parallel coordinators report the requested world
-sizes while the model is built (rank 0's view, which every rank shares for the
-KV cache).
+Tensor parallelism runs in one process: a single-rank gloo group whose TP and
+DCP coordinators report the requested world sizes (rank 0's view).
 """
 
 from __future__ import annotations
@@ -50,17 +41,12 @@ _DIST_LOCK = threading.Lock()
 class BuiltModel:
     """The model-dependent half of a plan: everything before memory is known.
 
-    ``vllm_config`` is the engine's ``VllmConfig`` after the build (block size
-    aligned, layout resolved); ``layer_specs`` is what the runner reports;
-    ``layer_classes`` names each layer's vLLM class; ``backends`` maps each
-    attention layer to its selected backend class; ``decisions`` holds the
-    GPU-dependent choices the layers made (``gdn_prefill_backend``, and
-    ``prefill_checkpoint_alignment`` from vLLM's
-    ``get_mamba_prefill_checkpoint_alignment``); ``drafter`` what a
-    ``speculative_config`` adds (:mod:`kvexplore.planning.drafter`), whose
-    layers are in ``layer_specs`` too.  ``model`` is the meta-device model and
-    ``forward_context`` its layers by name (vLLM's ``static_forward_context``,
-    emptied on the config), which :mod:`kvexplore.planning.profile` runs.
+    ``vllm_config`` is the engine's ``VllmConfig`` after the build;
+    ``layer_specs`` what the runner reports, draft layers included;
+    ``decisions`` the layers' GPU-dependent choices (``gdn_prefill_backend``,
+    ``prefill_checkpoint_alignment``, the block-size alignment inputs);
+    ``forward_context`` vLLM's ``static_forward_context`` (emptied on the
+    config), which :mod:`kvexplore.planning.profile` runs.
     """
 
     vllm_config: Any
@@ -69,18 +55,11 @@ class BuiltModel:
     layer_classes: FrozenDict
     backends: FrozenDict
     groups: tuple
-    requested_block_size: int | None
     decisions: FrozenDict
     weight_bytes: int
     drafter: Drafter | None = None
     model: Any = field(default=None, repr=False)
     forward_context: FrozenDict = field(default_factory=FrozenDict, repr=False)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _ensure_distributed() -> None:
@@ -91,10 +70,13 @@ def _ensure_distributed() -> None:
     with _DIST_LOCK:
         if dist.is_initialized():
             return
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
         init_distributed_environment(
             world_size=1,
             rank=0,
-            distributed_init_method=f"tcp://127.0.0.1:{_free_port()}",
+            distributed_init_method=f"tcp://127.0.0.1:{port}",
             local_rank=0,
             backend="gloo",
         )
@@ -153,24 +135,9 @@ def _runner_specs(vc) -> dict:
         return GPUModelRunner.get_kv_cache_spec(runner)
 
 
-def _gdn_decision(model) -> dict[str, str]:
-    """The GDN prefill kernel and checkpoint alignment the built layers chose."""
-    out: dict[str, str] = {}
-    for module in model.modules():
-        backend = getattr(module, "prefill_backend", None) or getattr(
-            module, "gdn_prefill_backend", None
-        )
-        if isinstance(backend, str):
-            out["gdn_prefill_backend"] = backend
-            break
-    return out
-
-
 def _alignment_recorder(platform, record: dict) -> list:
-    """Patch pairs that record what ``_align_hybrid_block_size``
-    (``vllm/platforms/interface.py``) starts from: the block size after the
-    backends' preference, the backend it aligns for, and every non-SSM
-    backend (whose smallest kernel blocks the result is rounded to)."""
+    """Patch pairs that record the inputs of ``_align_hybrid_block_size``
+    (``vllm/platforms/interface.py``): block size, backend, non-SSM backends."""
     cls = type(platform)
     original = cls._align_hybrid_block_size
 
@@ -184,10 +151,7 @@ def _alignment_recorder(platform, record: dict) -> list:
 
 
 def _resolved_groups(vc, specs: dict, kv_cache_layout: str | None) -> list:
-    """The engine core's layout resolution and grouping
-    (``resolve_kv_cache_layout`` with every backend's supported layouts,
-    ``get_global_kv_cache_groups``, ``adjust_dcp_kv_cache_interleave_size``,
-    ``validate_block_size``)."""
+    """Step 5 of the module docstring: the engine core's layout and groups."""
     import vllm.envs as envs
     from vllm.distributed.kv_transfer.kv_connector.utils import (
         get_current_attn_backends,
@@ -209,15 +173,21 @@ def _resolved_groups(vc, specs: dict, kv_cache_layout: str | None) -> list:
 
 
 def _layer_decisions(vc, model, specs: dict, record: dict) -> dict:
-    """What the built layers decided on the device: the GDN prefill kernel,
-    the Mamba prefill checkpoint alignment (vLLM's
-    ``get_mamba_prefill_checkpoint_alignment``), and the alignment inputs."""
+    """:attr:`BuiltModel.decisions`."""
     from vllm.model_executor.layers.mamba.abstract import (
         get_mamba_prefill_checkpoint_alignment,
     )
     from vllm.v1.kv_cache_interface import MambaSpec
 
-    decisions = {**_gdn_decision(model), **record}
+    decisions = {}
+    for module in model.modules():
+        backend = getattr(module, "prefill_backend", None) or getattr(
+            module, "gdn_prefill_backend", None
+        )
+        if isinstance(backend, str):
+            decisions["gdn_prefill_backend"] = backend
+            break
+    decisions.update(record)
     has_mamba = any(isinstance(s, MambaSpec) for s in specs.values())
     decisions["prefill_checkpoint_alignment"] = (
         get_mamba_prefill_checkpoint_alignment(vc) if has_mamba else None
@@ -226,8 +196,7 @@ def _layer_decisions(vc, model, specs: dict, record: dict) -> dict:
 
 
 def _build_layers(vc):
-    """The worker's model build on the meta device; returns the model and its
-    parameter bytes as built, per rank."""
+    """The meta-device model and its parameter bytes per rank."""
     from vllm.model_executor.model_loader.utils import (
         get_model_architecture,
         initialize_model,
@@ -251,8 +220,6 @@ def build_model(
     record: dict = {}
     with emulate(gpu):
         vc = _engine_config(model_dir, engine_kwargs)
-        requested_block = vc.cache_config.block_size
-        user_block = vc.cache_config.user_specified_block_size
         with set_current_vllm_config(vc), parallel_groups(vc):
             model, weight_bytes = _build_layers(vc)
             drafter = build_drafter(vc, model)
@@ -275,7 +242,6 @@ def build_model(
         layer_classes=FrozenDict(classes),
         backends=FrozenDict(backends),
         groups=tuple(groups),
-        requested_block_size=None if user_block else requested_block,
         decisions=FrozenDict(decisions),
         weight_bytes=weight_bytes,
         drafter=drafter,

@@ -168,6 +168,7 @@ def test_a_deployment_vllm_cannot_hold_has_no_blocks_and_says_so():
     assert p.loaded_weight_bytes > p.gpu.memory_bytes
     assert (p.num_blocks, p.kv_cache_memory_bytes, p.admission.ok) == (0, 0, False)
     assert p.admission.message.startswith("No available memory for the cache blocks")
+    assert p.bytes_per_block == p.replace(num_blocks=16).bytes_per_block > 0  # a layout fact
     with pytest.raises(KVExploreError, match="has no blocks.*replace\\(num_blocks=16\\)"):
         kvexplore.page_map(p, 0)
     assert kvexplore.page_layout(p.replace(num_blocks=16), 0).kind == "mla_attention"

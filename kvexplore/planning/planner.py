@@ -293,9 +293,12 @@ class Plan(Displayable):
 
     @property
     def bytes_per_block(self) -> int:
-        """Bytes one block id costs across the whole cache (all tensors)."""
-        if not self.tensors or not self.num_blocks:
+        """Bytes one block id costs across the whole cache (all tensors); for a
+        plan without blocks, what one block of the same layout costs."""
+        if not self.tensors:
             return 0
+        if not self.num_blocks:
+            return self.replace(num_blocks=1).bytes_per_block
         return self.tensors[0].size // self.num_blocks
 
     @property

@@ -101,6 +101,6 @@ def test_unsupported_architecture():
 
 def test_model_config_carries_the_served_id():
     # vLLM reports the --model id (e.g. in OffloadingConfig.model.name), not a path
-    assert load_model_config(QWEN).model_config().model == QWEN
+    assert kvexplore.plan(QWEN, gpu="A100").model_config.model == QWEN
     cfg = json.loads(json.dumps(load_model_config(QWEN).config))
-    assert load_model_config(cfg).model_config().model != QWEN
+    assert kvexplore.plan(cfg, gpu="A100").model_config.model != QWEN

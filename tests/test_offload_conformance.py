@@ -380,12 +380,12 @@ def compare(p, kw) -> tuple[str, str | None]:
 
 def plan_level_dcp_case(model: str, tp: int, dcp: int) -> tuple[str, str | None]:
     """Invalid TP/DCP: plan(gpu="A100") must raise where vLLM's own checks raise."""
-    from vllm.config import ParallelConfig
+    from vllm.config import ModelConfig, ParallelConfig
 
-    src = kvexplore.load_model_config(model)
+    path = str(kvexplore.load_model_config(model).config_dir)
     try:
         ParallelConfig(tensor_parallel_size=tp, decode_context_parallel_size=dcp)
-        src.model_config().verify_with_parallel_config(
+        ModelConfig(model=path, tokenizer=path, skip_tokenizer_init=True).verify_with_parallel_config(
             ParallelConfig(tensor_parallel_size=tp, decode_context_parallel_size=dcp)
         )
         vllm_ok = True

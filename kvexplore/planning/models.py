@@ -7,7 +7,6 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-import logging
 import tempfile
 import threading
 from collections.abc import Mapping
@@ -129,54 +128,6 @@ class ModelSource:
 
     def __repr__(self) -> str:
         return f"ModelSource({self.name!r}, architecture={self.architecture!r})"
-
-    def model_config(self, dtype: str = "auto", max_model_len: int | None = None):
-        """A new ``vllm.config.ModelConfig`` for this config (no weights, no
-        tokenizer); vLLM's errors become ``KVExploreError`` naming the
-        architecture and what was wrong."""
-        from vllm.config import ModelConfig
-
-        path = str(self.config_dir)
-        vllm_logger = logging.getLogger("vllm")
-        level = vllm_logger.level
-        # vLLM logs config errors before raising; the raised error says it all.
-        vllm_logger.setLevel(logging.CRITICAL)
-        try:
-            mc = ModelConfig(
-                model=path, tokenizer=path, skip_tokenizer_init=True,
-                dtype=dtype, max_model_len=max_model_len,
-            )
-        except Exception as exc:  # vLLM/transformers raise many types; rephrase them
-            raise KVExploreError(_explain_model_config_error(self, exc, dtype)) from exc
-        finally:
-            vllm_logger.setLevel(level)
-        if self.served_name is not None:
-            mc.model = self.served_name
-        return mc
-
-
-def _explain_model_config_error(src: ModelSource, exc: Exception, dtype: str) -> str:
-    msg = " ".join(line.strip() for line in str(exc).strip().splitlines()) or type(exc).__name__
-    if len(msg) > 600:
-        msg = msg[:600] + " ..."
-    arch = src.architecture
-    if isinstance(exc, AttributeError):
-        # transformers/vLLM reading a field the config lacks
-        attr = getattr(exc, "name", None) or msg
-        return (
-            f"config for {src.name!r} (architecture {arch}) is missing field "
-            f"{attr!r} that vLLM 0.33 reads: {msg}"
-        )
-    if "not supported" in msg.lower() and "architecture" in msg.lower():
-        return f"architecture {arch} of {src.name!r} is not supported by vLLM 0.33: {msg}"
-    if isinstance(exc, (TypeError, KeyError)):
-        return (
-            f"config for {src.name!r} (architecture {arch}) has a missing or "
-            f"mistyped field: {type(exc).__name__}: {msg}"
-        )
-    if "dtype" in msg.lower():
-        return f"dtype={dtype!r} rejected for {src.name!r}: {msg}"
-    return f"vLLM 0.33 cannot build a ModelConfig for {src.name!r} ({arch}): {msg}"
 
 
 _TMP_LOCK = threading.Lock()

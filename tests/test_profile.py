@@ -169,9 +169,12 @@ def test_a_deployment_vllm_cannot_hold_has_no_blocks_and_says_so():
     assert (p.num_blocks, p.kv_cache_memory_bytes, p.admission.ok) == (0, 0, False)
     assert p.admission.message.startswith("No available memory for the cache blocks")
     assert p.bytes_per_block == p.replace(num_blocks=16).bytes_per_block > 0  # a layout fact
-    with pytest.raises(KVExploreError, match="has no blocks.*replace\\(num_blocks=16\\)"):
-        kvexplore.page_map(p, 0)
-    assert kvexplore.page_layout(p.replace(num_blocks=16), 0).kind == "mla_attention"
+    drawn, same = kvexplore.page_layout(p, 0), kvexplore.page_layout(p.replace(num_blocks=16), 0)
+    assert drawn.segments == same.segments and drawn.kind == "mla_attention"
+    assert drawn.notes[-1].startswith("no blocks: vLLM 0.33 would not start (No available memory")
+    assert p.figure() is not None
+    with pytest.raises(KVExploreError, match="block=1 is out of range"):
+        kvexplore.page_layout(p, 0, block=1)
 
 
 @pytest.mark.parametrize("bad", [0, 1.5, "0.9", True, None])

@@ -251,22 +251,24 @@ def page_layout(
     D]``; Mamba ``[conv, ssm]`` views).  ``edited``: None (no after view),
     True (LMCache's default edits), an ``EditResult``/mapping of layer ->
     edited value, or this layer's edited tensor.  A layer, block or
-    registration out of range raises ``KVExploreError``.
+    registration out of range raises ``KVExploreError``.  A plan without
+    blocks (vLLM finds no memory for them) shows block 0 of the same layout,
+    with a note saying so.
     """
     require_plan(plan)
     check_registration_name(registration)
     position, info = resolve_layer(plan, layer)
+    notes, planned = _sliding_window_notes(info), plan.num_blocks
+    if planned == 0:
+        why = plan.admission.message if plan.admission else "no KV cache memory"
+        notes += (f"no blocks: vLLM 0.33 would not start ({why}); drawn: one block of the "
+                  "same layout",)
+        plan = plan.replace(num_blocks=1)
     num_blocks = plan.num_blocks
-    if num_blocks == 0:
-        raise KVExploreError(
-            f"the plan of {plan.model.name} on the {plan.gpu.name} has no blocks (vLLM 0.33: "
-            f"{plan.admission.message if plan.admission else 'no KV cache memory'}); expected a "
-            "plan with blocks: plan.replace(num_blocks=16) shows the same layout"
-        )
     if isinstance(block, bool) or not isinstance(block, int) or not 0 <= block < num_blocks:
         raise KVExploreError(
             f"block={block!r} is out of range; expected 0..{num_blocks - 1} "
-            f"({num_blocks} blocks in this plan)"
+            f"({planned} blocks in this plan)"
         )
     name = info.name
     spec = plan.layer_specs[name]
@@ -307,7 +309,7 @@ def page_layout(
         cells=tuple(cells),
         cells_note=cells_note,
         edited=edited_side,
-        notes=_sliding_window_notes(info),
+        notes=notes,
     )
 
 

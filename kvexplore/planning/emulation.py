@@ -63,6 +63,9 @@ def vllm_log_level(level: int | None = None) -> int:
 def _vllm_logs_at(level: int) -> Iterator[None]:
     logger = logging.getLogger("vllm")
     before = logger.level
+    if before == level:  # setLevel clears every logger's cache, thousands in vLLM
+        yield
+        return
     logger.setLevel(level)
     try:
         yield
@@ -219,9 +222,9 @@ def _clear_capability_caches() -> None:
     with contextlib.suppress(ImportError):
         flashinfer_utils = importlib.import_module("vllm.utils.flashinfer")
         for value in vars(flashinfer_utils).values():
-            clear = getattr(value, "cache_clear", None)
-            if callable(clear):
-                clear()
+            # looked up on the type: vLLM's platform proxy warns on unknown attributes
+            if callable(getattr(type(value), "cache_clear", None)):
+                value.cache_clear()
 
 
 @contextlib.contextmanager

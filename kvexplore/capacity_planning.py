@@ -7,22 +7,17 @@ fit, what a repeated prompt reuses, and what the CPU tier holds.
 1. Requested memory (``vllm/v1/worker/utils.py: request_memory``):
    ``ceil(total_memory x gpu_memory_utilization)``.
 2. KV cache memory (``vllm/v1/worker/gpu_worker.py:
-   Worker.determine_available_memory`` with ``vllm/utils/mem_utils.py:
-   memory_profiling``): requested minus ``non_kv_cache_memory`` (weights +
-   non-torch memory + the transient activation peak of the profile run) minus
-   the CUDA-graph estimate (applied since ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``
-   defaults to 1).  The weights are exact: the parameters of the model vLLM
-   builds on the meta device, per rank.  The rest vLLM only learns by running
-   the model; kvexplore shows each as a separate, overridable ESTIMATE with
-   its source (:func:`profile_estimates`).  ``kv_cache_memory_bytes`` skips
-   all of it, as vLLM's ``--kv-cache-memory-bytes`` does.
-3. Blocks, tokens and concurrency through vLLM's own functions
-   (``vllm/v1/core/kv_cache_planning.py: get_kv_cache_configs`` via
-   :func:`kvexplore.plan` with ``kv_cache_memory_bytes``; ``kv_cache_utils.py:
-   get_kv_cache_capacity`` for the logged ``GPU KV cache size: N tokens`` and
-   ``Maximum concurrency``; ``_estimate_max_model_len_from_groups`` for the
-   largest ``max_model_len`` that fits, the estimate vLLM prints when a length
-   does not fit).
+   Worker.determine_available_memory``): requested minus the weights (exact),
+   the activation peak of the profile run, the non-torch memory and the
+   CUDA-graph estimate, each of the last three an overridable ESTIMATE with its
+   source (:func:`profile_estimates`, :mod:`kvexplore.planning.profile`).
+   ``kv_cache_memory_bytes`` skips all of it, as vLLM's ``--kv-cache-memory-bytes`` does.
+3. Blocks, tokens and concurrency through vLLM's own functions: ``num_blocks``
+   = memory // the pool bytes of one block id, as ``kv_cache_planning.py:
+   get_kv_cache_configs`` divides; ``kv_cache_utils.py: get_kv_cache_capacity``
+   for the logged ``GPU KV cache size: N tokens`` and ``Maximum concurrency``;
+   ``_estimate_max_model_len_from_groups`` for the largest ``max_model_len``
+   that fits, the estimate vLLM prints when a length does not fit.
 4. Prefix caching (``kv_cache_manager.py: get_computed_blocks``, the
    coordinators and ``kv_cache_utils.py: resolve_kv_cache_block_sizes`` /
    ``resolve_cache_hit_alignment_tokens``): a repeat of an ``n``-token prompt
@@ -427,21 +422,19 @@ def capacity(
     **plan_kwargs,
 ) -> CapacityReport:
     """vLLM 0.33's KV cache capacity for ``model`` (an id, a config, or a
-    :class:`~kvexplore.Plan`) on one GPU rank.
+    :class:`~kvexplore.Plan`) on one GPU rank, as the module doc lists it.
 
     ``plan_kwargs`` are :func:`kvexplore.plan`'s (``gpu="H100"``,
     ``tensor_parallel_size``, ``max_model_len``, ...);
-    ``gpu_memory_utilization`` defaults to the plan's (vLLM's 0.92).  With
-    ``kv_cache_memory_bytes`` the memory accounting is skipped, as vLLM's
-    ``--kv-cache-memory-bytes`` skips profiling.  Otherwise the KV cache gets
-    ``ceil(total_memory_bytes x gpu_memory_utilization)`` minus
-    ``weight_bytes``, ``activation_peak_bytes``, ``non_torch_bytes`` and
-    ``cudagraph_bytes`` (``Worker.determine_available_memory``); each term
-    defaults to :func:`profile_estimates` and is exact when given (vLLM's
-    logged figures).  ``kv_cache_memory`` is the low end of the range;
+    ``gpu_memory_utilization`` defaults to the plan's (vLLM's 0.92).
+    ``total_memory_bytes``, ``weight_bytes``, ``activation_peak_bytes``,
+    ``non_torch_bytes`` and ``cudagraph_bytes`` replace the
+    :func:`profile_estimates` terms with exact figures (vLLM's logged ones).
     ``cpu_bytes_to_use`` adds the CPU offloading tier
     (:func:`kvexplore.offloading.sizing.host_sizing`, with
-    ``offload_extra_config`` as ``kv_connector_extra_config``).
+    ``offload_extra_config`` as ``kv_connector_extra_config``).  Refuses
+    ``num_blocks`` with a model (the cache is sized from memory) and a
+    utilization that leaves no KV cache memory.
     """
     if gpu_memory_utilization is not None:
         as_fraction("gpu_memory_utilization", gpu_memory_utilization)
@@ -486,6 +479,8 @@ def capacity(
 
 
 def _warnings(f: _Facts, admission_message: str | None) -> list[str]:
+    from vllm.v1.kv_cache_interface import MambaSpec, iter_layer_specs
+
     cc = f.vc.cache_config
     warnings = []
     prefix = bool(cc.enable_prefix_caching)
@@ -499,7 +494,8 @@ def _warnings(f: _Facts, admission_message: str | None) -> list[str]:
             f"max_model_len {mml}: prefix caching can never hit"
         )
     dcp = f.vc.parallel_config.decode_context_parallel_size
-    if prefix and dcp > 1 and _has_mamba(f.cfg):
+    if prefix and dcp > 1 and any(isinstance(s, MambaSpec) for g in f.cfg.kv_cache_groups
+                                  for s in iter_layer_specs(g.kv_cache_spec)):
         warnings.append(
             f"DCP {dcp} with Mamba groups: vLLM 0.33's MambaManager.find_longest_cache_hit "
             "asserts dcp_world_size == 1, so a prefix-cache lookup fails; the hit figures "
@@ -508,13 +504,6 @@ def _warnings(f: _Facts, admission_message: str | None) -> list[str]:
     if admission_message is not None:
         warnings.append(f"vLLM 0.33 refuses to start: {admission_message}")
     return warnings
-
-
-def _has_mamba(cfg) -> bool:
-    from vllm.v1.kv_cache_interface import MambaSpec, iter_layer_specs
-
-    return any(isinstance(s, MambaSpec) for g in cfg.kv_cache_groups
-               for s in iter_layer_specs(g.kv_cache_spec))
 
 
 def _derivation(r: CapacityReport) -> dict[str, str]:

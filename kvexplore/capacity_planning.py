@@ -517,8 +517,7 @@ def _derivation(r: CapacityReport) -> dict[str, str]:
             f"{r.requested_memory_bytes:,} = ceil({r.total_memory_bytes:,} x "
             f"{r.gpu_memory_utilization}) (worker/utils.py: request_memory)"
         )
-        out["weight_bytes"] = r.sources["weight_bytes"]
-        for name in ("activation_peak_bytes", "non_torch_bytes", "cudagraph_bytes"):
+        for name in ("weight_bytes", "activation_peak_bytes", "non_torch_bytes", "cudagraph_bytes"):
             out[name] = r.sources[name]
         out["kv_cache_memory"] = (
             f"{r.kv_cache_memory:,} = {r.requested_memory_bytes:,} - {r.weight_bytes:,} weights "

@@ -7,22 +7,17 @@ fit, what a repeated prompt reuses, and what the CPU tier holds.
 1. Requested memory (``vllm/v1/worker/utils.py: request_memory``):
    ``ceil(total_memory x gpu_memory_utilization)``.
 2. KV cache memory (``vllm/v1/worker/gpu_worker.py:
-   Worker.determine_available_memory`` with ``vllm/utils/mem_utils.py:
-   memory_profiling``): requested minus ``non_kv_cache_memory`` (weights +
-   non-torch memory + the transient activation peak of the profile run) minus
-   the CUDA-graph estimate (applied since ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``
-   defaults to 1).  The weights are exact: the parameters of the model vLLM
-   builds on the meta device, per rank.  The rest vLLM only learns by running
-   the model; kvexplore shows each as a separate, overridable ESTIMATE with
-   its source (:func:`profile_estimates`).  ``kv_cache_memory_bytes`` skips
-   all of it, as vLLM's ``--kv-cache-memory-bytes`` does.
-3. Blocks, tokens and concurrency through vLLM's own functions
-   (``vllm/v1/core/kv_cache_planning.py: get_kv_cache_configs`` via
-   :func:`kvexplore.plan` with ``kv_cache_memory_bytes``; ``kv_cache_utils.py:
-   get_kv_cache_capacity`` for the logged ``GPU KV cache size: N tokens`` and
-   ``Maximum concurrency``; ``_estimate_max_model_len_from_groups`` for the
-   largest ``max_model_len`` that fits, the estimate vLLM prints when a length
-   does not fit).
+   Worker.determine_available_memory``): requested minus the weights (exact),
+   the activation peak of the profile run, the non-torch memory and the
+   CUDA-graph estimate, each of the last three an overridable ESTIMATE with its
+   source (:func:`profile_estimates`, :mod:`kvexplore.planning.profile`).
+   ``kv_cache_memory_bytes`` skips all of it, as vLLM's ``--kv-cache-memory-bytes`` does.
+3. Blocks, tokens and concurrency through vLLM's own functions: ``num_blocks``
+   = memory // the pool bytes of one block id, as ``kv_cache_planning.py:
+   get_kv_cache_configs`` divides; ``kv_cache_utils.py: get_kv_cache_capacity``
+   for the logged ``GPU KV cache size: N tokens`` and ``Maximum concurrency``;
+   ``_estimate_max_model_len_from_groups`` for the largest ``max_model_len``
+   that fits, the estimate vLLM prints when a length does not fit.
 4. Prefix caching (``kv_cache_manager.py: get_computed_blocks``, the
    coordinators and ``kv_cache_utils.py: resolve_kv_cache_block_sizes`` /
    ``resolve_cache_hit_alignment_tokens``): a repeat of an ``n``-token prompt
@@ -53,6 +48,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
@@ -61,18 +57,9 @@ from kvexplore.display import Displayable
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import FrozenDict, cdiv, check_int, jsonable
 from kvexplore.memo import per_plan
-from kvexplore.planning.inputs import PLAN_DEFAULTS, as_fraction
+from kvexplore.planning.inputs import as_fraction
 from kvexplore.planning.planner import Plan, plan
 from kvexplore.planning.profile import Term, kv_cache_memory_range
-
-MiB = 1 << 20
-
-#: vLLM 0.33's default ``--gpu-memory-utilization`` (``CacheConfig``).
-DEFAULT_GPU_MEMORY_UTILIZATION = PLAN_DEFAULTS["gpu_memory_utilization"]
-
-#: The memory terms of ``determine_available_memory`` a caller may give.
-MEMORY_TERMS = ("total_memory_bytes", "weight_bytes", "activation_peak_bytes",
-                "non_torch_bytes", "cudagraph_bytes")
 
 
 def profile_estimates(p: Plan) -> dict[str, tuple[int, int, str]]:
@@ -184,10 +171,7 @@ class CapacityReport(Displayable):
         from vllm.v1.core.kv_cache_utils import get_max_concurrency_for_kv_cache_config
 
         vc, cfg = self._vllm
-        vc = copy.copy(vc)
-        vc.model_config = copy.copy(vc.model_config)
-        vc.model_config.max_model_len = n
-        return get_max_concurrency_for_kv_cache_config(vc, cfg)
+        return get_max_concurrency_for_kv_cache_config(_with_max_model_len(vc, n), cfg)
 
     @cached_property
     def group_table(self) -> pd.DataFrame:
@@ -291,20 +275,6 @@ class CapacityReport(Displayable):
 # ---------------------------------------------------------------------------
 
 
-class _KnownPoolBytes:
-    """A ``KVCacheConfigBuilder`` stand-in for vLLM's sizing helpers that
-    answers ``_get_pool_bytes_per_block`` with the plan's probed value (the
-    hook ``_pool_bytes_per_block_from_builder`` asks first), so that
-    ``_max_memory_usage_bytes_from_groups`` does not re-place a probe block on
-    every step of the binary search."""
-
-    def __init__(self, pool_bytes: int) -> None:
-        self.pool_bytes = pool_bytes
-
-    def _get_pool_bytes_per_block(self, vllm_config, kv_cache_groups) -> int:
-        return self.pool_bytes
-
-
 @dataclass(frozen=True)
 class _Facts:
     """What a plan's capacity answers share whatever the memory."""
@@ -315,16 +285,12 @@ class _Facts:
     scheduler_bs: int
     hash_bs: int
     alignment: int
-    model_max: int
-
-
-def _facts(p: Plan) -> _Facts:
-    """The memory-independent half of a plan's capacity answers, computed
-    once per plan (:func:`kvexplore.memo.per_plan`)."""
-    return per_plan(p, ("capacity",), lambda: _plan_facts(p))
 
 
 def _plan_facts(p: Plan) -> _Facts:
+    """vLLM's scheduler ``KVCacheConfig`` of ``p``, the bytes one block id
+    costs in the pool (``_pool_bytes_per_block_from_builder``, one probe
+    block placed) and the prefix-cache block sizes."""
     from vllm.v1.core import kv_cache_planning as kcp
     from vllm.v1.core.kv_cache_config_builder import get_kv_cache_config_builder
     from vllm.v1.core.kv_cache_utils import (
@@ -337,63 +303,68 @@ def _plan_facts(p: Plan) -> _Facts:
 
     vc = p.vllm_config
     cfg = generate_scheduler_kv_cache_config([p.kv_cache_config])
-    groups = list(cfg.kv_cache_groups)
-    pool = 0
-    if groups:
-        with emulate(p.gpu, meta_tensors=False):
-            builder = get_kv_cache_config_builder(vc)
-            pool = kcp._pool_bytes_per_block_from_builder(builder, vc, groups)
+    with emulate(p.gpu, meta_tensors=False):
+        builder = get_kv_cache_config_builder(vc)
+        pool = kcp._pool_bytes_per_block_from_builder(builder, vc, list(cfg.kv_cache_groups))
     scheduler_bs, hash_bs = resolve_kv_cache_block_sizes(cfg, vc)
     alignment = resolve_cache_hit_alignment_tokens(cfg, vc, scheduler_bs, hash_bs)
-    facts = _Facts(vc, cfg, int(pool), int(scheduler_bs), int(hash_bs), int(alignment),
-                   p.model_max_model_len)
-    return facts
+    return _Facts(vc, cfg, int(pool), int(scheduler_bs), int(hash_bs), int(alignment))
+
+
+def _with_max_model_len(vc, n: int):
+    """A copy of ``vc`` whose ``model_config.max_model_len`` is ``n``."""
+    vc = copy.copy(vc)
+    vc.model_config = copy.copy(vc.model_config)
+    vc.model_config.max_model_len = n
+    return vc
 
 
 def _vllm_answers(p: Plan, available: int) -> dict[str, Any]:
-    """Blocks, tokens, concurrency, admission and the largest fitting length
-    for ``available`` bytes, each by vLLM 0.33's own function on ``p``'s
-    config: ``num_blocks = available // pool bytes per block``
-    (``get_kv_cache_configs``), ``get_kv_cache_capacity``,
+    """The report's fields for ``available`` bytes, each by vLLM 0.33's own
+    function on ``p``'s config: ``num_blocks = available // pool bytes per
+    block`` (``get_kv_cache_configs``), ``get_kv_cache_capacity``,
     ``_check_enough_kv_cache_memory`` and ``_estimate_max_model_len_from_groups``
-    on the memory less the null block, as ``get_kv_cache_configs`` checks it."""
+    on the memory less the null block, as ``get_kv_cache_configs`` checks it;
+    the memory-independent half is computed once per plan."""
     from vllm.v1.core import kv_cache_planning as kcp
     from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity
 
-    if p.inputs.get("max_model_len") == -1:
-        # auto-fit decides max_model_len from the memory: vLLM's own path
-        p = p.replace(num_blocks=None, kv_cache_memory_bytes=available)
-    f = _facts(p)
-    groups = list(f.cfg.kv_cache_groups)
-    mml = f.vc.model_config.max_model_len
-    if not groups:
-        return {"num_blocks": 1, "cfg": f.cfg, "facts": f, "tokens": 0, "concurrency": 0.0,
-                "largest": mml, "admitted": True, "message": None, "plan": p}
+    f = per_plan(p, ("capacity",), lambda: _plan_facts(p))
+    vc, cc, groups = f.vc, f.vc.cache_config, list(f.cfg.kv_cache_groups)
+    mml = vc.model_config.max_model_len
     num_blocks = available // f.pool_bytes
     cfg = dataclasses.replace(f.cfg, num_blocks=num_blocks)
-    tokens, concurrency = get_kv_cache_capacity(f.vc, cfg)
-    builder = _KnownPoolBytes(f.pool_bytes)
+    tokens, concurrency = get_kv_cache_capacity(vc, cfg)
+    # _pool_bytes_per_block_from_builder asks the builder first: answering with
+    # the probed value spares a probe block on every step of the binary search.
+    builder = SimpleNamespace(_get_pool_bytes_per_block=lambda _vc, _groups: f.pool_bytes)
     check_memory = available - f.pool_bytes
     message = None
     try:
         kcp._check_enough_kv_cache_memory(
             check_memory,
-            functools.partial(kcp._max_memory_usage_bytes_from_groups, builder, f.vc, groups),
+            functools.partial(kcp._max_memory_usage_bytes_from_groups, builder, vc, groups),
             mml,
-            functools.partial(kcp._estimate_max_model_len_from_groups, builder, f.vc, groups),
+            functools.partial(kcp._estimate_max_model_len_from_groups, builder, vc, groups),
         )
     except ValueError as exc:
         message = " ".join(str(exc).split())
-    probe = copy.copy(f.vc)
-    probe.model_config = copy.copy(f.vc.model_config)
-    probe.model_config.max_model_len = max(f.model_max, mml)
+    probe = _with_max_model_len(vc, max(p.model_max_model_len, mml))
     largest = (
         kcp._estimate_max_model_len_from_groups(builder, probe, groups, check_memory)
         if check_memory > 0 else 0
     )
-    return {"num_blocks": int(num_blocks), "cfg": cfg, "facts": f, "tokens": int(tokens),
-            "concurrency": float(concurrency), "largest": int(largest),
-            "admitted": message is None, "message": message, "plan": p}
+    return {
+        "bytes_per_block": f.pool_bytes, "num_blocks": int(num_blocks), "max_model_len": int(mml),
+        "model_max_model_len": p.model_max_model_len, "kv_cache_size_tokens": int(tokens),
+        "max_concurrency": float(concurrency), "admitted": message is None,
+        "admission_message": message, "largest_max_model_len": int(largest),
+        "prefix_caching": bool(cc.enable_prefix_caching),
+        "mamba_cache_mode": str(cc.mamba_cache_mode), "block_size": int(cc.block_size),
+        "scheduler_block_size": f.scheduler_bs, "hash_block_size": f.hash_bs,
+        "cache_hit_alignment": f.alignment, "warnings": tuple(_warnings(f, message)),
+        "_vllm": (vc, cfg),
+    }
 
 
 def _plan_of(model: Any, plan_kwargs: dict) -> Plan:
@@ -408,12 +379,12 @@ def _plan_of(model: Any, plan_kwargs: dict) -> Plan:
 
 
 def _memory(p: Plan, util: float, given: dict[str, int | None]) -> dict[str, Any]:
-    """The KV cache memory ``determine_available_memory`` leaves, as a range
-    (:func:`kvexplore.planning.profile.kv_cache_memory_range`); a term given
-    by the caller is exact."""
-    estimates = profile_estimates(p)
+    """The report's memory fields: what ``determine_available_memory`` leaves
+    the KV cache, as a range (:func:`kvexplore.planning.profile.kv_cache_memory_range`;
+    the terms shown are the high ends); a term given by the caller is exact.
+    Refuses a utilization that leaves no KV cache memory."""
     terms, estimated, sources = {}, [], {}
-    for name, (low, high, source) in estimates.items():
+    for name, (low, high, source) in profile_estimates(p).items():
         if given[name] is not None:
             low = high = given[name]
             source = f"given: {low:,}"
@@ -422,9 +393,19 @@ def _memory(p: Plan, util: float, given: dict[str, int | None]) -> dict[str, Any
         terms[name], sources[name] = Term(low, high, source), source
     low, high = kv_cache_memory_range(terms, util)
     total = terms.pop("total_memory_bytes").low
-    return {"low": low, "high": high, "requested": math.ceil(total * util), "total": total,
-            "terms": {k: t.high for k, t in terms.items()}, "estimated": estimated,
-            "sources": sources}
+    requested = math.ceil(total * util)
+    highs = {name: int(t.high) for name, t in terms.items()}
+    if low <= 0:
+        raise KVExploreError(
+            f"gpu_memory_utilization={util} of {total:,} B leaves {requested:,} B, "
+            f"not enough for {p.model.name}'s {highs['weight_bytes']:,} B of weights per "
+            f"rank plus {sum(highs.values()) - highs['weight_bytes']:,} B of "
+            "activations, non-torch memory and CUDA graphs (high ends); expected more "
+            "memory (raise gpu_memory_utilization or tensor_parallel_size)"
+        )
+    return {"total_memory_bytes": int(total), "requested_memory_bytes": int(requested), **highs,
+            "kv_cache_memory_range": (int(low), int(high)), "estimated": tuple(estimated),
+            "sources": FrozenDict(sources)}
 
 
 def capacity(
@@ -441,21 +422,19 @@ def capacity(
     **plan_kwargs,
 ) -> CapacityReport:
     """vLLM 0.33's KV cache capacity for ``model`` (an id, a config, or a
-    :class:`~kvexplore.Plan`) on one GPU rank.
+    :class:`~kvexplore.Plan`) on one GPU rank, as the module doc lists it.
 
     ``plan_kwargs`` are :func:`kvexplore.plan`'s (``gpu="H100"``,
     ``tensor_parallel_size``, ``max_model_len``, ...);
-    ``gpu_memory_utilization`` defaults to the plan's (vLLM's 0.92).  With
-    ``kv_cache_memory_bytes`` the memory accounting is skipped, as vLLM's
-    ``--kv-cache-memory-bytes`` skips profiling.  Otherwise the KV cache gets
-    ``ceil(total_memory_bytes x gpu_memory_utilization)`` minus
-    ``weight_bytes``, ``activation_peak_bytes``, ``non_torch_bytes`` and
-    ``cudagraph_bytes`` (``Worker.determine_available_memory``); each term
-    defaults to :func:`profile_estimates` and is exact when given (vLLM's
-    logged figures).  ``kv_cache_memory`` is the low end of the range;
+    ``gpu_memory_utilization`` defaults to the plan's (vLLM's 0.92).
+    ``total_memory_bytes``, ``weight_bytes``, ``activation_peak_bytes``,
+    ``non_torch_bytes`` and ``cudagraph_bytes`` replace the
+    :func:`profile_estimates` terms with exact figures (vLLM's logged ones).
     ``cpu_bytes_to_use`` adds the CPU offloading tier
     (:func:`kvexplore.offloading.sizing.host_sizing`, with
-    ``offload_extra_config`` as ``kv_connector_extra_config``).
+    ``offload_extra_config`` as ``kv_connector_extra_config``).  Refuses
+    ``num_blocks`` with a model (the cache is sized from memory) and a
+    utilization that leaves no KV cache memory.
     """
     if gpu_memory_utilization is not None:
         as_fraction("gpu_memory_utilization", gpu_memory_utilization)
@@ -471,27 +450,37 @@ def capacity(
     util = (p.inputs["gpu_memory_utilization"] if gpu_memory_utilization is None
             else float(gpu_memory_utilization))
     given_kv = p.inputs.get("kv_cache_memory_bytes")
-    if given_kv is not None:
-        m = {"low": given_kv, "high": given_kv, "requested": 0, "total": 0,
-             "terms": {**dict.fromkeys(MEMORY_TERMS[1:], 0), "weight_bytes": p.loaded_weight_bytes},
-             "estimated": [],
-             "sources": {"kv_cache_memory": (
-                 f"given: kv_cache_memory_bytes={given_kv:,} (vLLM skips memory profiling "
-                 "and gpu_memory_utilization)")}}
+    if given_kv is None:
+        memory = _memory(p, util, given)
     else:
-        m = _memory(p, util, given)
-        if m["low"] <= 0:
-            raise KVExploreError(
-                f"gpu_memory_utilization={util} of {m['total']:,} B leaves {m['requested']:,} B, "
-                f"not enough for {p.model.name}'s {m['terms']['weight_bytes']:,} B of weights per "
-                f"rank plus {sum(m['terms'].values()) - m['terms']['weight_bytes']:,} B of "
-                "activations, non-torch memory and CUDA graphs (high ends); expected more "
-                "memory (raise gpu_memory_utilization or tensor_parallel_size)"
-            )
-    return _report(p, util, m, given_kv is not None, cpu_bytes_to_use, offload_extra_config)
+        memory = {
+            "total_memory_bytes": 0, "requested_memory_bytes": 0,
+            "weight_bytes": p.loaded_weight_bytes, "activation_peak_bytes": 0,
+            "non_torch_bytes": 0, "cudagraph_bytes": 0,
+            "kv_cache_memory_range": (given_kv, given_kv), "estimated": (),
+            "sources": FrozenDict({"kv_cache_memory": (
+                f"given: kv_cache_memory_bytes={given_kv:,} (vLLM skips memory profiling "
+                "and gpu_memory_utilization)")}),
+        }
+    available = memory["kv_cache_memory_range"][0]
+    if p.inputs.get("max_model_len") == -1:
+        # auto-fit decides max_model_len from the memory: vLLM's own path
+        p = p.replace(num_blocks=None, kv_cache_memory_bytes=available)
+    answers = _vllm_answers(p, available)
+    host = None
+    if cpu_bytes_to_use is not None:
+        from kvexplore.offloading.config import offload_config
+        from kvexplore.offloading.sizing import host_sizing
+
+        host = host_sizing(offload_config(p, extra_config=offload_extra_config), cpu_bytes_to_use)
+    return CapacityReport(plan=p, gpu_memory_utilization=util, kv_cache_memory=available,
+                          kv_cache_memory_given=given_kv is not None, host=host,
+                          **memory, **answers)
 
 
-def _warnings(f, v) -> list[str]:
+def _warnings(f: _Facts, admission_message: str | None) -> list[str]:
+    from vllm.v1.kv_cache_interface import MambaSpec, iter_layer_specs
+
     cc = f.vc.cache_config
     warnings = []
     prefix = bool(cc.enable_prefix_caching)
@@ -505,71 +494,16 @@ def _warnings(f, v) -> list[str]:
             f"max_model_len {mml}: prefix caching can never hit"
         )
     dcp = f.vc.parallel_config.decode_context_parallel_size
-    if prefix and dcp > 1 and _has_mamba(f.cfg):
+    if prefix and dcp > 1 and any(isinstance(s, MambaSpec) for g in f.cfg.kv_cache_groups
+                                  for s in iter_layer_specs(g.kv_cache_spec)):
         warnings.append(
             f"DCP {dcp} with Mamba groups: vLLM 0.33's MambaManager.find_longest_cache_hit "
             "asserts dcp_world_size == 1, so a prefix-cache lookup fails; the hit figures "
             "assume DCP 1"
         )
-    if not v["admitted"]:
-        warnings.append(f"vLLM 0.33 refuses to start: {v['message']}")
+    if admission_message is not None:
+        warnings.append(f"vLLM 0.33 refuses to start: {admission_message}")
     return warnings
-
-
-def _report(p: Plan, util: float, m: dict, kv_given: bool, cpu_bytes_to_use,
-            offload_extra_config) -> CapacityReport:
-    available = int(m["low"])
-    v = _vllm_answers(p, available)
-    f: _Facts = v["facts"]
-    cc = f.vc.cache_config
-    mml = f.vc.model_config.max_model_len
-    host = None
-    if cpu_bytes_to_use is not None:
-        from kvexplore.offloading.config import offload_config
-        from kvexplore.offloading.sizing import host_sizing
-
-        host = host_sizing(offload_config(v["plan"], extra_config=offload_extra_config), cpu_bytes_to_use)
-    terms = m["terms"]
-    return CapacityReport(
-        plan=v["plan"],
-        gpu_memory_utilization=util,
-        total_memory_bytes=int(m["total"]),
-        requested_memory_bytes=int(m["requested"]),
-        weight_bytes=int(terms["weight_bytes"]),
-        activation_peak_bytes=int(terms["activation_peak_bytes"]),
-        non_torch_bytes=int(terms["non_torch_bytes"]),
-        cudagraph_bytes=int(terms["cudagraph_bytes"]),
-        kv_cache_memory=available,
-        kv_cache_memory_range=(int(m["low"]), int(m["high"])),
-        kv_cache_memory_given=kv_given,
-        estimated=tuple(m["estimated"]),
-        sources=FrozenDict(m["sources"]),
-        bytes_per_block=f.pool_bytes,
-        num_blocks=v["num_blocks"],
-        max_model_len=int(mml),
-        model_max_model_len=f.model_max,
-        kv_cache_size_tokens=v["tokens"],
-        max_concurrency=v["concurrency"],
-        admitted=v["admitted"],
-        admission_message=v["message"],
-        largest_max_model_len=v["largest"],
-        prefix_caching=bool(cc.enable_prefix_caching),
-        mamba_cache_mode=str(cc.mamba_cache_mode),
-        block_size=int(cc.block_size),
-        scheduler_block_size=f.scheduler_bs,
-        hash_block_size=f.hash_bs,
-        cache_hit_alignment=f.alignment,
-        warnings=tuple(_warnings(f, v)),
-        host=host,
-        _vllm=(f.vc, v["cfg"]),
-    )
-
-
-def _has_mamba(cfg) -> bool:
-    from vllm.v1.kv_cache_interface import MambaSpec, iter_layer_specs
-
-    return any(isinstance(s, MambaSpec) for g in cfg.kv_cache_groups
-               for s in iter_layer_specs(g.kv_cache_spec))
 
 
 def _derivation(r: CapacityReport) -> dict[str, str]:
@@ -583,8 +517,7 @@ def _derivation(r: CapacityReport) -> dict[str, str]:
             f"{r.requested_memory_bytes:,} = ceil({r.total_memory_bytes:,} x "
             f"{r.gpu_memory_utilization}) (worker/utils.py: request_memory)"
         )
-        out["weight_bytes"] = r.sources["weight_bytes"]
-        for name in ("activation_peak_bytes", "non_torch_bytes", "cudagraph_bytes"):
+        for name in ("weight_bytes", "activation_peak_bytes", "non_torch_bytes", "cudagraph_bytes"):
             out[name] = r.sources[name]
         out["kv_cache_memory"] = (
             f"{r.kv_cache_memory:,} = {r.requested_memory_bytes:,} - {r.weight_bytes:,} weights "
@@ -686,8 +619,6 @@ def capacity_sweep(models: Iterable[Any], *, executor=None, **kwargs) -> pd.Data
 
 
 __all__ = [
-    "DEFAULT_GPU_MEMORY_UTILIZATION",
-    "MEMORY_TERMS",
     "CapacityReport",
     "capacity",
     "capacity_row",

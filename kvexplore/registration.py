@@ -168,9 +168,7 @@ def _legacy_mamba_views(raw: torch.Tensor, spec, num_blocks: int, page: int):
                 "is not element-aligned"
             )
         typed = raw.view(dtype)
-        inner = [1] * len(shape)
-        for d in range(len(shape) - 2, -1, -1):
-            inner[d] = inner[d + 1] * shape[d + 1]
+        inner = [math.prod(shape[d + 1:]) for d in range(len(shape))]
         views.append(
             torch.as_strided(
                 typed,
@@ -184,13 +182,10 @@ def _legacy_mamba_views(raw: torch.Tensor, spec, num_blocks: int, page: int):
 
 
 def registered_views(plan, registration: str = "unified") -> dict:
-    """The registration of ``plan`` on the ``meta`` device, kept per plan.
-
-    Exactly the views :func:`allocate` makes (vLLM's own
-    ``allocate_kv_cache`` / ``create_kv_cache_views`` for ``unified``), with
-    real shapes, strides and storage offsets but no memory: a page map of a
-    16.9 MB page costs nothing to inspect.
-    """
+    """The registration of ``plan`` on the ``meta`` device, kept per plan:
+    exactly the views :func:`allocate` makes (vLLM's own ``allocate_kv_cache``
+    / ``create_kv_cache_views`` for ``unified``), with real shapes, strides
+    and storage offsets but no memory.  vLLM's refusals become ``KVExploreError``."""
     check_registration_name(registration)
 
     def build():

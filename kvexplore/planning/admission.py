@@ -1,11 +1,9 @@
-"""vLLM's start-up verdict on a KV cache: can it serve one request of
-``max_model_len`` tokens?
+"""vLLM's start-up admission check, kept as a verdict instead of an error.
 
 :func:`kv_cache_config_with_admission` runs the engine core's
 ``get_kv_cache_configs`` (``vllm/v1/core/kv_cache_planning.py``) and keeps the
-verdict of its ``_check_enough_kv_cache_memory`` as an :class:`Admission`
-instead of raising it, so a plan that vLLM would refuse still shows its
-layout, with vLLM's own refusal message.
+verdict of its ``_check_enough_kv_cache_memory`` as an :class:`Admission`, so
+a plan that vLLM would refuse still shows its layout, with vLLM's own message.
 """
 
 from __future__ import annotations

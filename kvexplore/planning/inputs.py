@@ -122,19 +122,6 @@ def _max_model_len(value: Any) -> int | None:
     )
 
 
-def _kv_cache_dtype(value: Any) -> str:
-    from typing import get_args
-
-    from vllm.config.cache import CacheDType, is_known_kv_cache_dtype
-
-    text = _dtype_text(value)
-    if isinstance(text, str) and is_known_kv_cache_dtype(text):
-        return text
-    raise KVExploreError(
-        f"kv_cache_dtype={value!r} is invalid; expected one of {list(get_args(CacheDType))}"
-    )
-
-
 def _speculative_config(value: Any) -> str | None:
     """The config as canonical JSON text (hashable); refused unless a JSON object."""
     if value is None:
@@ -176,6 +163,8 @@ def plan_request(**kwargs: Any) -> tuple[tuple[str, Any], ...]:
         raise KVExploreError(
             f"unknown plan() keyword(s) {unknown}; expected {list(PLAN_DEFAULTS)}"
         )
+    from vllm.config.cache import KV_CACHE_DTYPES
+
     r = {**PLAN_DEFAULTS, **kwargs}
     if r["attention_backend"] is not None:
         from kvexplore.planning.backends import validate_backend_name
@@ -188,7 +177,7 @@ def plan_request(**kwargs: Any) -> tuple[tuple[str, Any], ...]:
         ),
         "block_size": as_int("block_size", r["block_size"], allow_none=True),
         "dtype": as_choice("dtype", r["dtype"], MODEL_DTYPES),
-        "kv_cache_dtype": _kv_cache_dtype(r["kv_cache_dtype"]),
+        "kv_cache_dtype": as_choice("kv_cache_dtype", r["kv_cache_dtype"], KV_CACHE_DTYPES),
         "enable_prefix_caching": _bool_or_none("enable_prefix_caching",
                                                r["enable_prefix_caching"]),
         "mamba_cache_mode": as_choice("mamba_cache_mode", r["mamba_cache_mode"],

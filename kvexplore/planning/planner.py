@@ -1,12 +1,8 @@
 """The planner: the KV cache vLLM 0.33 would build on a named GPU, offline.
 
-``plan(model, gpu="H100", ...)`` runs vLLM's own code in the order a GPU
-worker and the engine core run it (:mod:`kvexplore.planning.worker`): the real
-``VllmConfig`` from ``EngineArgs.create_engine_config``, the model built with
-vLLM's own model class on PyTorch's meta device while the named GPU is
-emulated (:mod:`kvexplore.planning.emulation`), ``update_block_size_for_backend``,
-the runner's ``get_kv_cache_spec``, the engine core's layout resolution and
-grouping, then what depends on memory:
+``plan(model, gpu="H100", ...)`` builds the model with vLLM's own code on the
+meta device while the GPU is emulated (:mod:`kvexplore.planning.worker` lists
+the steps), then runs what depends on memory:
 
 - ``get_kv_cache_configs`` (``vllm/v1/core/kv_cache_planning.py``): tensors,
   ``num_blocks``, auto-fit of ``max_model_len=-1`` and the admission check
@@ -36,6 +32,7 @@ import copy
 import dataclasses
 import functools
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -572,13 +569,10 @@ def _quoting_vllm(src: ModelSource, gpu: GPU, r: dict, fn, *args):
 
 
 def _plan_vllm_config(src: ModelSource, built, r: dict):
-    """A private copy of the built ``VllmConfig`` for this plan's memory inputs.
-
-    The model, cache and scheduler sub-configs are copied (planning writes
-    ``max_model_len`` and ``num_gpu_blocks_override``, and the served model id
-    that vLLM's OffloadingConfig reports over the materialised config
-    directory); ``max_model_len`` is checked by ``ModelConfig.get_and_verify_max_len``.
-    """
+    """A copy of the built ``VllmConfig`` (model, cache and scheduler configs
+    copied) with this plan's ``max_model_len`` (checked by
+    ``ModelConfig.get_and_verify_max_len``), ``num_gpu_blocks_override`` and
+    served model id (what vLLM's OffloadingConfig reports)."""
     vc = copy.copy(built.vllm_config)
     vc.model_config = copy.copy(vc.model_config)
     vc.cache_config = copy.copy(vc.cache_config)
@@ -772,9 +766,7 @@ def catalog(gpu: str | GPU = DEFAULT_GPU) -> pd.DataFrame:
     rows = []
     for name in catalog_names():
         p = plan(name, gpu=gpu)
-        counts: dict[str, int] = {}
-        for info in p.layers:
-            counts[info.kind] = counts.get(info.kind, 0) + 1
+        counts = Counter(info.kind for info in p.layers)
         mamba = {s.mamba_type.name for s in p.layer_specs.values() if hasattr(s, "mamba_type")}
         rows.append({
             "model": name,

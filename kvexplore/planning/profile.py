@@ -77,13 +77,12 @@ class LiveBytes(TorchDispatchMode):
     """Peak of the bytes held by the tensors ops create while the mode is on
     (each storage counted from its creation to its collection).  vLLM ops
     with no meta kernel that return nothing (they write their output in
-    place) are skipped and named in ``skipped``."""
+    place) are skipped."""
 
     def __init__(self) -> None:
         super().__init__()
         self.live = self.peak = 0
         self.sizes: dict[int, int] = {}
-        self.skipped: set[str] = set()
 
     def _track(self, t) -> None:
         if not isinstance(t, torch.Tensor):
@@ -105,7 +104,6 @@ class LiveBytes(TorchDispatchMode):
             out = func(*args, **(kwargs or {}))
         except NotImplementedError:
             if func.namespace == "vllm" and not func._schema.returns:
-                self.skipped.add(func.name())
                 return None
             raise
         for t in out if isinstance(out, (tuple, list)) else (out,):

@@ -175,6 +175,9 @@ def test_a_deployment_vllm_cannot_hold_has_no_blocks_and_says_so():
     assert p.figure() is not None
     with pytest.raises(KVExploreError, match="block=1 is out of range"):
         kvexplore.page_layout(p, 0, block=1)
+    tiny = kvexplore.plan(QWEN, gpu="A100", kv_cache_memory_bytes=1)  # given memory, no blocks
+    assert tiny.num_blocks == 0 and tiny.bytes_per_block == 6 * 544 * 2048
+    assert kvexplore.page_layout(tiny, 0).notes[-1].startswith("no blocks")
 
 
 @pytest.mark.parametrize("bad", [0, 1.5, "0.9", True, None])

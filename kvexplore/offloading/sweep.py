@@ -19,6 +19,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import json
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -138,7 +139,9 @@ def run_groups(function, tasks: list[tuple], executor=None, what: str = "plans")
     bar that appears once a sweep has run for two seconds."""
     from tqdm.auto import tqdm
 
-    with tqdm(total=len(tasks), desc=what, delay=2, leave=False) as bar:
+    # tqdm's notebook bar ignores TQDM_DISABLE, which the console bar honours
+    off = os.environ.get("TQDM_DISABLE", "").lower() not in ("", "0", "false")
+    with tqdm(total=len(tasks), desc=what, delay=2, leave=False, disable=off) as bar:
         if executor is None:
             out = []
             for task in tasks:

@@ -295,7 +295,7 @@ class Plan(Displayable):
         if not self.tensors:
             return 0
         if not self.num_blocks:
-            return self.replace(num_blocks=1).bytes_per_block
+            return self.replace(num_blocks=1, kv_cache_memory_bytes=None).bytes_per_block
         return self.tensors[0].size // self.num_blocks
 
     @property

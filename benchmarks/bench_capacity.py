@@ -140,7 +140,9 @@ def main() -> None:
     profiles = []
     for name in ("meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen3.5-0.8B",
                  "deepseek-ai/DeepSeek-V3", "nvidia/Nemotron-H-56B-Base-8K"):
-        q = kvexplore.plan(name, gpu="H100")
+        # num_blocks: a plan that does not size itself by the profile, on a build
+        # (max_num_seqs) no earlier step has profiled
+        q = kvexplore.plan(name, gpu="H100", num_blocks=16, max_num_seqs=200)
         t = time.perf_counter()
         assert q.memory_profile.weights.low > 0
         profiles.append((name, time.perf_counter() - t))

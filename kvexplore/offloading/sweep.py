@@ -140,7 +140,7 @@ def run_groups(function, tasks: list[tuple], executor=None, what: str = "plans")
     from tqdm.auto import tqdm
 
     # tqdm's notebook bar ignores TQDM_DISABLE, which the console bar honours
-    off = os.environ.get("TQDM_DISABLE", "").lower() not in ("", "0", "false")
+    off = os.getenv("TQDM_DISABLE", "").lower() not in ("", "0", "false")
     with tqdm(total=len(tasks), desc=what, delay=2, leave=False, disable=off) as bar:
         if executor is None:
             out = []

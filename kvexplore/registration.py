@@ -53,6 +53,11 @@ def _device(device) -> torch.device:
 MAX_ALLOCATION_BYTES = (1 << 63) - 1
 
 
+def backing_bytes(plan) -> int:
+    """Bytes of the plan's backing allocation (the end of its last ``KVCacheTensor``)."""
+    return max((t.offset + t.size for t in plan.tensors), default=0)
+
+
 def check_allocatable(plan) -> None:
     """Refuse what cannot be allocated, naming it: not a plan, no blocks, or
     a backing allocation beyond what a tensor can hold."""
@@ -62,7 +67,7 @@ def check_allocatable(plan) -> None:
             f"the plan has num_blocks={plan.num_blocks}: there is nothing to allocate; "
             "expected num_blocks >= 1 (give num_blocks or more kv_cache_memory_bytes)"
         )
-    total = max((t.offset + t.size for t in plan.tensors), default=0)
+    total = backing_bytes(plan)
     if total > MAX_ALLOCATION_BYTES:
         raise KVExploreError(
             f"the plan's backing allocation is {total:,} B (block_size={plan.block_size:,}, "
@@ -73,9 +78,9 @@ def check_allocatable(plan) -> None:
 
 def allocate(plan, *, device="cpu", registration: str = "unified", num_blocks: int | None = None):
     """``{layer_name: tensor or [conv_state, ssm_state]}`` for ``plan``, or
-    with ``num_blocks`` for ``plan.replace(num_blocks=num_blocks)`` (the same
-    deployment with that many blocks: pass that plan's ``kv_cache_config`` to
-    the edits).
+    with ``num_blocks`` for ``plan.with_num_blocks(num_blocks)`` (the same
+    layout with that many blocks: pass that plan's ``kv_cache_config`` to the
+    edits).
 
     Allocates only what the caller asked for: a plan sized by vLLM's memory
     profile (:attr:`~kvexplore.Plan.sized_by_profile`, tens of GiB) is
@@ -86,14 +91,13 @@ def allocate(plan, *, device="cpu", registration: str = "unified", num_blocks: i
     require_plan(plan)
     dev = _device(device)
     if num_blocks is not None:
-        plan = plan.replace(num_blocks=num_blocks)
+        plan = plan.with_num_blocks(num_blocks)
     elif dev.type != "meta" and plan.sized_by_profile:
-        total = max((t.offset + t.size for t in plan.tensors), default=0)
         raise KVExploreError(
             f"the plan's cache is sized for the {plan.gpu.name} deployment: "
-            f"{plan.num_blocks:,} blocks, {total:,} B; allocating it on {dev} needs "
-            "num_blocks: allocate(plan, num_blocks=16) (or "
-            "plan.replace(num_blocks=16).allocate()) allocates 16 blocks of the same layout"
+            f"{plan.num_blocks:,} blocks, {backing_bytes(plan):,} B; allocating it on {dev} "
+            "needs num_blocks: allocate(plan, num_blocks=16) (or "
+            "plan.with_num_blocks(16).allocate()) allocates 16 blocks of the same layout"
         )
     check_allocatable(plan)
     if registration == "unified":

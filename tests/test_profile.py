@@ -187,3 +187,26 @@ def test_plan_refuses_a_bad_gpu_memory_utilization(bad):
     with pytest.raises(KVExploreError, match=f"gpu_memory_utilization={bad!r} is invalid; "
                                              "expected a number in \\(0, 1\\]"):
         kvexplore.plan(QWEN, gpu="A100", gpu_memory_utilization=bad)
+
+
+def test_num_blocks_window_of_a_plan_sized_by_given_memory():
+    p = kvexplore.plan(QWEN, gpu="A100", kv_cache_memory_bytes=1 << 30)
+    assert p.num_blocks == (1 << 30) // (6 * 544 * 2048)  # by hand: 6 pages of 544 x 2048 B
+    small = p.with_num_blocks(4)
+    assert (small.num_blocks, small.block_size, small.inputs["kv_cache_memory_bytes"]) == (4, 544, None)
+    kv = p.allocate(num_blocks=4)
+    attn = "language_model.model.layers.3.self_attn.attn"
+    assert kv[attn].shape[0] == 4
+    assert kv[attn].untyped_storage().nbytes() == 4 * 6 * 544 * 2048
+
+
+def test_cli_plan_takes_gpu_memory_utilization(capsys):
+    import json
+
+    from kvexplore.cli import main
+
+    assert main(["plan", QWEN, "--gpu", "A100", "--gpu-memory-utilization", "0.5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    half = kvexplore.plan(QWEN, gpu="A100", gpu_memory_utilization=0.5)
+    assert out["num_blocks"] == half.num_blocks < kvexplore.plan(QWEN, gpu="A100").num_blocks
+    assert out["kv_cache_memory_bytes"] == half.kv_cache_memory_bytes

@@ -41,7 +41,7 @@ from kvexplore.planning.gpus import DEFAULT_GPU, gpus
 from kvexplore.planning.inputs import MAMBA_CACHE_MODES, MODEL_DTYPES
 from kvexplore.planning.models import DEFAULT_MODEL, catalog_names
 from kvexplore.planning.planner import plan as make_plan
-from kvexplore.registration import REGISTRATIONS
+from kvexplore.registration import REGISTRATIONS, backing_bytes
 from kvexplore.rendering import editing, figures, html, layouts
 
 #: Controls and their defaults ("auto" = let vLLM choose).
@@ -328,11 +328,11 @@ class ExplorerState:
             raise KVExploreError(f"no plan to allocate: {self.error}")
         p = self.plan
         if p.sized_by_profile:
-            p = p.replace(num_blocks=LIVE_BLOCKS)
+            p = p.with_num_blocks(LIVE_BLOCKS)
         registration = self.controls["registration"]
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        total = max((t.offset + t.size for t in p.tensors), default=0)
+        total = backing_bytes(p)
         if str(device).startswith("cpu") and total > MAX_CPU_ALLOCATION:
             raise KVExploreError(
                 f"the KV cache of this plan is {total:,} B; the live panel allocates at most "

@@ -242,6 +242,11 @@ class Plan(Displayable):
         """A new plan with some inputs changed (``plan(**inputs | changes)``)."""
         return plan(self.model, **{**self.inputs, **changes})
 
+    def with_num_blocks(self, num_blocks: int) -> Plan:
+        """The same layout with ``num_blocks`` blocks (``--num-gpu-blocks-override``;
+        a given ``kv_cache_memory_bytes`` no longer applies)."""
+        return self.replace(num_blocks=num_blocks, kv_cache_memory_bytes=None)
+
     @property
     def sized_by_profile(self) -> bool:
         """True when neither ``num_blocks`` nor ``kv_cache_memory_bytes`` was
@@ -295,7 +300,7 @@ class Plan(Displayable):
         if not self.tensors:
             return 0
         if not self.num_blocks:
-            return self.replace(num_blocks=1, kv_cache_memory_bytes=None).bytes_per_block
+            return self.with_num_blocks(1).bytes_per_block
         return self.tensors[0].size // self.num_blocks
 
     @property

@@ -263,7 +263,7 @@ def page_layout(
         why = plan.admission.message if plan.admission else "no KV cache memory"
         notes += (f"no blocks: vLLM 0.33 would not start ({why}); drawn: one block of the "
                   "same layout",)
-        plan = plan.replace(num_blocks=1, kv_cache_memory_bytes=None)
+        plan = plan.with_num_blocks(1)
     num_blocks = plan.num_blocks
     if isinstance(block, bool) or not isinstance(block, int) or not 0 <= block < num_blocks:
         raise KVExploreError(

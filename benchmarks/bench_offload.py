@@ -1,4 +1,4 @@
-"""Benchmark: a 10,000-row offloading sweep over one hybrid model (issue 4).
+"""Benchmark: a 10,000-row offloading sweep over one hybrid model.
 
 Times, in one run (medians over ``--repeats``):
 

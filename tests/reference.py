@@ -2,8 +2,8 @@
 
 This is deliberately *not* the planner: it builds a fresh
 ``vllm.config.ModelConfig`` from a config directory every call, puts it with a
-fresh ``CacheConfig`` / ``ParallelConfig`` into a stand-in ``VllmConfig`` (GUIDE
-section 5), runs ``VllmConfig.try_verify_and_update_config`` and then
+fresh ``CacheConfig`` / ``ParallelConfig`` into a stand-in ``VllmConfig`` (the
+fields the block-size hooks read), runs ``VllmConfig.try_verify_and_update_config`` and then
 ``Platform.update_block_size_for_backend`` with ``_find_non_ssm_backends``
 patched (``unittest.mock``) to return the backend.  What it returns is what
 vLLM 0.33 computes; the planner must agree with it.

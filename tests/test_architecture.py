@@ -122,3 +122,28 @@ def test_no_import_cycles_between_modules():
     for m in graph:
         if m not in state:
             visit(m)
+
+
+#: Names of working papers that are not part of this repository; code, tests,
+#: benchmarks, notebooks and docs must not send a reader to them.
+OUTSIDE_REFERENCES = (
+    r"\bGUIDE\b",
+    r"\b" + "seed" + r" 00\d\b",
+    r"\(" + "issue" + r" \d+\)",
+    r"\bsee " + "issue" + r" \d+",
+)
+
+
+def test_the_repository_stands_on_its_own():
+    import re
+
+    repo = ROOT.parent
+    pattern = re.compile("|".join(OUTSIDE_REFERENCES), re.IGNORECASE)
+    files = [p for d in ("kvexplore", "tests", "benchmarks", "notebooks", "scripts")
+             for p in (repo / d).rglob("*") if p.suffix in (".py", ".ipynb", ".md", ".sh", ".cfg")]
+    files.append(repo / "README.md")
+    hits = [f"{p.relative_to(repo)}:{n}: {line.strip()[:80]}"
+            for p in files for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
+            if pattern.search(line)]
+    assert len(files) > 50
+    assert hits == []

@@ -50,7 +50,7 @@ def test_registry_order_and_names():
     ]
 
 
-def test_qwen_unified_reproduces_guide_numbers(qwen_unified):
+def test_qwen_unified_registration_by_hand(qwen_unified):
     cfg, caches = qwen_unified
     gdn, attn = caches["model.layers.0.0"], caches["model.layers.3.0"]
     assert (tuple(gdn.shape), gdn.stride(), gdn.dtype) == (

@@ -1,8 +1,9 @@
 """Integration: every bundled model, both registrations, TP 1 and 4.
 
-Validation verdicts follow seed 000 (checked against an independent reading
-of each group's specs); every accepted model round-trips byte-exactly on all
-layers through the edited views.
+Validation verdicts follow LMCache 0.5.6's ``validate_kv_cache_groups``
+(checked against an independent reading of each group's specs); every
+accepted model round-trips byte-exactly on all layers through the edited
+views.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The planner against the worked example (GUIDE section 4) and vLLM's objects."""
+"""The planner against Qwen3.5-0.8B counted by hand from its config, and vLLM's objects."""
 
 import dataclasses
 
@@ -54,7 +54,7 @@ def test_tp4_gives_272():
 
 
 def test_without_hook_the_answer_would_be_288():
-    # The trap in GUIDE section 4: a bf16 SSM state gives 288.
+    # A bf16 SSM state halves the state page: block 288 instead of the fp32 544.
     p = plan(QWEN, mamba_ssm_cache_dtype="bfloat16", gpu="A100")
     assert p.block_size == 288
 
@@ -100,7 +100,7 @@ def test_plan_is_frozen_and_replace_makes_a_new_plan():
 
 def test_memory_budget_gives_num_blocks():
     p = plan(QWEN, kv_cache_memory_bytes=8 << 30, max_model_len=4096, gpu="A100")
-    # by hand (GUIDE section 4): a block id costs one 1,114,112-byte page in each
+    # by hand from the config: a block id costs one 1,114,112-byte page in each
     # of the 6 layers of a group's tensor: 6,684,672 B; 8 GiB // 6,684,672 = 1285
     assert p.bytes_per_block == 6_684_672
     assert p.num_blocks == 1285

@@ -161,7 +161,7 @@ def test_qwen35_state_dtypes_follow_the_hf_config(gpu):
     [("A100", 1, 544, 0), ("H100", 1, 576, 1), ("H200", 1, 576, 1), ("A100", 4, 272, 0)],
 )
 def test_worked_example(gpu, tp, block, checkpoints):
-    """GUIDE section 4: the block size depends on the GPU's GDN prefill kernel."""
+    """Qwen3.5-0.8B by hand: the block size depends on the GPU's GDN prefill kernel."""
     p = kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu=gpu, tensor_parallel_size=tp)
     assert p.block_size == block
     # hand arithmetic: page 16*128*128*4 + 3*(2*16*128 + 16*128)*2 at TP 1

@@ -80,7 +80,7 @@ def test_backends_match_vllm(backend, block_size):
 
 
 def test_groups_and_tensors_by_hand():
-    """GUIDE section 4, by hand: 4 groups of 6 layers; every tensor holds
+    """Qwen3.5-0.8B by hand: 4 groups of 6 layers; every tensor holds
     64 blocks x 1,114,112 B x 6 layers at offset 0; layers 64 pages apart."""
     p = kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="A100", num_blocks=64)
     cfg = p.kv_cache_config

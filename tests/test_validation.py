@@ -1,4 +1,4 @@
-"""Validation verdicts exactly as seed 000 defines them."""
+"""Validation verdicts exactly as LMCache 0.5.6's ``validate_kv_cache_groups`` gives them."""
 
 from __future__ import annotations
 

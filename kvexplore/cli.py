@@ -5,7 +5,7 @@
     kvexplore plan MODEL [--gpu G --tp N --dcp N --block-size N --kv-cache-dtype D --backend B --json]
     kvexplore offload MODEL [--tp N --dcp N --extra JSON --pipeline-parallel-size N ... --json]
     kvexplore sweep MODEL --tp 1,2,4,8 [--dcp 1,2 --block-size none,64 --nnodes-within-dp 1,2 --csv out.csv]
-    kvexplore capacity MODEL [--gpu G --gpu-memory-utilization 0.9 --max-model-len N --cpu-bytes-to-use N --json]
+    kvexplore capacity MODEL [--gpu G --gpu-memory-utilization 0.9 --max-model-len N --weight-bytes N --cpu-bytes-to-use N --extra JSON --json]
 
 ``--gpu`` names the GPU (default H100); the other flags are vLLM's engine
 arguments and the fields of ``OffloadOptions``.  ``--verbose`` shows vLLM's
@@ -59,6 +59,9 @@ def _add_plan_args(p: argparse.ArgumentParser, *, lists: bool = False) -> None:
                    help="share of the card vLLM takes (default 0.92) when neither --num-blocks "
                         "nor --kv-cache-memory-bytes is given")
     p.add_argument("--kv-cache-layout", dest="kv_cache_layout", default=None)
+    p.add_argument("--max-num-batched-tokens", dest="max_num_batched_tokens", type=kind, default=None,
+                   help="tokens of the dummy run vLLM's memory profile measures")
+    p.add_argument("--max-num-seqs", dest="max_num_seqs", type=kind, default=None)
     p.add_argument("--no-enable-prefix-caching", dest="enable_prefix_caching", action="store_false", default=None)
     if not lists:
         p.add_argument("--speculative-config", "-sc", dest="speculative_config", type=_json_object, default=None,
@@ -70,7 +73,7 @@ _PLAN_KEYS = (
     "kv_cache_dtype", "attention_backend", "mamba_cache_mode", "mamba_ssm_cache_dtype",
     "max_model_len", "num_blocks", "kv_cache_memory_bytes", "gpu_memory_utilization",
     "enable_prefix_caching",
-    "kv_cache_layout", "speculative_config",
+    "kv_cache_layout", "speculative_config", "max_num_batched_tokens", "max_num_seqs",
 )
 
 
@@ -146,6 +149,8 @@ _CONVERT = {
     "decode_context_parallel_size": int,
     "block_size": _block_size,
     "gpu_memory_utilization": float,
+    "max_num_batched_tokens": int,
+    "max_num_seqs": int,
     **{name: functools.partial(_option_value, name) for name in _OPTION_TYPES if name != "extra_config"},
 }
 
@@ -239,7 +244,8 @@ def cmd_sweep(ns) -> None:
 
 #: ``capacity`` byte counts the command line takes, with their help.
 _CAPACITY_BYTES = {
-    "total_memory_bytes": "the card's torch.cuda.mem_get_info() total (default: nominal memory, an estimate)",
+    "total_memory_bytes": "the card's torch.cuda.mem_get_info() total (default: the GPU table's reading)",
+    "weight_bytes": "the loaded weights per rank (default: the model's parameters and buffers)",
     "activation_peak_bytes": None,
     "non_torch_bytes": None,
     "cudagraph_bytes": None,
@@ -249,6 +255,8 @@ _CAPACITY_BYTES = {
 
 def cmd_capacity(ns) -> None:
     kwargs = _kwargs(ns, (*_PLAN_KEYS, *_CAPACITY_BYTES))
+    if ns.offload_extra_config is not None:
+        kwargs["offload_extra_config"] = _extra(ns.offload_extra_config)
     r = capacity(ns.model, **kwargs)
     lengths = _split(ns.prompt_tokens, int) if ns.prompt_tokens else []
     for n in lengths:
@@ -303,6 +311,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_plan_args(k)
     for key, help_text in _CAPACITY_BYTES.items():
         k.add_argument("--" + key.replace("_", "-"), dest=key, type=int, default=None, help=help_text)
+    k.add_argument("--extra", dest="offload_extra_config", default=None,
+                   help="kv_connector_extra_config of the CPU tier: a JSON object")
     k.add_argument("--prompt-tokens", dest="prompt_tokens", default=None,
                    help="comma-separated prompt lengths: tokens a repeat reuses")
     _finish(k, cmd_capacity)

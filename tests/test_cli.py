@@ -87,3 +87,47 @@ def test_every_subcommand_takes_verbose():
         argv = [command] if command in ("catalog", "gpus") else [command, "m"]
         assert parser.parse_args([*argv, "--verbose"]).verbose is True
         assert parser.parse_args(argv).verbose is False
+
+
+def _dests(command: str) -> set[str]:
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    return {a.dest for a in sub.choices[command]._actions}
+
+
+@pytest.mark.parametrize("command", ["plan", "offload", "sweep", "capacity"])
+def test_every_plan_keyword_has_a_flag(command):
+    import inspect
+
+    import kvexplore
+
+    wanted = set(inspect.signature(kvexplore.plan).parameters)
+    if command == "sweep":
+        wanted.discard("speculative_config")  # a JSON object per run, not an axis
+    if command == "capacity":
+        wanted |= set(inspect.signature(kvexplore.capacity).parameters) - {"plan_kwargs"}
+    if command in ("offload", "sweep"):
+        wanted |= set(kvexplore.OffloadOptions.names())
+    assert wanted - _dests(command) == set()
+
+
+def test_memory_profile_flags_reach_the_plan(capsys):
+    import kvexplore
+
+    args = ["plan", "Qwen/Qwen3.5-0.8B", "--gpu", "A100", "--max-num-batched-tokens", "2048",
+            "--max-num-seqs", "64", "--json"]
+    assert main(args) == 0
+    data = json.loads(capsys.readouterr().out)
+    small = kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="A100", max_num_batched_tokens=2048, max_num_seqs=64)
+    default = kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="A100")
+    assert data["kv_cache_memory_bytes"] == small.kv_cache_memory_bytes
+    assert small.kv_cache_memory_bytes != default.kv_cache_memory_bytes
+
+
+def test_capacity_weight_bytes_and_extra(capsys):
+    args = ["capacity", "Qwen/Qwen3.5-0.8B", "--gpu", "A100", "--weight-bytes", str(4 << 30),
+            "--cpu-bytes-to-use", str(8 << 30), "--extra", '{"block_size": 1088}', "--json"]
+    assert main(args) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["weight_bytes"] == 4 << 30
+    # the offloaded block of 1,088 tokens is two 544-token GPU blocks
+    assert (data["host"]["blocks_per_chunk"], data["host"]["span_tokens"]) == (2, 1088)

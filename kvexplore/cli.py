@@ -5,7 +5,7 @@
     kvexplore plan MODEL [--gpu G --tp N --dcp N --block-size N --kv-cache-dtype D --backend B --json]
     kvexplore offload MODEL [--tp N --dcp N --extra JSON --pipeline-parallel-size N ... --json]
     kvexplore sweep MODEL --tp 1,2,4,8 [--dcp 1,2 --block-size none,64 --nnodes-within-dp 1,2 --csv out.csv]
-    kvexplore capacity MODEL [--gpu G --gpu-memory-utilization 0.9 --max-model-len N --weight-bytes N --cpu-bytes-to-use N --extra JSON --json]
+    kvexplore capacity MODEL [--gpu G --gpu-memory-utilization 0.92 --max-model-len N --weight-bytes N --cpu-bytes-to-use N --extra JSON --json]
 
 ``--gpu`` names the GPU (default H100); the other flags are vLLM's engine
 arguments and the fields of ``OffloadOptions``.  ``--verbose`` shows vLLM's

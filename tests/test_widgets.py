@@ -335,3 +335,17 @@ def test_compare_refuses_what_is_not_controls():
         kvexplore.compare(p, gpu="H100")
     with pytest.raises(KVExploreError, match="b_controls is a list"):
         kvexplore.compare({"model": "Qwen/Qwen3.5-0.8B"}, ["gpu", "H100"])
+
+
+def test_status_warns_when_vllm_would_not_start():
+    # Llama-3.1-8B's 128 KiB per token for 131,072 tokens is 16 GiB; a 24 GB card
+    # holds ~16 GB of weights, which leaves far less for the cache
+    s = ExplorerState("meta-llama/Llama-3.1-8B-Instruct", gpu="RTX 4090")
+    p = s.plan
+    assert p.bytes_per_token == 32 * 2 * 8 * 128 * 2 and p.max_model_len == 131072
+    assert not p.admission.ok and s.error is None
+    status = s.panels["status"]
+    assert "refused by vLLM 0.33 at start-up" in status.text
+    assert p.admission.message in status.text and "warning" in status.html
+    s.set(gpu="H100")
+    assert s.plan.admission.ok and "refused" not in s.panels["status"].text

@@ -250,6 +250,9 @@ class ExplorerState:
             new["live"] = _LIVE_IDLE
         if self.error:
             new["status"] = _message_panel("status", self.error)
+        elif p.admission is not None and not p.admission.ok:
+            text = f"{p!r}\n{p.admission.text()}"
+            new["status"] = Panel("status", text, html.message_html(text, "warning"))
         else:
             new["status"] = Panel("status", f"{p!r}", html.message_html(f"{p!r}", "info"))
         return self._commit(before, new)

@@ -45,6 +45,8 @@ CUDA_GATED_DECISIONS = (
 CUDA_GATED_MODULES = (
     "vllm.model_executor.layers.fused_moe",
     "vllm.model_executor.kernels",
+    # is_fp4_marlin_supported: the W4A16 Marlin kernel NVFP4 / MXFP4 layers use below SM 10.0
+    "vllm.model_executor.layers.quantization.utils.marlin_utils_fp4",
 )
 
 _LOCK = threading.RLock()

@@ -290,3 +290,44 @@ def test_speculative_tokens_add_mamba_state_slots():
         assert p.replace(num_blocks=4).layer_specs == p.layer_specs
     with pytest.raises(kvexplore.KVExploreError, match="speculative_config"):
         kvexplore.plan("Qwen/Qwen3.5-0.8B", speculative_config="mtp")
+
+
+LLAMA_1B = "meta-llama/Llama-3.2-1B-Instruct"
+
+
+def _llama_1b_config() -> dict:
+    import json
+
+    return json.loads((load_model_config(LLAMA_1B).config_dir / "config.json").read_text())
+
+
+def test_w4a16_nvfp4_plans_on_an_a100():
+    # vLLM serves W4A16 NVFP4 below SM 10.0 with the Marlin kernel
+    # (is_fp4_marlin_supported: CUDA and SM >= 7.5)
+    cfg = _llama_1b_config()
+    cfg["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "W4A16_NVFP4",
+                                  "group_size": 16, "kv_cache_quant_algo": None,
+                                  "exclude_modules": ["lm_head"]}
+    p = kvexplore.plan(cfg, gpu="A100", num_blocks=16)
+    bf16 = kvexplore.plan(LLAMA_1B, gpu="A100", num_blocks=16)
+    # the KV cache is not quantized: 16 tokens x 16 layers x (K, V) x 8 heads x 64 x 2 B
+    assert p.bytes_per_block == bf16.bytes_per_block == 16 * 16 * 2 * 8 * 64 * 2
+    assert p.model_config.quantization == "modelopt_fp4"
+    assert p.loaded_weight_bytes < bf16.loaded_weight_bytes / 2  # 4-bit linear weights
+
+
+def test_hf_quant_config_beside_config_json_is_read(tmp_path):
+    # vLLM reads hf_quant_config.json when config.json has no quantization_config
+    # (transformers_utils/config.py); kv_cache_quant_algo FP8 makes 'auto' an fp8 cache
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps(_llama_1b_config()))
+    bare = kvexplore.plan(str(tmp_path), gpu="H100", num_blocks=16)
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps({
+        "producer": {"name": "modelopt", "version": "0.27.0"},
+        "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8",
+                         "exclude_modules": ["lm_head"]}}))
+    p = kvexplore.plan(str(tmp_path), gpu="H100", num_blocks=16)
+    assert (bare.kv_cache_dtype, bare.bytes_per_block) == ("auto", 16 * 16 * 2 * 8 * 64 * 2)
+    assert p.model_config.quantization == "modelopt"
+    assert p.kv_cache_dtype.startswith("fp8") and p.bytes_per_block == 16 * 16 * 2 * 8 * 64 * 1

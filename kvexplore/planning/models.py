@@ -167,27 +167,45 @@ def _remove_on_sigterm() -> None:
 _remove_on_sigterm()
 
 
-def _materialise(name: str, config: dict[str, Any]) -> ModelSource:
-    """A :class:`ModelSource` for ``config``, its ``config.json`` written once
-    per content digest."""
+#: The file vLLM reads the quantization config from when ``config.json`` has
+#: none (``transformers_utils/config.py: get_config``; ModelOpt 0.29 and older).
+QUANT_CONFIG_FILE = "hf_quant_config.json"
+
+
+def _materialise(name: str, config: dict[str, Any], quant_config: dict | None = None) -> ModelSource:
+    """A :class:`ModelSource` for ``config`` (and the checkpoint's
+    :data:`QUANT_CONFIG_FILE`, if any), written once per content digest."""
     text = json.dumps(config, sort_keys=True, allow_nan=True)
+    if quant_config is not None:
+        text += json.dumps(quant_config, sort_keys=True, allow_nan=True)
     digest = hashlib.sha256(text.encode()).hexdigest()
     d = _tmp_root() / digest[:32]
+    files = ({QUANT_CONFIG_FILE: quant_config} if quant_config else {}) | {"config.json": config}
     with _TMP_LOCK:
         if not (d / "config.json").is_file():
             d.mkdir(parents=True, exist_ok=True)
-            staged = d / f"config.json.{threading.get_ident()}"
-            staged.write_text(json.dumps(config, indent=1, allow_nan=True))
-            staged.replace(d / "config.json")
+            for file, data in files.items():  # config.json last: its presence means complete
+                staged = d / f"{file}.{threading.get_ident()}"
+                staged.write_text(json.dumps(data, indent=1, allow_nan=True))
+                staged.replace(d / file)
     return ModelSource(name=name, digest=digest, config_dir=d, _text=text)
+
+
+def _quant_config_beside(path: Path, config: Mapping[str, Any]) -> dict | None:
+    """The :data:`QUANT_CONFIG_FILE` next to ``path`` that vLLM would read:
+    only when ``config`` has no ``quantization_config``."""
+    beside = path.with_name(QUANT_CONFIG_FILE)
+    if "quantization_config" in config or not beside.is_file():
+        return None
+    return _read_config(beside, str(beside))
 
 
 def load_model_config(source: Any) -> ModelSource:
     """Load a model config from any of the forms users have at hand.
 
     ``source`` may be: a catalog id (``"Qwen/Qwen3.5-0.8B"``, see
-    :func:`catalog`); a path to a ``config.json`` or to a directory holding one;
-    a ``dict``; a ``transformers.PretrainedConfig``; or an existing
+    :func:`catalog`); a path to a ``config.json`` or to a directory holding one
+    (with the :data:`QUANT_CONFIG_FILE` beside it, as vLLM reads it); a ``dict``; a ``transformers.PretrainedConfig``; or an existing
     :class:`ModelSource` (returned as is).  A hub id that is not bundled is
     fetched with ``huggingface_hub`` when online.
 
@@ -225,7 +243,7 @@ def load_model_config(source: Any) -> ModelSource:
     if path.is_file():
         config = _read_config(path, str(path))
         _check_transformers_format(config, str(path))
-        return _materialise(source, config)
+        return _materialise(source, config, _quant_config_beside(path, config))
     if _looks_like_path(source):
         raise KVExploreError(
             f"config path {source!r} does not exist; expected a config.json "
@@ -284,7 +302,8 @@ def _hub_reachable(timeout: float = 2.0) -> str | None:
 
 
 def _from_hub(repo_id: str, files: Mapping[str, Path]) -> ModelSource:
-    """``config.json`` of a hub repository: the local hub cache, else the hub."""
+    """``config.json`` of a hub repository: the local hub cache, else the hub
+    (with a :data:`QUANT_CONFIG_FILE` already in the same cached snapshot)."""
     from huggingface_hub import hf_hub_download
 
     close = difflib.get_close_matches(repo_id, list(files), n=3, cutoff=0.4)
@@ -306,7 +325,7 @@ def _from_hub(repo_id: str, files: Mapping[str, Path]) -> ModelSource:
             ) from None
     config = _read_config(Path(local), local)
     _check_transformers_format(config, f"hub config of {repo_id}")
-    return _materialise(repo_id, config)
+    return _materialise(repo_id, config, _quant_config_beside(Path(local), config))
 
 
 #: Kinds of KV-cache-bearing layers the planner knows.

@@ -331,3 +331,5 @@ def test_hf_quant_config_beside_config_json_is_read(tmp_path):
     assert (bare.kv_cache_dtype, bare.bytes_per_block) == ("auto", 16 * 16 * 2 * 8 * 64 * 2)
     assert p.model_config.quantization == "modelopt"
     assert p.kv_cache_dtype.startswith("fp8") and p.bytes_per_block == 16 * 16 * 2 * 8 * 64 * 1
+    assert p.model.config == bare.model.config and p.model.digest != bare.model.digest
+    assert "LlamaForCausalLM" in p.text()

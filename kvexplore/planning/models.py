@@ -100,8 +100,9 @@ class ModelSource:
     """One model config, ready for planning; hashable by its content.
 
     ``name`` is what the user asked for (catalog id, path, hub id or
-    ``"<dict>"``); ``digest`` the SHA-256 of the config's canonical JSON;
-    ``config_dir`` holds the ``config.json`` vLLM reads.
+    ``"<dict>"``); ``digest`` the SHA-256 of the config's canonical JSON
+    (and of its :data:`QUANT_CONFIG_FILE`, if any); ``config_dir`` holds the
+    files vLLM reads.
     """
 
     name: str
@@ -176,15 +177,17 @@ def _materialise(name: str, config: dict[str, Any], quant_config: dict | None = 
     """A :class:`ModelSource` for ``config`` (and the checkpoint's
     :data:`QUANT_CONFIG_FILE`, if any), written once per content digest."""
     text = json.dumps(config, sort_keys=True, allow_nan=True)
+    files = {"config.json": config}
+    content = text
     if quant_config is not None:
-        text += json.dumps(quant_config, sort_keys=True, allow_nan=True)
-    digest = hashlib.sha256(text.encode()).hexdigest()
+        files = {QUANT_CONFIG_FILE: quant_config, **files}  # config.json written last
+        content += json.dumps(quant_config, sort_keys=True, allow_nan=True)
+    digest = hashlib.sha256(content.encode()).hexdigest()
     d = _tmp_root() / digest[:32]
-    files = ({QUANT_CONFIG_FILE: quant_config} if quant_config else {}) | {"config.json": config}
     with _TMP_LOCK:
         if not (d / "config.json").is_file():
             d.mkdir(parents=True, exist_ok=True)
-            for file, data in files.items():  # config.json last: its presence means complete
+            for file, data in files.items():  # config.json's presence means complete
                 staged = d / f"{file}.{threading.get_ident()}"
                 staged.write_text(json.dumps(data, indent=1, allow_nan=True))
                 staged.replace(d / file)
@@ -195,7 +198,7 @@ def _quant_config_beside(path: Path, config: Mapping[str, Any]) -> dict | None:
     """The :data:`QUANT_CONFIG_FILE` next to ``path`` that vLLM would read:
     only when ``config`` has no ``quantization_config``."""
     beside = path.with_name(QUANT_CONFIG_FILE)
-    if "quantization_config" in config or not beside.is_file():
+    if config.get("quantization_config") is not None or not beside.is_file():
         return None
     return _read_config(beside, str(beside))
 
@@ -205,7 +208,8 @@ def load_model_config(source: Any) -> ModelSource:
 
     ``source`` may be: a catalog id (``"Qwen/Qwen3.5-0.8B"``, see
     :func:`catalog`); a path to a ``config.json`` or to a directory holding one
-    (with the :data:`QUANT_CONFIG_FILE` beside it, as vLLM reads it); a ``dict``; a ``transformers.PretrainedConfig``; or an existing
+    (with the :data:`QUANT_CONFIG_FILE` beside it, as vLLM reads it); a
+    ``dict``; a ``transformers.PretrainedConfig``; or an existing
     :class:`ModelSource` (returned as is).  A hub id that is not bundled is
     fetched with ``huggingface_hub`` when online.
 

@@ -1,9 +1,10 @@
 """vLLM's start-up admission check, kept as a verdict instead of an error.
 
 :func:`kv_cache_config_with_admission` runs the engine core's
-``get_kv_cache_configs`` (``vllm/v1/core/kv_cache_planning.py``) and keeps the
-verdict of its ``_check_enough_kv_cache_memory`` as an :class:`Admission`, so
-a plan that vLLM would refuse still shows its layout, with vLLM's own message.
+``get_kv_cache_configs`` (``vllm/v1/core/kv_cache_planning.py``; before that
+module existed, ``vllm/v1/core/kv_cache_utils.py``) and keeps the verdict of
+its ``_check_enough_kv_cache_memory`` as an :class:`Admission`, so a plan that
+vLLM would refuse still shows its layout, with vLLM's own message.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from kvexplore.planning import release
 from kvexplore.planning.emulation import emulate, patch_attributes
 
 
@@ -26,7 +28,8 @@ class Admission:
     ``estimated_max_model_len`` the estimate that message quotes
     (``_estimate_max_model_len_from_groups``, a binary search run on first
     access). ``auto_fit_from`` is the model's length when
-    ``max_model_len=-1`` made vLLM shrink it to fit.
+    ``max_model_len=-1`` made vLLM shrink it to fit.  ``release`` names the
+    vLLM release whose check gave the verdict.
     """
 
     ok: bool
@@ -34,6 +37,8 @@ class Admission:
     needed_bytes: int
     available_bytes: int
     auto_fit_from: int | None = None
+    release: str = ""
+    _extra: tuple = field(default=(), repr=False, compare=False)
     _estimate: Any = field(default=None, repr=False, compare=False)
     _check: Any = field(default=None, repr=False, compare=False)
 
@@ -52,7 +57,7 @@ class Admission:
         try:
             self._check(
                 self.available_bytes, lambda: self.needed_bytes, self.max_model_len,
-                lambda _available: estimate,
+                lambda _available: estimate, *self._extra,
             )
         except ValueError as exc:
             return " ".join(str(exc).split())
@@ -64,6 +69,7 @@ class Admission:
             "needed_bytes": self.needed_bytes, "available_bytes": self.available_bytes,
             "estimated_max_model_len": self.estimated_max_model_len,
             "auto_fit_from": self.auto_fit_from, "message": self.message,
+            "release": self.release,
         }
 
     def text(self) -> str:
@@ -75,7 +81,7 @@ class Admission:
             if self.auto_fit_from is not None:
                 out += f" (auto-fit reduced max_model_len from {self.auto_fit_from:,})"
             return out
-        return f"refused by vLLM 0.33 at start-up: {self.message}"
+        return f"refused by {self.release} at start-up: {self.message}"
 
 
 def kv_cache_config_with_admission(vc, built, kv_cache_memory_bytes: int | None):
@@ -84,18 +90,18 @@ def kv_cache_config_with_admission(vc, built, kv_cache_memory_bytes: int | None)
     (:class:`Admission`) instead of raising it.  Without
     ``kv_cache_memory_bytes`` the config's ``num_gpu_blocks_override``
     decides the block count.  Returns ``(KVCacheConfig, Admission | None)``."""
-    from vllm.v1.core import kv_cache_planning as kcp
-
+    kcp = release.kv_cache_planning()
     seen: list[Admission] = []
     original = kcp._check_enough_kv_cache_memory
     before = vc.model_config.max_model_len
 
-    def check(available, get_needed, max_model_len, estimate):
+    def check(available, get_needed, max_model_len, estimate, *extra):
         needed = get_needed()
         seen.append(
             Admission(
                 ok=needed <= available and available > 0, max_model_len=max_model_len,
                 needed_bytes=needed, available_bytes=available,
+                release=release.release_name(), _extra=extra,
                 _estimate=estimate, _check=original,
             )
         )
@@ -105,7 +111,7 @@ def kv_cache_config_with_admission(vc, built, kv_cache_memory_bytes: int | None)
     with emulate(built.gpu, meta_tensors=False), patch_attributes(
         [(kcp, "_check_enough_kv_cache_memory", check)]
     ):
-        cfg = kcp.get_kv_cache_configs(vc, [specs], [memory], list(built.groups))[0]
+        cfg = release.kv_cache_config(vc, specs, memory, built.groups)
     cfg.kv_cache_layout = vc.cache_config.kv_cache_layout
     admission = seen[0] if seen else None
     if admission is not None and vc.model_config.max_model_len != before:

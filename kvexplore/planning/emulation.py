@@ -26,6 +26,7 @@ from collections.abc import Iterator
 import torch
 from torch.overrides import TorchFunctionMode
 
+from kvexplore.planning import release
 from kvexplore.planning.gpus import GPU
 
 #: ``module:function`` of the vLLM functions whose ``current_platform.is_cuda()``
@@ -234,7 +235,6 @@ def emulate(gpu: GPU, *, meta_tensors: bool = True) -> Iterator[None]:
     """Run the enclosed vLLM code as vLLM 0.33 runs on ``gpu``; re-entrant, one
     GPU at a time.  ``meta_tensors=False`` leaves tensors placed on ``cuda``
     alone (for code that builds no layer)."""
-    import vllm.config.vllm as config_vllm
     import vllm.platforms as platforms
 
     with _LOCK:
@@ -244,7 +244,7 @@ def emulate(gpu: GPU, *, meta_tensors: bool = True) -> Iterator[None]:
         pairs = [
             (cls, "gpu", gpu),
             (platform, "__class__", cls),
-            (config_vllm, "HAS_TRITON", True),
+            *((module, flag, True) for module, flag in release.triton_flags()),
         ]
         fai = _flash_attn_interface()
         if fai is not None:

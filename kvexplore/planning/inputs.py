@@ -163,7 +163,7 @@ def plan_request(**kwargs: Any) -> tuple[tuple[str, Any], ...]:
         raise KVExploreError(
             f"unknown plan() keyword(s) {unknown}; expected {list(PLAN_DEFAULTS)}"
         )
-    from vllm.config.cache import KV_CACHE_DTYPES
+    from kvexplore.planning.release import kv_cache_dtypes
 
     r = {**PLAN_DEFAULTS, **kwargs}
     if r["attention_backend"] is not None:
@@ -177,7 +177,7 @@ def plan_request(**kwargs: Any) -> tuple[tuple[str, Any], ...]:
         ),
         "block_size": as_int("block_size", r["block_size"], allow_none=True),
         "dtype": as_choice("dtype", r["dtype"], MODEL_DTYPES),
-        "kv_cache_dtype": as_choice("kv_cache_dtype", r["kv_cache_dtype"], KV_CACHE_DTYPES),
+        "kv_cache_dtype": as_choice("kv_cache_dtype", r["kv_cache_dtype"], kv_cache_dtypes()),
         "enable_prefix_caching": _bool_or_none("enable_prefix_caching",
                                                r["enable_prefix_caching"]),
         "mamba_cache_mode": as_choice("mamba_cache_mode", r["mamba_cache_mode"],

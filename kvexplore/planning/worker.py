@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from kvexplore.layout import FrozenDict
+from kvexplore.planning import release
 from kvexplore.planning.drafter import Drafter, build_drafter, draft_specs
 from kvexplore.planning.emulation import emulate, patch_attributes
 from kvexplore.planning.gpus import GPU
@@ -54,7 +55,7 @@ class BuiltModel:
     layer_specs: FrozenDict
     layer_classes: FrozenDict
     backends: FrozenDict
-    groups: tuple
+    groups: tuple | None
     decisions: FrozenDict
     weight_bytes: int
     drafter: Drafter | None = None
@@ -123,16 +124,7 @@ def _runner_specs(vc) -> dict:
     from vllm.config import set_current_vllm_config
 
     with set_current_vllm_config(vc):
-        if vc.use_v2_model_runner:
-            from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
-
-            return get_kv_cache_spec(vc)
-        from types import SimpleNamespace
-
-        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-
-        runner = SimpleNamespace(vllm_config=vc, shared_kv_cache_layers={})
-        return GPUModelRunner.get_kv_cache_spec(runner)
+        return release.runner_kv_cache_spec(vc)
 
 
 def _alignment_recorder(platform, record: dict) -> list:
@@ -150,8 +142,9 @@ def _alignment_recorder(platform, record: dict) -> list:
     return [(cls, "_align_hybrid_block_size", staticmethod(align))]
 
 
-def _resolved_groups(vc, specs: dict, kv_cache_layout: str | None) -> list:
-    """Step 5 of the module docstring: the engine core's layout and groups."""
+def _resolved_groups(vc, specs: dict, kv_cache_layout: str | None) -> list | None:
+    """Step 5 of the module docstring: the engine core's layout and, where the
+    release groups layers before sizing the cache, its global groups."""
     import vllm.envs as envs
     from vllm.distributed.kv_transfer.kv_connector.utils import (
         get_current_attn_backends,
@@ -160,23 +153,18 @@ def _resolved_groups(vc, specs: dict, kv_cache_layout: str | None) -> list:
         get_supported_kv_cache_layouts,
         resolve_kv_cache_layout,
     )
-    from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups
 
     supported = [layout.name for layout in
                  get_supported_kv_cache_layouts(get_current_attn_backends(vc))]
     with patch_attributes([(envs, "VLLM_KV_CACHE_LAYOUT", kv_cache_layout)]):
         resolve_kv_cache_layout(vc, [supported], specs.values())
-    groups = get_global_kv_cache_groups(vc, [specs])
-    vc.adjust_dcp_kv_cache_interleave_size(groups)
-    vc.validate_block_size()
+    groups = release.global_kv_cache_groups(vc, specs)
+    release.finish_groups(vc, groups)
     return groups
 
 
 def _layer_decisions(vc, model, specs: dict, record: dict) -> dict:
     """:attr:`BuiltModel.decisions`."""
-    from vllm.model_executor.layers.mamba.abstract import (
-        get_mamba_prefill_checkpoint_alignment,
-    )
     from vllm.v1.kv_cache_interface import MambaSpec
 
     decisions = {}
@@ -190,7 +178,7 @@ def _layer_decisions(vc, model, specs: dict, record: dict) -> dict:
     decisions.update(record)
     has_mamba = any(isinstance(s, MambaSpec) for s in specs.values())
     decisions["prefill_checkpoint_alignment"] = (
-        get_mamba_prefill_checkpoint_alignment(vc) if has_mamba else None
+        release.prefill_checkpoint_alignment(vc) if has_mamba else None
     )
     return decisions
 
@@ -241,7 +229,7 @@ def build_model(
         layer_specs=FrozenDict(dict(specs)),
         layer_classes=FrozenDict(classes),
         backends=FrozenDict(backends),
-        groups=tuple(groups),
+        groups=None if groups is None else tuple(groups),
         decisions=FrozenDict(decisions),
         weight_bytes=weight_bytes,
         drafter=drafter,

@@ -1,0 +1,243 @@
+"""The installed vLLM release: which one it is, whether kvexplore answers for
+it, and where that release keeps the functions kvexplore runs.
+
+kvexplore plans with the vLLM installed beside it, every answer coming from
+that release's own code.  Releases move functions between modules and change
+their signatures; this module is the one place that finds each function by
+what the installed vLLM has (a module, a function, a parameter, a field),
+never by comparing version strings.  Only :func:`installed_release` reads the
+version, to refuse a release outside :data:`WINDOW` before anything runs.
+
+>>> WINDOW
+('0.31.0', '0.35')
+>>> installed_release().version in WINDOW_RELEASES
+True
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.metadata
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.version import Version
+
+from kvexplore.errors import KVExploreError
+
+#: The releases kvexplore answers for: at least the first, below the second.
+WINDOW = ("0.31.0", "0.35")
+
+#: The releases of the window that kvexplore's per-release tests run.
+WINDOW_RELEASES = ("0.31.0", "0.32.0", "0.33.0", "0.34.0")
+
+#: The window as a pip requirement (``pyproject.toml`` and ``environment.yml``
+#: declare the same).
+REQUIREMENT = f"vllm>={WINDOW[0]},<{WINDOW[1]}"
+
+
+def window_text() -> str:
+    return f"vLLM {WINDOW[0]} up to (not including) {WINDOW[1]}"
+
+
+def in_window(version: str) -> bool:
+    """Whether ``version`` (a PEP 440 string) lies in :data:`WINDOW`."""
+    try:
+        v = Version(version)
+    except ValueError:
+        return False
+    return Version(WINDOW[0]) <= v < Version(WINDOW[1])
+
+
+@dataclass(frozen=True)
+class Release:
+    """The installed vLLM: ``version`` as its package metadata gives it."""
+
+    version: str
+
+    @property
+    def name(self) -> str:
+        """``"vLLM 0.34.0"``: how answers name the release they came from."""
+        return f"vLLM {self.version}"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@functools.cache
+def installed_release() -> Release:
+    """The installed vLLM release, refused with a :class:`KVExploreError`
+    naming it and the window when it lies outside :data:`WINDOW` or is
+    missing."""
+    try:
+        version = importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        raise KVExploreError(
+            f"vLLM is not installed; kvexplore answers for {window_text()} "
+            f"(pip install '{REQUIREMENT}')"
+        ) from None
+    if not in_window(version):
+        raise KVExploreError(
+            f"the installed vLLM is {version}; kvexplore answers for {window_text()} "
+            f"(pip install '{REQUIREMENT}'), never with another release's rules"
+        )
+    return Release(version)
+
+
+def release_name() -> str:
+    """:attr:`Release.name` of the installed release (``"vLLM 0.33.0"``)."""
+    return installed_release().name
+
+
+def _mismatch(what: str) -> KVExploreError:
+    return KVExploreError(
+        f"the installed vLLM {installed_release().version} has no {what}: its internals "
+        f"do not match any release of the window ({window_text()}); reinstall vLLM "
+        f"('{REQUIREMENT}')"
+    )
+
+
+def _first(candidates: tuple[tuple[str, str], ...], what: str):
+    """The first ``(module, name)`` of ``candidates`` the installed vLLM has."""
+    for module, name in candidates:
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            continue
+        if hasattr(mod, name):
+            return mod, getattr(mod, name)
+    raise _mismatch(what)
+
+
+# ---------------------------------------------------------------------------
+# The engine core's KV cache planning
+# ---------------------------------------------------------------------------
+
+
+@functools.cache
+def kv_cache_planning():
+    """The module that holds ``get_kv_cache_configs`` and the admission check
+    ``_check_enough_kv_cache_memory``: ``vllm/v1/core/kv_cache_planning.py``
+    where it exists, else ``vllm/v1/core/kv_cache_utils.py``."""
+    module, _ = _first(
+        (("vllm.v1.core.kv_cache_planning", "get_kv_cache_configs"),
+         ("vllm.v1.core.kv_cache_utils", "get_kv_cache_configs")),
+        "get_kv_cache_configs",
+    )
+    if not hasattr(module, "_check_enough_kv_cache_memory"):
+        raise _mismatch("_check_enough_kv_cache_memory beside get_kv_cache_configs")
+    return module
+
+
+def global_kv_cache_groups(vc, specs: dict) -> list | None:
+    """The engine core's groups for one worker's ``specs``
+    (``get_global_kv_cache_groups``) where the release groups layers before
+    ``get_kv_cache_configs``; ``None`` where ``get_kv_cache_configs`` groups
+    them itself."""
+    fn = getattr(kv_cache_planning(), "get_global_kv_cache_groups", None)
+    return None if fn is None else fn(vc, [specs])
+
+
+def kv_cache_config(vc, specs: dict, memory: int, groups: list | None):
+    """``get_kv_cache_configs`` for one worker, called as the release's engine
+    core calls it (with the global groups where it takes them)."""
+    fn = kv_cache_planning().get_kv_cache_configs
+    if groups is None:
+        return fn(vc, [specs], [memory])[0]
+    return fn(vc, [specs], [memory], list(groups))[0]
+
+
+def finish_groups(vc, groups: list | None) -> None:
+    """What the release's engine core runs on the global groups before memory
+    is profiled (``adjust_dcp_kv_cache_interleave_size``) and what the config
+    checks after (``validate_block_size``), where the release has them."""
+    adjust = getattr(vc, "adjust_dcp_kv_cache_interleave_size", None)
+    if adjust is not None and groups is not None:
+        adjust(groups)
+    validate = getattr(vc, "validate_block_size", None)
+    if validate is not None:
+        validate()
+
+
+# ---------------------------------------------------------------------------
+# The worker
+# ---------------------------------------------------------------------------
+
+
+def runner_kv_cache_spec(vc) -> dict:
+    """The model runner's ``get_kv_cache_spec``: Model Runner V2's
+    (``vllm/v1/worker/gpu/attn_utils.py``) unless the release has the V1
+    runner and the config chooses it (``VllmConfig.use_v2_model_runner``)."""
+    use_v2 = getattr(vc, "use_v2_model_runner", True)
+    if use_v2:
+        _, fn = _first((("vllm.v1.worker.gpu.attn_utils", "get_kv_cache_spec"),),
+                       "Model Runner V2 get_kv_cache_spec")
+        return fn(vc)
+    from types import SimpleNamespace
+
+    _, runner_cls = _first((("vllm.v1.worker.gpu_model_runner", "GPUModelRunner"),),
+                           "GPUModelRunner")
+    runner = SimpleNamespace(vllm_config=vc, shared_kv_cache_layers={})
+    return runner_cls.get_kv_cache_spec(runner)
+
+
+def triton_flags() -> list[tuple[Any, str]]:
+    """``(module, "HAS_TRITON")`` for every module whose flag decides the model
+    runner or a layer's kernel at config time (``vllm/config/vllm.py`` where
+    it imports the flag)."""
+    out = []
+    for name in ("vllm.config.vllm",):
+        mod = importlib.import_module(name)
+        if "HAS_TRITON" in vars(mod):
+            out.append((mod, "HAS_TRITON"))
+    return out
+
+
+def prefill_checkpoint_alignment(vc) -> int | None:
+    """``get_mamba_prefill_checkpoint_alignment`` (``vllm/model_executor/
+    layers/mamba/abstract.py``): the token alignment the built Mamba layers
+    ask of the block size; ``None`` where the release has no such function
+    (its layers ask for none)."""
+    from vllm.model_executor.layers.mamba import abstract
+
+    fn = getattr(abstract, "get_mamba_prefill_checkpoint_alignment", None)
+    return None if fn is None else fn(vc)
+
+
+def kv_cache_dtypes() -> tuple[str, ...]:
+    """The ``--kv-cache-dtype`` choices of the release (``CacheDType``)."""
+    from typing import get_args
+
+    from vllm.config.cache import CacheDType
+
+    return tuple(get_args(CacheDType))
+
+
+def admission_check_arity() -> int:
+    """Positional parameters of the release's ``_check_enough_kv_cache_memory``
+    (4, or 5 where it also takes the ``hint`` its message ends with)."""
+    fn = kv_cache_planning()._check_enough_kv_cache_memory
+    return len(inspect.signature(fn).parameters)
+
+
+__all__ = [
+    "REQUIREMENT",
+    "WINDOW",
+    "WINDOW_RELEASES",
+    "Release",
+    "admission_check_arity",
+    "finish_groups",
+    "global_kv_cache_groups",
+    "in_window",
+    "installed_release",
+    "kv_cache_config",
+    "kv_cache_dtypes",
+    "kv_cache_planning",
+    "prefill_checkpoint_alignment",
+    "release_name",
+    "runner_kv_cache_spec",
+    "triton_flags",
+    "window_text",
+]

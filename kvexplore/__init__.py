@@ -1,4 +1,4 @@
-"""kvexplore: explore how vLLM 0.33 lays out the KV cache of hybrid models.
+"""kvexplore: explore how vLLM lays out the KV cache of hybrid models.
 
 The package follows the pipeline, one subpackage per stage; each imports only
 the stages before it:

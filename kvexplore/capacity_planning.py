@@ -2,7 +2,7 @@
 fit, what a repeated prompt reuses, and what the CPU tier holds.
 
 :func:`capacity` answers for one :class:`~kvexplore.Plan` and a
-``gpu_memory_utilization``, mirroring vLLM 0.33's start-up accounting:
+``gpu_memory_utilization``, mirroring vLLM's start-up accounting:
 
 1. Requested memory (``vllm/v1/worker/utils.py: request_memory``):
    ``ceil(total_memory x gpu_memory_utilization)``.
@@ -57,13 +57,15 @@ from kvexplore.display import Displayable
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import FrozenDict, cdiv, check_int, jsonable
 from kvexplore.memo import per_plan
+from kvexplore.planning import release
 from kvexplore.planning.inputs import as_fraction
 from kvexplore.planning.planner import Plan, plan
 from kvexplore.planning.profile import Term, kv_cache_memory_range
+from kvexplore.planning.release import release_name
 
 
 def profile_estimates(p: Plan) -> dict[str, tuple[int, int, str]]:
-    """``(low, high, source)`` bytes per rank of every term vLLM 0.33's
+    """``(low, high, source)`` bytes per rank of every term vLLM's
     ``determine_available_memory`` subtracts, for plan ``p`` on its GPU
     (:func:`kvexplore.planning.profile.memory_terms`): ``total_memory_bytes``
     (what ``torch.cuda.mem_get_info()`` reports, per card,
@@ -84,7 +86,7 @@ def profile_estimates(p: Plan) -> dict[str, tuple[int, int, str]]:
 
 @dataclass(frozen=True, kw_only=True)
 class CapacityReport(Displayable):
-    """vLLM 0.33's capacity for one plan on its GPU: memory, blocks, tokens,
+    """vLLM's capacity for one plan on its GPU: memory, blocks, tokens,
     concurrency, prefix-cache reuse, DCP and (optionally) the CPU tier.
 
     Memory fields are bytes per rank.  ``kv_cache_memory`` is the low end of
@@ -291,8 +293,6 @@ def _plan_facts(p: Plan) -> _Facts:
     """vLLM's scheduler ``KVCacheConfig`` of ``p``, the bytes one block id
     costs in the pool (``_pool_bytes_per_block_from_builder``, one probe
     block placed) and the prefix-cache block sizes."""
-    from vllm.v1.core import kv_cache_planning as kcp
-    from vllm.v1.core.kv_cache_config_builder import get_kv_cache_config_builder
     from vllm.v1.core.kv_cache_utils import (
         generate_scheduler_kv_cache_config,
         resolve_cache_hit_alignment_tokens,
@@ -301,6 +301,7 @@ def _plan_facts(p: Plan) -> _Facts:
 
     from kvexplore.planning.emulation import emulate
 
+    kcp, get_kv_cache_config_builder = release.capacity_functions()
     vc = p.vllm_config
     cfg = generate_scheduler_kv_cache_config([p.kv_cache_config])
     with emulate(p.gpu, meta_tensors=False):
@@ -320,15 +321,15 @@ def _with_max_model_len(vc, n: int):
 
 
 def _vllm_answers(p: Plan, available: int) -> dict[str, Any]:
-    """The report's fields for ``available`` bytes, each by vLLM 0.33's own
+    """The report's fields for ``available`` bytes, each by vLLM's own
     function on ``p``'s config: ``num_blocks = available // pool bytes per
     block`` (``get_kv_cache_configs``), ``get_kv_cache_capacity``,
     ``_check_enough_kv_cache_memory`` and ``_estimate_max_model_len_from_groups``
     on the memory less the null block, as ``get_kv_cache_configs`` checks it;
     the memory-independent half is computed once per plan."""
-    from vllm.v1.core import kv_cache_planning as kcp
     from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity
 
+    kcp, _ = release.capacity_functions()
     f = per_plan(p, ("capacity",), lambda: _plan_facts(p))
     vc, cc, groups = f.vc, f.vc.cache_config, list(f.cfg.kv_cache_groups)
     mml = vc.model_config.max_model_len
@@ -346,6 +347,7 @@ def _vllm_answers(p: Plan, available: int) -> dict[str, Any]:
             functools.partial(kcp._max_memory_usage_bytes_from_groups, builder, vc, groups),
             mml,
             functools.partial(kcp._estimate_max_model_len_from_groups, builder, vc, groups),
+            *release.admission_hint(vc),
         )
     except ValueError as exc:
         message = " ".join(str(exc).split())
@@ -391,7 +393,7 @@ def _memory(p: Plan, util: float, given: dict[str, int | None]) -> dict[str, Any
         elif low != high or source.startswith("ESTIMATE"):
             estimated.append(name)
         terms[name], sources[name] = Term(low, high, source), source
-    low, high = kv_cache_memory_range(terms, util)
+    low, high = kv_cache_memory_range(terms, util, extensible=p.extensible_kv_cache)
     total = terms.pop("total_memory_bytes").low
     requested = math.ceil(total * util)
     highs = {name: int(t.high) for name, t in terms.items()}
@@ -421,7 +423,7 @@ def capacity(
     offload_extra_config: Mapping[str, Any] | None = None,
     **plan_kwargs,
 ) -> CapacityReport:
-    """vLLM 0.33's KV cache capacity for ``model`` (an id, a config, or a
+    """vLLM's KV cache capacity for ``model`` (an id, a config, or a
     :class:`~kvexplore.Plan`) on one GPU rank, as the module doc lists it.
 
     ``plan_kwargs`` are :func:`kvexplore.plan`'s (``gpu="H100"``,
@@ -447,7 +449,7 @@ def capacity(
     if gpu_memory_utilization is not None and not isinstance(model, Plan):
         plan_kwargs = {**plan_kwargs, "gpu_memory_utilization": gpu_memory_utilization}
     p = _plan_of(model, plan_kwargs)
-    util = (p.inputs["gpu_memory_utilization"] if gpu_memory_utilization is None
+    util = (p.gpu_memory_utilization if gpu_memory_utilization is None
             else float(gpu_memory_utilization))
     given_kv = p.inputs.get("kv_cache_memory_bytes")
     if given_kv is None:
@@ -497,12 +499,12 @@ def _warnings(f: _Facts, admission_message: str | None) -> list[str]:
     if prefix and dcp > 1 and any(isinstance(s, MambaSpec) for g in f.cfg.kv_cache_groups
                                   for s in iter_layer_specs(g.kv_cache_spec)):
         warnings.append(
-            f"DCP {dcp} with Mamba groups: vLLM 0.33's MambaManager.find_longest_cache_hit "
+            f"DCP {dcp} with Mamba groups: {release_name()}'s MambaManager.find_longest_cache_hit "
             "asserts dcp_world_size == 1, so a prefix-cache lookup fails; the hit figures "
             "assume DCP 1"
         )
     if admission_message is not None:
-        warnings.append(f"vLLM 0.33 refuses to start: {admission_message}")
+        warnings.append(f"{release_name()} refuses to start: {admission_message}")
     return warnings
 
 

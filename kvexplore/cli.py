@@ -5,6 +5,7 @@
     kvexplore plan MODEL [--gpu G --tp N --dcp N --block-size N --kv-cache-dtype D --backend B --json]
     kvexplore offload MODEL [--tp N --dcp N --extra JSON --pipeline-parallel-size N ... --json]
     kvexplore sweep MODEL --tp 1,2,4,8 [--dcp 1,2 --block-size none,64 --nnodes-within-dp 1,2 --csv out.csv]
+    kvexplore envs [RELEASE ...] [--create] [--python]
     kvexplore capacity MODEL [--gpu G --gpu-memory-utilization 0.92 --max-model-len N --weight-bytes N --cpu-bytes-to-use N --extra JSON --json]
 
 ``--gpu`` names the GPU (default H100); the other flags are vLLM's engine
@@ -207,6 +208,25 @@ def cmd_gpus(ns) -> None:
     _print_frame(gpus(), ns.json)
 
 
+def cmd_envs(ns) -> None:
+    """The window's releases and their environments; ``--create`` makes the
+    missing ones named (with uv); ``--python`` prints only their Pythons."""
+    from kvexplore.planning.release import WINDOW_RELEASES, installed_release
+    from kvexplore.versions import environment, environment_path
+
+    versions = ns.releases or list(WINDOW_RELEASES)
+    rows = []
+    for v in versions:
+        path = environment_path(v)
+        python = environment(v) if ns.create else path / "bin" / "python"
+        rows.append({"release": v, "installed_here": v == installed_release().version,
+                     "environment": str(path), "exists": python.exists(), "python": str(python)})
+    if ns.python:
+        print("\n".join(r["python"] for r in rows))
+        return
+    _print_frame(pd.DataFrame(rows), ns.json)
+
+
 def cmd_plan(ns) -> None:
     p = plan(ns.model, **_kwargs(ns, _PLAN_KEYS))
     if ns.json:
@@ -295,7 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--gpu", default=None)
     _finish(c, cmd_catalog)
     _finish(sub.add_parser("gpus", help="the GPUs kvexplore answers for"), cmd_gpus)
-    p = sub.add_parser("plan", help="the KV cache vLLM 0.33 builds for MODEL")
+    p = sub.add_parser("plan", help="the KV cache vLLM builds for MODEL")
     _add_plan_args(p)
     _finish(p, cmd_plan)
     o = sub.add_parser("offload", help="the OffloadingConfig vLLM hands an offloading backend")
@@ -316,6 +336,11 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--prompt-tokens", dest="prompt_tokens", default=None,
                    help="comma-separated prompt lengths: tokens a repeat reuses")
     _finish(k, cmd_capacity)
+    e = sub.add_parser("envs", help="one environment per vLLM release of the window (uv)")
+    e.add_argument("releases", nargs="*", help="releases (default: the whole window)")
+    e.add_argument("--create", action="store_true", help="create the missing environments")
+    e.add_argument("--python", action="store_true", help="print only each environment's Python")
+    _finish(e, cmd_envs)
     return parser
 
 

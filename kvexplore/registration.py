@@ -2,7 +2,7 @@
 
 Two eras:
 
-``unified`` (vLLM >= 0.26, the pinned 0.33): vLLM's own
+``unified`` (vLLM >= 0.26): vLLM's own
 ``vllm/v1/worker/utils.py: allocate_kv_cache`` allocates one int8 backing
 buffer and ``vllm/v1/kv_cache_interface.py: create_kv_cache_views`` cuts one
 4-D ``[B, H, N, C]`` view per layer out of it (``C`` in the spec's dtype).
@@ -27,6 +27,7 @@ import torch
 from kvexplore.errors import KVExploreError
 from kvexplore.memo import per_plan
 from kvexplore.planning.planner import require_plan
+from kvexplore.planning.release import release_name
 
 REGISTRATIONS = ("unified", "legacy")
 
@@ -199,7 +200,7 @@ def registered_views(plan, registration: str = "unified") -> dict:
             raise
         except (ValueError, AssertionError, RuntimeError) as exc:
             raise KVExploreError(
-                f"vLLM 0.33 cannot register the KV cache of {plan.model.name} "
+                f"{release_name()} cannot register the KV cache of {plan.model.name} "
                 f"({registration}, layout {plan.kv_cache_layout.name}): {exc}"
             ) from None
 

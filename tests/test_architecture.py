@@ -20,6 +20,7 @@ STAGES = [
     ("editing", ["kvexplore.editing"]),
     ("offloading", ["kvexplore.offloading"]),
     ("capacity", ["kvexplore.capacity_planning"]),
+    ("versions", ["kvexplore.versions"]),
     ("rendering", ["kvexplore.rendering"]),
     ("explorer", ["kvexplore.explorer"]),
     ("cli", ["kvexplore.cli", "kvexplore.__main__"]),

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import yaml
 
+from kvexplore.planning.release import REQUIREMENT
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -22,7 +24,7 @@ def test_environment_matches_pyproject():
     # playwright only serves the browser test, which the test script installs
     wanted.pop("playwright", None)
     assert have == wanted
-    assert wanted["vllm"] == "vllm==0.33.0"
+    assert wanted["vllm"] == REQUIREMENT
     assert "python=3.11" in env["dependencies"]
 
 

@@ -85,7 +85,7 @@ _SUBPAGEABLE_KINDS = frozenset(
 )
 
 # kv_layout hints: LMCache's names (``KV_LAYOUT_NAMES`` in
-# lmcache/v1/gpu_connector/kv_format/types.py) plus vLLM 0.33's
+# lmcache/v1/gpu_connector/kv_format/types.py) plus vLLM's
 # ``KVCacheLayout`` names, sorted by whether the token dim N sits outside the
 # head dim H.
 _TOKENS_OUTSIDE_HEADS = frozenset({"NHD", "BLNHC", "LBNHC"})

@@ -1,4 +1,4 @@
-"""Offloading: the ``OffloadingConfig`` vLLM 0.33 hands an offloading backend
+"""Offloading: the ``OffloadingConfig`` vLLM hands an offloading backend
 (``options`` in, ``derive`` step by step, ``config`` out) and tables of it
 over many settings (``sweep``)."""
 

@@ -1,4 +1,4 @@
-"""What vLLM 0.33 hands a native KV offloading backend, and why.
+"""What vLLM hands a native KV offloading backend, and why.
 
 :func:`offload_config` builds the ``OffloadingConfig``
 (``vllm/v1/kv_offload/config.py``) that ``build_offloading_config``
@@ -214,7 +214,7 @@ def build_config(p: Plan, o: OffloadOptions, d: Derivation):
 
 
 def offload_config(plan: Plan, options: OffloadOptions | None = None, **kwargs: Any) -> OffloadResult:
-    """The ``OffloadingConfig`` vLLM 0.33's ``build_offloading_config`` builds.
+    """The ``OffloadingConfig`` vLLM's ``build_offloading_config`` builds.
 
     TP and DCP come from ``plan``; the rest is an
     :class:`~kvexplore.offloading.options.OffloadOptions` (``options``), its

@@ -1,6 +1,6 @@
 """``build_offloading_config`` as one pass of small steps, each value with its reason.
 
-vLLM 0.33's ``build_offloading_config``
+vLLM's ``build_offloading_config``
 (``vllm/distributed/kv_transfer/kv_connector/v1/offloading/config.py``) reads
 the engine's ``VllmConfig`` and ``KVCacheConfig`` top to bottom.  :func:`derive`
 takes the same steps in the same order (so the same input fails on the same
@@ -42,6 +42,7 @@ from kvexplore.errors import KVExploreError
 from kvexplore.layout import cdiv, leaf_specs
 from kvexplore.offloading.options import OffloadOptions
 from kvexplore.planning.planner import Plan
+from kvexplore.planning.release import release_name
 
 
 class OffloadConfigError(KVExploreError):
@@ -330,7 +331,7 @@ def blocks_per_chunk(extra: Mapping[str, Any], group_ids: tuple[int, ...], tpb: 
     bpc = tokens // t
     rule = f"extra_config['block_size'] {tokens} // {t} tokens per block"
     if bpc <= 0:
-        rule += f" (vLLM 0.33 accepts this block_size, though it rejects blocks_per_chunk={bpc} given directly)"
+        rule += f" ({release_name()} accepts this block_size, though it rejects blocks_per_chunk={bpc} given directly)"
     return Derived(bpc, rule)
 
 
@@ -350,7 +351,7 @@ def sliding_window_size_in_chunks(gid: int, spec, tpb: int, bpc: int) -> Derived
         return Derived(None, f"{name} reaches back without a bound")
     else:
         raise OffloadConfigError(
-            f"group {gid} is {name}; vLLM 0.33's offloading supports full, "
+            f"group {gid} is {name}; {release_name()}'s offloading supports full, "
             "sliding-window, chunked-local and Mamba groups only "
             "(get_sliding_window_size_in_chunks asserts FullAttentionSpec)",
             code="unsupported_spec",

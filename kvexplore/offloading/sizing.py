@@ -1,4 +1,4 @@
-"""Host-memory sizing of vLLM 0.33's native CPU offloading, and LMCache chunk sizes.
+"""Host-memory sizing of vLLM's native CPU offloading, and LMCache chunk sizes.
 
 :func:`host_sizing` computes from an ``OffloadingConfig`` and
 ``cpu_bytes_to_use`` what ``CPUOffloadingSpec.__init__``
@@ -30,6 +30,7 @@ from kvexplore.display import Displayable
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import FrozenDict, cdiv, check_int
 from kvexplore.offloading.config import OffloadResult
+from kvexplore.planning.release import release_name
 
 #: ``SharedOffloadRegion.BLOCK_SIZE_ALIGNMENT`` (``mmap.PAGESIZE``) on this host.
 HOST_PAGE_ALIGNMENT = mmap.PAGESIZE
@@ -95,7 +96,7 @@ def host_sizing(
     result: OffloadResult, cpu_bytes_to_use: int, *, alignment: int = HOST_PAGE_ALIGNMENT
 ) -> HostSizing:
     """Host bytes per block and per token, and the tokens ``cpu_bytes_to_use``
-    holds, as vLLM 0.33's ``CPUOffloadingSpec.__init__`` sizes its region.
+    holds, as vLLM's ``CPUOffloadingSpec.__init__`` sizes its region.
 
     ``result`` is :func:`kvexplore.offload_config`'s answer; ``alignment`` is
     the host page size the region rounds chunks to (``mmap.PAGESIZE``).
@@ -115,7 +116,7 @@ def host_sizing(
     if bpc <= 0:
         raise KVExploreError(
             f"blocks_per_chunk={bpc} (from extra_config {dict(c.extra_config)!r}): a chunk "
-            "must hold at least one block; vLLM 0.33's OffloadingConfig accepts this, "
+            f"must hold at least one block; {release_name()}'s OffloadingConfig accepts this, "
             "but CPUOffloadingSpec cannot size a host region from it; expected an "
             "extra_config 'block_size' of at least one GPU block"
         )

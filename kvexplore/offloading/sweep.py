@@ -1,6 +1,6 @@
 """Sweeps: one offloading configuration per combination of inputs, as a table.
 
-Every row is vLLM 0.33's ``build_offloading_config`` through
+Every row is vLLM's ``build_offloading_config`` through
 :func:`kvexplore.offloading.derive.derive` (the derivation ``offload_config``
 runs, without building vLLM's dataclasses); a combination vLLM rejects, in
 planning or in ``build_offloading_config``, is a row whose ``error`` holds the
@@ -32,6 +32,7 @@ from kvexplore.offloading.derive import derive
 from kvexplore.offloading.options import OffloadOptions
 from kvexplore.planning.models import load_model_config
 from kvexplore.planning.planner import plan as make_plan
+from kvexplore.planning.release import release_name
 
 #: ``plan()`` keywords a sweep can vary.
 PLAN_KEYWORDS = tuple(
@@ -120,7 +121,7 @@ def _rows_of_plan(model: Any, plan_kwargs: dict, combos: list[dict]) -> list[dic
     except ValueError as exc:
         plan_error = str(exc)
     except ArithmeticError as exc:  # vLLM's own checks can divide by 0
-        plan_error = f"vLLM 0.33 fails: {type(exc).__name__}: {exc}"
+        plan_error = f"{release_name()} fails: {type(exc).__name__}: {exc}"
     rows = []
     for given in combos:
         row = {"model": src.name, **{n: _cell(n, v) for n, v in given.items()}}

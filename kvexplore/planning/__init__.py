@@ -1,5 +1,5 @@
 """Models and planning, the first stage: a model config and a named GPU in, a
-:class:`~kvexplore.planning.planner.Plan` out (vLLM 0.33's own code, on the meta device).
+:class:`~kvexplore.planning.planner.Plan` out (vLLM's own code, on the meta device).
 """
 
 from kvexplore.planning.gpus import DEFAULT_GPU, GPU, gpus, resolve_gpu

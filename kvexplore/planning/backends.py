@@ -1,4 +1,4 @@
-"""Attention backend names, as vLLM 0.33's ``--attention-backend`` takes them.
+"""Attention backend names, as vLLM's ``--attention-backend`` takes them.
 
 A named backend must be a member of vLLM's ``AttentionBackendEnum``
 (``vllm/v1/attention/backends/registry.py``); whether it suits the model and
@@ -8,6 +8,7 @@ GPU is decided by vLLM when the layers are built.
 from __future__ import annotations
 
 from kvexplore.errors import KVExploreError
+from kvexplore.planning.release import release_name
 
 #: Backends people name most on NVIDIA GPUs (the Explorer's choices).
 COMMON_BACKENDS = (
@@ -24,7 +25,7 @@ COMMON_BACKENDS = (
 
 
 def backend_names() -> tuple[str, ...]:
-    """Every name vLLM 0.33's ``--attention-backend`` accepts."""
+    """Every name vLLM's ``--attention-backend`` accepts."""
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
     return tuple(AttentionBackendEnum.__members__)
@@ -41,7 +42,7 @@ def validate_backend_name(name) -> str:
     names = backend_names()
     if not isinstance(name, str) or name.upper() not in names:
         raise KVExploreError(
-            f"unknown attention_backend {name!r}; expected one of vLLM 0.33's "
+            f"unknown attention_backend {name!r}; expected one of {release_name()}'s "
             f"AttentionBackendEnum names: {list(names)}"
         )
     if name.upper().startswith(OTHER_PLATFORMS):

@@ -2,7 +2,7 @@
 
 :func:`plan_derivation` reads a plan's frozen facts (and what the build
 recorded of vLLM's ``_align_hybrid_block_size`` inputs) and states each rule
-with its numbers, in the terms of vLLM 0.33's own code:
+with its numbers, in the terms of vLLM's own code:
 
 * ``block_size`` of a hybrid model, as ``vllm/platforms/interface.py:
   _align_hybrid_block_size`` computes it: ``k = max(smallest kernel block of
@@ -25,7 +25,7 @@ from kvexplore.layout import cdiv
 
 _PREFILL_KERNELS = {"flashinfer": "FlashInfer", "triton": "Triton/FLA", "cutedsl": "CuteDSL"}
 
-#: The block multiple vLLM 0.33 imposes on MLA + Mamba hybrids
+#: The block multiple vLLM imposes on MLA + Mamba hybrids
 #: (``_align_hybrid_block_size``: TRTLLM / FlashInfer MLA decode kernels).
 MLA_HYBRID_BLOCK_MULTIPLE = 128
 
@@ -106,6 +106,9 @@ def _hybrid_block_line(p, t: dict[str, Any]) -> str:
     if t["mla"] != t["kernel"]:
         why = (f"  (MLA + Mamba: max({t['kernel']}, {MLA_HYBRID_BLOCK_MULTIPLE}), blocks are "
                f"multiples of {MLA_HYBRID_BLOCK_MULTIPLE} for the MLA decode kernels)")
+    elif t["kernel"] > smallest_kernel_block(p.decisions["alignment_backend"]):
+        why = (f"  ({t['kernel']}: the block size before alignment, vLLM "
+               f"{p.vllm_version}'s CacheConfig.DEFAULT_BLOCK_SIZE or --block-size)")
     elif gdn is not None and p.mamba_cache_mode == "align":
         c = t["checkpoint"]
         why = (f"  ({p.gpu.name}: {_PREFILL_KERNELS.get(gdn, gdn)} GDN prefill -> "
@@ -186,7 +189,9 @@ def plan_derivation(p, bare=None) -> dict[str, str]:
     is the same plan without its ``speculative_config`` (what the drafter
     changes is stated against it)."""
     gpu = p.gpu
-    out = {"gpu": (f"{gpu.name}: {gpu.device_name}, compute capability "
+    out = {"vllm": (f"vLLM {p.vllm_version}, the installed release: every number below is "
+                    "its own code's answer"),
+           "gpu": (f"{gpu.name}: {gpu.device_name}, compute capability "
                    f"{gpu.compute_capability}, CUDA runtime {gpu.cuda_runtime_major} "
                    "(emulated for vLLM's platform)")}
     if p.backend is not None:
@@ -225,9 +230,11 @@ def _num_blocks_line(p) -> str:
     if given["num_blocks"] is not None:
         return f"{p.num_blocks:,}: given (num_gpu_blocks_override)"
     per_block = f"{p.bytes_per_block:,} B" if p.bytes_per_block else "the bytes"
+    how = ("what the extensible KV cache measures after warmup (measure_kv_cache_bytes)"
+           if p.extensible_kv_cache else "vLLM's start-up memory profile")
     source = ("given (kv_cache_memory_bytes)" if given["kv_cache_memory_bytes"] is not None else
-              f"the low end of vLLM's start-up memory profile on the {p.gpu.name} at "
-              f"gpu_memory_utilization {given['gpu_memory_utilization']} (capacity() itemises it)")
+              f"the low end of {how} on the {p.gpu.name} at gpu_memory_utilization "
+              f"{p.gpu_memory_utilization:g} (capacity() itemises it)")
     return (f"{p.num_blocks:,} = {p.kv_cache_memory_bytes:,} B // {per_block} per block id "
             f"(get_kv_cache_configs); KV cache memory: {source}")
 

@@ -1,4 +1,4 @@
-"""The drafter of a speculative deployment, built by vLLM 0.33's own speculator code.
+"""The drafter of a speculative deployment, built by vLLM's own speculator code.
 
 :func:`build_drafter` runs what Model Runner V2 runs next to the target model:
 ``init_speculator`` (``vllm/v1/worker/gpu/spec_decode/__init__.py``) and

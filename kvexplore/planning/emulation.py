@@ -1,4 +1,4 @@
-"""vLLM 0.33 running as if on a named NVIDIA GPU, on a machine without one.
+"""vLLM running as if on a named NVIDIA GPU, on a machine without one.
 
 Inside :func:`emulate`, the class of vLLM's ``current_platform`` object is a
 subclass of ``CudaPlatformBase`` (``vllm/platforms/cuda.py``) answering device
@@ -38,6 +38,8 @@ CUDA_GATED_DECISIONS = (
     "vllm.v1.attention.backends.fa_utils:flash_attn_supports_mla",
     # FlashAttention as an MLA prefill backend
     "vllm.v1.attention.backends.fa_utils:is_flash_attn_varlen_func_available",
+    # whether the extensible KV cache is on (vLLM 0.34: sizing, default utilization)
+    "vllm.config.vllm:VllmConfig._resolve_extensible_kv_cache",
 )
 
 #: Modules whose ``is_cuda()`` questions pick compute kernels (MoE experts,
@@ -78,10 +80,19 @@ def _vllm_logs_at(level: int) -> Iterator[None]:
 
 @functools.cache
 def _gated_codes() -> frozenset:
+    """The code objects of :data:`CUDA_GATED_DECISIONS` the installed release has
+    (a decision a release does not make is not there to gate)."""
     codes = set()
     for entry in CUDA_GATED_DECISIONS:
         module, name = entry.split(":")
-        codes.add(getattr(importlib.import_module(module), name).__code__)
+        try:
+            obj = importlib.import_module(module)
+        except ImportError:
+            continue
+        for part in name.split("."):
+            obj = getattr(obj, part, None)
+        if obj is not None:
+            codes.add(obj.__code__)
     return frozenset(codes)
 
 
@@ -232,7 +243,7 @@ def _clear_capability_caches() -> None:
 
 @contextlib.contextmanager
 def emulate(gpu: GPU, *, meta_tensors: bool = True) -> Iterator[None]:
-    """Run the enclosed vLLM code as vLLM 0.33 runs on ``gpu``; re-entrant, one
+    """Run the enclosed vLLM code as vLLM runs on ``gpu``; re-entrant, one
     GPU at a time.  ``meta_tensors=False`` leaves tensors placed on ``cuda``
     alone (for code that builds no layer)."""
     import vllm.platforms as platforms

@@ -11,6 +11,7 @@ from kvexplore.errors import KVExploreError
 from kvexplore.planning.gpus import GPU
 from kvexplore.planning.inputs import PLAN_DEFAULTS
 from kvexplore.planning.models import ModelSource
+from kvexplore.planning.release import release_name
 
 
 def vllm_origin(exc: BaseException) -> str:
@@ -53,7 +54,7 @@ def vllm_error(src: ModelSource, gpu: GPU, exc: BaseException, r: dict) -> KVExp
         )
     origin = vllm_origin(exc)
     return KVExploreError(
-        f"vLLM 0.33 rejects {src.name} ({src.architecture}) on {gpu}"
+        f"{release_name()} rejects {src.name} ({src.architecture}) on {gpu}"
         + (f" with {given}" if given else "")
         + f": {type(exc).__name__}" + (f": {msg}" if msg else "")
         + (f" (raised in {origin})" if origin else "")

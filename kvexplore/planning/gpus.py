@@ -1,4 +1,4 @@
-"""The GPUs kvexplore answers for: vLLM 0.33 picks the attention backend
+"""The GPUs kvexplore answers for: vLLM picks the attention backend
 (``CudaPlatformBase.get_attn_backend_cls``) and the GDN prefill kernel
 (``qwen_gdn_linear_attn.py: _resolve_gdn_prefill_backend``), hence the block
 size, from the device.  :func:`resolve_gpu` turns a name or a compute

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kvexplore.errors import KVExploreError
+from kvexplore.planning.release import release_name
 
 DEFAULT_MODEL = "Qwen/Qwen3.5-0.8B"
 
@@ -90,7 +91,7 @@ def _check_transformers_format(data: Mapping[str, Any], where: str) -> None:
                 "repository) instead."
             )
         raise KVExploreError(
-            f"{where}{arch} is missing {missing}: vLLM 0.33 needs a transformers-format "
+            f"{where}{arch} is missing {missing}: {release_name()} needs a transformers-format "
             f"config.json with 'architectures' and 'model_type'.{hint}"
         )
 

@@ -1,4 +1,4 @@
-"""The planner: the KV cache vLLM 0.33 would build on a named GPU, offline.
+"""The planner: the KV cache vLLM would build on a named GPU, offline.
 
 ``plan(model, gpu="H100", ...)`` builds the model with vLLM's own code on the
 meta device while the GPU is emulated (:mod:`kvexplore.planning.worker` lists
@@ -15,9 +15,14 @@ Plans and model builds are cached by the normalised inputs
 (:func:`kvexplore.planning.inputs.plan_request`), the model by its config's
 content.
 
-Worked example: Qwen3.5-0.8B on an A100 and an H100.
+Worked example: Qwen3.5-0.8B on an A100 and an H100, under vLLM 0.33.0 (the
+answers are the installed release's: vLLM 0.34.0 plans 576-token blocks on
+both, 0.31.0 and 0.32.0 plan 544 on both).
 
->>> plan("Qwen/Qwen3.5-0.8B", gpu="A100").block_size
+>>> p = plan("Qwen/Qwen3.5-0.8B", gpu="A100")
+>>> p.vllm_version
+'0.33.0'
+>>> p.block_size
 544
 >>> p = plan("Qwen/Qwen3.5-0.8B", gpu="H100")
 >>> p.block_size, p.mamba_page_size_padded, len(p.groups)
@@ -70,6 +75,7 @@ from kvexplore.planning.models import (
     catalog_names,
     load_model_config,
 )
+from kvexplore.planning.release import installed_release, release_name
 
 # ---------------------------------------------------------------------------
 # Frozen facts
@@ -172,7 +178,7 @@ def layer_kind(spec) -> str:
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Plan(Displayable):
-    """The KV cache vLLM 0.33 would build for one model, GPU and configuration.
+    """The KV cache vLLM would build for one model, GPU and configuration.
 
     Frozen: change an input with :meth:`replace` (a new plan).  Every field is
     kvexplore's own immutable fact, read from vLLM once (``layer_specs`` and
@@ -224,6 +230,9 @@ class Plan(Displayable):
     blocks_per_request: tuple[int, ...] = ()
     mla_dims: tuple[int, int] | None = None
     kv_cache_layout_name: str = ""
+    vllm_version: str = ""
+    extensible_kv_cache: bool = False
+    gpu_memory_utilization: float = 0.0
     _vllm_config: Any = field(repr=False)
     _kv_cache_config: Any = field(repr=False)
     _build: Any = field(default=None, repr=False)
@@ -387,6 +396,7 @@ class Plan(Displayable):
     def summary_rows(self) -> list[tuple[str, Any]]:
         """:attr:`summary` as ``(quantity, value)`` pairs."""
         return [
+            ("vllm", self.vllm_version),
             ("model", self.model.name),
             ("architecture", self.model.architecture),
             ("gpu", str(self.gpu)),
@@ -496,12 +506,12 @@ def plan(
     speculative_config: dict | None = None,
     num_blocks: int | None = None,
     kv_cache_memory_bytes: int | None = None,
-    gpu_memory_utilization: float = 0.92,
+    gpu_memory_utilization: float | None = None,
     kv_cache_layout: str | None = None,
     max_num_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
 ) -> Plan:
-    """Plan the KV cache vLLM 0.33 would build for ``model`` on one ``gpu`` worker.
+    """Plan the KV cache vLLM would build for ``model`` on one ``gpu`` worker.
 
     Keyword names and defaults follow vLLM's engine arguments
     (``--tensor-parallel-size``, ``--decode-context-parallel-size``,
@@ -527,6 +537,7 @@ def plan(
     Every input is checked before any cache lookup; every error is a
     :class:`KVExploreError` naming the value and quoting vLLM.
     """
+    installed_release()
     request = plan_request(
         tensor_parallel_size=tensor_parallel_size,
         decode_context_parallel_size=decode_context_parallel_size,
@@ -590,21 +601,37 @@ def _plan_vllm_config(src: ModelSource, built, r: dict):
         mc.original_max_model_len = m
         mc.max_model_len = mc.get_and_verify_max_len(m)
     vc.cache_config.num_gpu_blocks_override = r["num_blocks"]
+    vc.cache_config.kv_cache_memory_bytes = r["kv_cache_memory_bytes"]
     return vc
 
 
-def _kv_cache_memory(gpu: GPU, built, r: dict) -> int | None:
+def _kv_cache_memory(gpu: GPU, built, r: dict, utilization: float,
+                     extensible: bool) -> int | None:
     """The memory ``get_kv_cache_configs`` sizes the cache from: the given
     ``kv_cache_memory_bytes``; with neither it nor ``num_blocks``, the low end
-    of the memory vLLM's start-up profile leaves on ``gpu`` at
-    ``gpu_memory_utilization`` (:func:`kvexplore.planning.profile.kv_cache_memory_range`),
-    at least 0; ``None`` when ``num_blocks`` decides."""
+    of the memory the release's worker leaves on ``gpu`` at ``utilization``
+    (:func:`kvexplore.planning.profile.kv_cache_memory_range`: by the start-up
+    profile, or after warmup with the extensible cache), at least 0; ``None``
+    when ``num_blocks`` decides."""
     from kvexplore.planning.profile import kv_cache_memory_range, memory_terms
 
     if r["num_blocks"] is not None or r["kv_cache_memory_bytes"] is not None:
         return r["kv_cache_memory_bytes"]
-    low, _ = kv_cache_memory_range(memory_terms(built, gpu), r["gpu_memory_utilization"])
+    low, _ = kv_cache_memory_range(memory_terms(built, gpu), utilization, extensible=extensible)
     return max(low, 0)
+
+
+def _sizing(gpu: GPU, vc, r: dict) -> tuple[bool, float]:
+    """``(extensible, utilization)``: whether the release sizes this plan's
+    cache with its extensible KV cache (:func:`release.extensible_kv_cache`)
+    and the share of the card its worker requests."""
+    from kvexplore.planning import release
+    from kvexplore.planning.emulation import emulate
+
+    with emulate(gpu, meta_tensors=False):
+        extensible = release.extensible_kv_cache(vc)
+    return extensible, release.resolved_gpu_memory_utilization(
+        vc.cache_config, r["gpu_memory_utilization"], extensible)
 
 
 def _kernel_block_sizes(kv_cache_config, built) -> list[int]:
@@ -727,11 +754,12 @@ def _plan_from_build(src: ModelSource, gpu: GPU, request: tuple, built) -> Plan:
     r = dict(request)
     if not built.layer_specs:
         raise KVExploreError(
-            f"{src.name} ({src.architecture}) registers no KV-cache layer with vLLM 0.33 "
+            f"{src.name} ({src.architecture}) registers no KV-cache layer with {release_name()} "
             "(e.g. num_hidden_layers=0); expected at least one attention or state layer"
         )
     vc = _plan_vllm_config(src, built, r)
-    memory = _kv_cache_memory(gpu, built, r)
+    extensible, utilization = _sizing(gpu, vc, r)
+    memory = _kv_cache_memory(gpu, built, r, utilization, extensible)
     cfg, admission = kv_cache_config_with_admission(vc, built, memory)
     kernel_block_sizes = tuple(int(k) for k in _kernel_block_sizes(cfg, built))
     tokens, concurrency = get_kv_cache_capacity(vc, cfg)
@@ -754,13 +782,15 @@ def _plan_from_build(src: ModelSource, gpu: GPU, request: tuple, built) -> Plan:
         admission=admission, decisions=built.decisions, weight_bytes=built.weight_bytes,
         kv_cache_size_tokens=int(tokens), max_concurrency=float(concurrency),
         kv_tp_replicas=int(cfg.kv_tp_replicas), drafter=built.drafter, blocks_per_request=pins,
+        vllm_version=installed_release().version, extensible_kv_cache=extensible,
+        gpu_memory_utilization=utilization,
         _vllm_config=vc, _kv_cache_config=cfg, _build=built,
         **_config_facts(vc, built), **_layout_facts(vc, built),
     )
 
 
 def catalog(gpu: str | GPU = DEFAULT_GPU) -> pd.DataFrame:
-    """The bundled models, one row each, as vLLM 0.33 builds them on ``gpu``.
+    """The bundled models, one row each, as vLLM builds them on ``gpu``.
 
     Columns: ``model`` (Hugging Face id), ``architecture``, ``layers`` (the
     kinds of the layers vLLM registers, with counts, e.g. ``"mamba x18,

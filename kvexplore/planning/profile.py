@@ -1,4 +1,4 @@
-"""vLLM 0.33's memory profile of a build, estimated offline on the meta device.
+"""vLLM's memory profile of a build, estimated offline on the meta device.
 
 ``Worker.determine_available_memory`` (``vllm/v1/worker/gpu_worker.py``) gives
 the KV cache ``requested - weights - peak activation - non-torch memory -
@@ -251,15 +251,38 @@ def memory_terms(built, gpu) -> dict[str, Term]:
             "cudagraph_bytes": mp.cudagraph}
 
 
-def kv_cache_memory_range(terms: dict[str, Term], gpu_memory_utilization: float) -> tuple[int, int]:
-    """``(low, high)`` bytes ``determine_available_memory`` leaves the KV cache:
+def kv_cache_memory_range(terms: dict[str, Term], gpu_memory_utilization: float,
+                          *, extensible: bool = False) -> tuple[int, int]:
+    """``(low, high)`` bytes the worker leaves the KV cache; the low end takes
+    each subtracted term's high end and the total's low end, the high end the
+    other way round.
+
+    Sized by the profile (``determine_available_memory``):
     ``ceil(total x gpu_memory_utilization)`` minus every other term of
-    :func:`memory_terms`; the low end subtracts each term's high end from the
-    total's low end, the high end the other way round."""
+    :func:`memory_terms`.  With the extensible cache (``extensible``), the
+    release sizes it after warmup from measured memory instead: its own
+    ``measure_kv_cache_bytes`` on a card whose used memory is the weights,
+    non-torch and CUDA-graph memory, with the activation peak as the transient
+    peak it keeps free (plus its margin)."""
     total = terms["total_memory_bytes"]
     rest = [t for name, t in terms.items() if name != "total_memory_bytes"]
-    return (math.ceil(total.low * gpu_memory_utilization) - sum(t.high for t in rest),
-            math.ceil(total.high * gpu_memory_utilization) - sum(t.low for t in rest))
+    if not extensible:
+        return (math.ceil(total.low * gpu_memory_utilization) - sum(t.high for t in rest),
+                math.ceil(total.high * gpu_memory_utilization) - sum(t.low for t in rest))
+    from kvexplore.planning.release import after_warmup_sizing
+
+    measure = after_warmup_sizing()
+    resident = [t for name, t in terms.items()
+                if name not in ("total_memory_bytes", "activation_peak_bytes")]
+    peak = terms["activation_peak_bytes"]
+
+    def measured(card: int, used: int, transient: int) -> int:
+        return int(measure(init_free_memory=card, free_memory=card - used, committed_bytes=0,
+                           requested_memory=math.ceil(card * gpu_memory_utilization),
+                           transient_peak_bytes=transient))
+
+    return (measured(total.low, sum(t.high for t in resident), peak.high),
+            measured(total.high, sum(t.low for t in resident), peak.low))
 
 
 __all__ = ["LiveBytes", "MemoryProfile", "Term", "kv_cache_memory_range", "memory_terms",

@@ -215,11 +215,93 @@ def kv_cache_dtypes() -> tuple[str, ...]:
     return tuple(get_args(CacheDType))
 
 
-def admission_check_arity() -> int:
-    """Positional parameters of the release's ``_check_enough_kv_cache_memory``
-    (4, or 5 where it also takes the ``hint`` its message ends with)."""
-    fn = kv_cache_planning()._check_enough_kv_cache_memory
-    return len(inspect.signature(fn).parameters)
+def capacity_functions():
+    """``(module, get_kv_cache_config_builder)``: where the release keeps the
+    pool arithmetic ``capacity()`` runs (``_pool_bytes_per_block_from_builder``,
+    ``_max_memory_usage_bytes_from_groups``, ``_estimate_max_model_len_from_groups``
+    and the config builder of ``vllm/v1/core/kv_cache_config_builder.py``).
+    Refused with a :class:`KVExploreError` on a release without them."""
+    module = kv_cache_planning()
+    names = ("_pool_bytes_per_block_from_builder", "_max_memory_usage_bytes_from_groups",
+             "_estimate_max_model_len_from_groups")
+    try:
+        builder = importlib.import_module("vllm.v1.core.kv_cache_config_builder")
+    except ImportError:
+        builder = None
+    if builder is None or not all(hasattr(module, n) for n in names):
+        raise KVExploreError(
+            f"capacity() runs vLLM's KV cache config builder and its pool arithmetic "
+            f"({', '.join(names)}), which the installed vLLM {installed_release().version} "
+            "does not have (they appear in vLLM 0.33.0); plan() answers for this release, "
+            "capacity() for vLLM 0.33.0 and 0.34.0"
+        )
+    return module, builder.get_kv_cache_config_builder
+
+
+# ---------------------------------------------------------------------------
+# Sizing: the extensible KV cache and the default utilization
+# ---------------------------------------------------------------------------
+
+
+def extensible_kv_cache(vc) -> bool:
+    """Settle, on ``vc`` (a plan's own copy, with its ``kv_cache_memory_bytes``
+    and ``num_gpu_blocks_override``), whether the release sizes the cache
+    after warmup with its extensible KV cache, as a fresh engine would:
+    ``VllmConfig._resolve_extensible_kv_cache`` run again (it refuses the
+    cache when either of those is set).  False where the release has no such
+    cache.  Run it where the platform answers as the GPU."""
+    cc = vc.cache_config
+    if not hasattr(vc, "_resolve_extensible_kv_cache") or not hasattr(
+            cc, "enable_extensible_kv_cache"):
+        return False
+    cc.enable_extensible_kv_cache = None
+    cc._extensible_kv_cache_resolved = False
+    vc._resolve_extensible_kv_cache()
+    return bool(cc.enable_extensible_kv_cache)
+
+
+def resolved_gpu_memory_utilization(cc, requested: float | None, extensible: bool) -> float:
+    """The share of the card the worker requests: ``requested`` when given,
+    else the release's default (``CacheConfig.resolved_gpu_memory_utilization``
+    where it exists: 1.0 with the extensible cache, else
+    ``DEFAULT_GPU_MEMORY_UTILIZATION``; before that, the field's default)."""
+    import copy
+
+    if requested is not None:
+        return float(requested)
+    if hasattr(type(cc), "resolved_gpu_memory_utilization"):
+        probe = copy.copy(cc)
+        probe.gpu_memory_utilization = None
+        probe.enable_extensible_kv_cache = extensible
+        return float(probe.resolved_gpu_memory_utilization)
+    return float(type(cc)().gpu_memory_utilization)
+
+
+def after_warmup_sizing():
+    """``measure_kv_cache_bytes`` (``vllm/v1/worker/extensible_kv_cache.py``):
+    the bytes the extensible cache takes from memory measured after warmup;
+    None where the release has no extensible cache."""
+    try:
+        ext = importlib.import_module("vllm.v1.worker.extensible_kv_cache")
+    except ImportError:
+        return None
+    fn = getattr(ext, "measure_kv_cache_bytes", None)
+    if fn is None:
+        raise _mismatch("measure_kv_cache_bytes beside its extensible KV cache")
+    return fn
+
+
+def admission_hint(vc) -> tuple[str, ...]:
+    """The arguments the release's ``_check_enough_kv_cache_memory`` takes after
+    its four: ``(hint,)`` where it ends its message with
+    ``_more_kv_cache_memory_hint(vc)``, else ``()``."""
+    module = kv_cache_planning()
+    if len(inspect.signature(module._check_enough_kv_cache_memory).parameters) <= 4:
+        return ()
+    hint = getattr(module, "_more_kv_cache_memory_hint", None)
+    if hint is None:
+        raise _mismatch("_more_kv_cache_memory_hint for its admission check's hint")
+    return (hint(vc),)
 
 
 __all__ = [
@@ -227,7 +309,11 @@ __all__ = [
     "WINDOW",
     "WINDOW_RELEASES",
     "Release",
-    "admission_check_arity",
+    "admission_hint",
+    "capacity_functions",
+    "after_warmup_sizing",
+    "extensible_kv_cache",
+    "resolved_gpu_memory_utilization",
     "finish_groups",
     "global_kv_cache_groups",
     "in_window",

@@ -1,4 +1,4 @@
-"""What vLLM 0.33's GPU worker and engine core run before the KV cache exists.
+"""What vLLM's GPU worker and engine core run before the KV cache exists.
 
 :func:`build_model` runs vLLM's own code, in vLLM's order, under the named
 GPU's emulation (:mod:`kvexplore.planning.emulation`):
@@ -201,7 +201,7 @@ def _build_layers(vc):
 def build_model(
     model_dir: str, gpu: GPU, engine_kwargs: dict, kv_cache_layout: str | None
 ) -> BuiltModel:
-    """Build the model on the meta device as vLLM 0.33's worker would on ``gpu``."""
+    """Build the model on the meta device as vLLM's worker would on ``gpu``."""
     from vllm.config import set_current_vllm_config
     from vllm.platforms import current_platform
 

@@ -35,6 +35,7 @@ from kvexplore.layout import (
     state_names,
 )
 from kvexplore.planning.planner import require_plan
+from kvexplore.planning.release import release_name
 from kvexplore.registration import check_registration_name, registered_views
 from kvexplore.rendering.figures import pages_figure, sweep_figure
 from kvexplore.rendering.segments import (
@@ -261,7 +262,7 @@ def page_layout(
     notes, planned = _sliding_window_notes(info), plan.num_blocks
     if planned == 0:
         why = plan.admission.message if plan.admission else "no KV cache memory"
-        notes += (f"no blocks: vLLM 0.33 would not start ({why}); drawn: one block of the "
+        notes += (f"no blocks: {release_name()} would not start ({why}); drawn: one block of the "
                   "same layout",)
         plan = plan.with_num_blocks(1)
     num_blocks = plan.num_blocks

@@ -18,7 +18,21 @@ if [ ! -x /usr/bin/chromium ]; then
 fi
 # The test extra includes the playwright package; never `playwright install`
 # (it downloads browsers): the browser test uses Debian's chromium.
-python3 -m pip install -q -e ".[test]"
+python3 -m pip install -q -e ".[test]" -c scripts/default-release.txt
 export MPLBACKEND=Agg
-exec python3 -m pytest -q -p no:cacheprovider \
-  --doctest-modules tests kvexplore notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg "$@"
+status=0
+# 1. The whole suite (pytest, doctests, notebooks under nbval) on the default
+#    release, the newest of the window that installs from the package index.
+python3 -m pytest -q -p no:cacheprovider \
+  --doctest-modules tests kvexplore notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg "$@" \
+  || status=$?
+# 2. The release tests (marker `release`) on every other release of the window,
+#    each in its own environment, created with uv on first use (kvexplore envs).
+default=$(python3 -c "import importlib.metadata as m; print(m.version('vllm'))")
+for release in $(python3 -c "from kvexplore.planning.release import WINDOW_RELEASES as w; print(*w)"); do
+  [ "$release" = "$default" ] && continue
+  echo "== vLLM $release: release tests in its own environment"
+  python=$(python3 -m kvexplore envs "$release" --create --python) || { status=1; continue; }
+  "$python" -m pytest -q -p no:cacheprovider -m release $(grep -l "mark.release" tests/test_*.py) || status=$?
+done
+exit $status

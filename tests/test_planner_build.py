@@ -115,6 +115,7 @@ def _state_elements(c: dict, tp: int) -> tuple[int, int] | None:
 @pytest.mark.parametrize("tp", TPS)
 @pytest.mark.parametrize("gpu", GPUS)
 @pytest.mark.parametrize("name", kvexplore.catalog_names())
+@pytest.mark.release
 def test_layers_and_specs_match_the_config(name, gpu, tp):
     c = _config(name)
     p = kvexplore.plan(name, gpu=gpu, tensor_parallel_size=tp, num_blocks=8)
@@ -148,6 +149,7 @@ def test_layers_and_specs_match_the_config(name, gpu, tp):
 
 
 @pytest.mark.parametrize("gpu", GPUS)
+@pytest.mark.release
 def test_qwen35_state_dtypes_follow_the_hf_config(gpu):
     """HF ``mamba_ssm_dtype: float32`` reaches the recurrent state (the Qwen3.5
     config hook); the conv state keeps the model dtype."""

@@ -17,6 +17,8 @@ from reference import vllm_alignment
 
 import kvexplore
 
+pytestmark = pytest.mark.release
+
 HYBRIDS = [
     "LiquidAI/LFM2-2.6B",
     "Qwen/Qwen3-Next-80B-A3B-Instruct",

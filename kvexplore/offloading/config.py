@@ -39,6 +39,7 @@ from kvexplore.errors import KVExploreError
 from kvexplore.layout import FrozenDict, jsonable
 from kvexplore.offloading.derive import Derivation, OffloadConfigError, derive
 from kvexplore.offloading.options import OffloadOptions
+from kvexplore.planning import release
 from kvexplore.planning.planner import Plan
 
 #: Keywords of :func:`offload_config` besides the plan: the option names.
@@ -88,12 +89,13 @@ class OffloadResult(Displayable):
                 FieldRow(f"groups[{i}].group_id", g.group_id, ""),
                 FieldRow(f"groups[{i}].layer_names", shown, ""),
                 FieldRow(f"groups[{i}].tokens_per_block", g.tokens_per_block, d.tokens_per_block[i].rule),
-                FieldRow(
+            ]
+            if hasattr(g, "sliding_window_size_in_chunks"):
+                rows.append(FieldRow(
                     f"groups[{i}].sliding_window_size_in_chunks",
                     g.sliding_window_size_in_chunks,
                     d.sliding_window_size_in_chunks[i].rule,
-                ),
-            ]
+                ))
         rules = {
             "worker_kv_bytes_per_block": d.worker_kv_bytes_per_block.rule,
             "enable_kv_cache_events": f"kv_events_config.enable_kv_cache_events = {o.enable_kv_cache_events}",
@@ -177,7 +179,8 @@ def build_config(p: Plan, o: OffloadOptions, d: Derivation):
     """vLLM's ``OffloadingConfig`` from a derivation (the constructor call that
     ends ``build_offloading_config``)."""
     groups = tuple(
-        OffloadingGroupConfig(
+        release.construct(
+            OffloadingGroupConfig,
             group_id=gid,
             tokens_per_block=t.value,
             layer_names=p.groups[gid].layer_names,
@@ -191,7 +194,8 @@ def build_config(p: Plan, o: OffloadOptions, d: Derivation):
         enable_kv_cache_events=o.enable_kv_cache_events,
         extra_config=FrozenDict(o.extra_config),
         engine_id=o.engine_id,
-        model=OffloadingModelConfig(name=p.served_model, dtype=d.dtype.value, max_model_len=p.max_model_len),
+        model=release.construct(OffloadingModelConfig, name=p.served_model, dtype=d.dtype.value,
+                                max_model_len=p.max_model_len),
         cache=OffloadingCacheConfig(
             tokens_per_hash=d.tokens_per_hash.value, blocks_per_chunk=d.blocks_per_chunk.value
         ),

@@ -41,6 +41,7 @@ from vllm.v1.kv_cache_interface import (
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import cdiv, leaf_specs
 from kvexplore.offloading.options import OffloadOptions
+from kvexplore.planning import release
 from kvexplore.planning.planner import Plan
 from kvexplore.planning.release import release_name
 
@@ -503,6 +504,14 @@ def canonical_certification(p: Plan) -> Clause:
     return Clause(True, f"all {len(specs)} layer specs certifiable (canonical mapping derivable)")
 
 
+def _v1_runner(o: OffloadOptions) -> Clause:
+    """The direct rule's first term: the V1 model runner, which a release
+    without one (no ``VllmConfig.use_v2_model_runner``) never runs."""
+    if not release.has_v1_model_runner():
+        return Clause(False, f"V2 model runner ({release_name()} has no other)")
+    return _named(not o.use_v2_model_runner, "V1 model runner", "V2 model runner")
+
+
 def is_parallelism_agnostic(p: Plan, o: OffloadOptions, world: int, canonical: bool) -> Derived:
     """``is_parallelism_agnostic``: the direct rule (V1 model runner,
     :func:`single_full_attention_group`'s terms, PCP 1), widened by the
@@ -512,7 +521,7 @@ def is_parallelism_agnostic(p: Plan, o: OffloadOptions, world: int, canonical: b
     pcp, tp = o.prefill_context_parallel_size, p.tensor_parallel_size
     direct = verdict(
         (
-            _named(not o.use_v2_model_runner, "V1 model runner", "V2 model runner"),
+            _v1_runner(o),
             *single_full_attention_group(p),
             _eq("PCP", pcp, 1),
         )

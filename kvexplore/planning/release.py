@@ -238,6 +238,23 @@ def capacity_functions():
     return module, builder.get_kv_cache_config_builder
 
 
+def has_v1_model_runner() -> bool:
+    """Whether the release still has Model Runner V1 (``VllmConfig.use_v2_model_runner``
+    chooses between the two where it does)."""
+    from vllm.config.vllm import VllmConfig
+
+    return hasattr(VllmConfig, "use_v2_model_runner")
+
+
+def construct(cls, **fields):
+    """``cls(**fields)`` with only the fields the release's dataclass has (a
+    field a release does not have is not part of its answer)."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in fields.items() if k in names})
+
+
 # ---------------------------------------------------------------------------
 # Sizing: the extensible KV cache and the default utilization
 # ---------------------------------------------------------------------------
@@ -311,6 +328,8 @@ __all__ = [
     "Release",
     "admission_hint",
     "capacity_functions",
+    "construct",
+    "has_v1_model_runner",
     "after_warmup_sizing",
     "extensible_kv_cache",
     "resolved_gpu_memory_utilization",

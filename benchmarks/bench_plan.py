@@ -50,7 +50,11 @@ from vllm.engine.arg_utils import EngineArgs
 from vllm.model_executor.model_loader.utils import get_model_architecture, initialize_model
 from vllm.platforms import current_platform
 from vllm.utils.torch_utils import set_default_torch_dtype
-from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
+try:
+    from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
+except ImportError:  # before vLLM 0.33 the engine core groups inside get_kv_cache_configs
+    from vllm.v1.core.kv_cache_utils import get_kv_cache_configs
+    get_global_kv_cache_groups = None
 from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
 from vllm.distributed.kv_transfer.kv_connector.utils import get_current_attn_backends
 from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
@@ -74,14 +78,16 @@ with emulate(resolve_gpu(sys.argv[2])):
                                              prefix=prefix)
 
             BaseModelLoader.load_model = load_model
-            init_speculator(vc, torch.device("meta"), None).load_model(model)
+            import inspect
+            extra = (None,) if "req_states" in inspect.signature(init_speculator).parameters else ()
+            init_speculator(vc, torch.device("meta"), *extra).load_model(model)
         current_platform.update_block_size_for_backend(vc)
         specs = get_kv_cache_spec(vc)
         layouts = [m.name for m in get_supported_kv_cache_layouts(get_current_attn_backends(vc))]
     resolve_kv_cache_layout(vc, [layouts], specs.values())
-    groups = get_global_kv_cache_groups(vc, [specs])
+    groups = () if get_global_kv_cache_groups is None else (get_global_kv_cache_groups(vc, [specs]),)
     try:
-        get_kv_cache_configs(vc, [specs], [1], groups)
+        get_kv_cache_configs(vc, [specs], [1], *groups)
     except ValueError:
         pass  # the admission check: kvexplore keeps it as a verdict
 dt = time.perf_counter() - t
@@ -94,9 +100,19 @@ DEFAULT_MODELS = ("Qwen/Qwen3.5-0.8B", "nvidia/Nemotron-H-56B-Base-8K", "meta-ll
 SPECULATIVE = ("Qwen/Qwen3.5-0.8B", {"method": "mtp", "num_speculative_tokens": 3})
 
 
-def fresh(code: str, model: str, gpu: str, spec: dict | None = None) -> dict:
-    argv = [sys.executable, "-c", code, model, gpu] + ([json.dumps(spec)] if spec else [])
-    out = subprocess.run(argv, capture_output=True, text=True, check=True)
+def fresh(code: str, model: str, gpu: str, spec: dict | None = None,
+          release: str | None = None) -> dict:
+    """``code`` in a fresh process: this interpreter, or with ``release`` that
+    vLLM release's environment (:func:`kvexplore.versions.run_in`)."""
+    args = ["-c", code, model, gpu] + ([json.dumps(spec)] if spec else [])
+    if release is None:
+        out = subprocess.run([sys.executable, *args], capture_output=True, text=True, check=True)
+    else:
+        from kvexplore.versions import run_in
+
+        out = run_in(release, args)
+        if out.returncode != 0:
+            raise RuntimeError(f"vLLM {release}: {out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

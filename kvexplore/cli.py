@@ -57,8 +57,11 @@ def _add_plan_args(p: argparse.ArgumentParser, *, lists: bool = False) -> None:
     p.add_argument("--kv-cache-memory-bytes", dest="kv_cache_memory_bytes", type=int, default=None)
     p.add_argument("--gpu-memory-utilization", dest="gpu_memory_utilization",
                    type=str if lists else float, default=None,
-                   help="share of the card vLLM takes (default 0.92) when neither --num-blocks "
+                   help="share of the card vLLM takes (default: the release's) when neither --num-blocks "
                         "nor --kv-cache-memory-bytes is given")
+    p.add_argument("--enable-extensible-kv-cache", dest="enable_extensible_kv_cache",
+                   action=argparse.BooleanOptionalAction, default=None,
+                   help="vLLM >= 0.34: size the cache after warmup (default: on where supported)")
     p.add_argument("--kv-cache-layout", dest="kv_cache_layout", default=None)
     p.add_argument("--max-num-batched-tokens", dest="max_num_batched_tokens", type=kind, default=None,
                    help="tokens of the dummy run vLLM's memory profile measures")
@@ -73,7 +76,7 @@ _PLAN_KEYS = (
     "gpu", "tensor_parallel_size", "decode_context_parallel_size", "block_size", "dtype",
     "kv_cache_dtype", "attention_backend", "mamba_cache_mode", "mamba_ssm_cache_dtype",
     "max_model_len", "num_blocks", "kv_cache_memory_bytes", "gpu_memory_utilization",
-    "enable_prefix_caching",
+    "enable_prefix_caching", "enable_extensible_kv_cache",
     "kv_cache_layout", "speculative_config", "max_num_batched_tokens", "max_num_seqs",
 )
 

@@ -10,6 +10,17 @@ Qwen3.5-0.8B, 64 blocks, ``LBNHC``, kernel block 32 (FLASHINFER): a GDN layer
 is ``[64, 1, 1, 1085440]`` int8, strides ``(1114112, 1085440, 1085440, 1)``;
 an attention layer ``[1088, 2, 32, 512]`` bf16, strides ``(32768, 512, 1024, 1)``.
 
+With the extensible KV cache of vLLM 0.34 (a plan whose
+:attr:`~kvexplore.Plan.extensible_kv_cache` is true), a connector that reaches
+the cache in process is handed the views vLLM rebuilds after its final commit
+(``vllm/v1/worker/extensible_kv_cache.py: extend_kv_cache``): under a
+layer-outermost block-compact layout (``LBNHC``, ``LBHNC``) every layer region
+is its own storage of exactly the committed blocks (raw views ``uint8``), the
+regions padded apart to 2 MiB granules (``pad_kv_cache_segments``); under
+block-outermost layouts the layers share one storage.  A connector that
+shares the cache through legacy CUDA IPC, or a cache given ``num_blocks`` /
+``kv_cache_memory_bytes``, keeps the one-buffer registration above.
+
 ``legacy`` (vLLM < 0.26, what LMCache's first two edit rules were written for): each
 ``KVCacheTensor`` is shared by one layer of every group; an attention layer is
 ``[num_kernel_pages, 2, kernel_block, heads, head_size]`` (K/V dim second,
@@ -26,6 +37,7 @@ import torch
 
 from kvexplore.errors import KVExploreError
 from kvexplore.memo import per_plan
+from kvexplore.planning import release
 from kvexplore.planning.planner import require_plan
 from kvexplore.planning.release import release_name
 
@@ -91,6 +103,7 @@ def allocate(plan, *, device="cpu", registration: str = "unified", num_blocks: i
     check_registration_name(registration)
     require_plan(plan)
     dev = _device(device)
+    extensible = plan.extensible_kv_cache
     if num_blocks is not None:
         plan = plan.with_num_blocks(num_blocks)
     elif dev.type != "meta" and plan.sized_by_profile:
@@ -101,6 +114,8 @@ def allocate(plan, *, device="cpu", registration: str = "unified", num_blocks: i
             "plan.with_num_blocks(16).allocate()) allocates 16 blocks of the same layout"
         )
     check_allocatable(plan)
+    if registration == "unified" and extensible:
+        return _allocate_extensible(plan, dev)
     if registration == "unified":
         from vllm.v1.worker.utils import allocate_kv_cache
 
@@ -108,6 +123,59 @@ def allocate(plan, *, device="cpu", registration: str = "unified", num_blocks: i
             plan.kv_cache_config, dev, plan.kv_cache_layout, list(plan.kernel_block_sizes)
         )
     return _allocate_legacy(plan, dev)
+
+
+class _CommittedSegments:
+    """Stands in for vLLM's ``ExtensibleTensor`` (device virtual memory): each
+    segment is a plain tensor of exactly its committed bytes on ``device``."""
+
+    def __init__(self, size, device=None, segment_capacities=(), export_handle_types=0):
+        self.device = torch.device(device)
+        self.capacities = list(segment_capacities) or [size]
+        self.segments = [torch.empty(0, dtype=torch.uint8, device=self.device)
+                         for _ in self.capacities]
+
+    def resize_segments_(self, sizes, zero_new: bool = False) -> None:
+        self.segments = [torch.zeros(n, dtype=torch.uint8, device=self.device) for n in sizes]
+
+    def release_physical(self) -> None:
+        self.resize_segments_([0] * len(self.capacities))
+
+    def segments_backed_by_one_chunk(self, sizes) -> list[bool]:
+        return [True] * len(sizes)
+
+    def segment_view(self, index: int) -> torch.Tensor:
+        return self.segments[index]
+
+    @property
+    def physical_bytes(self) -> int:
+        return sum(t.numel() for t in self.segments)
+
+
+def _allocate_extensible(plan, dev: torch.device):
+    """What an in-process connector registers after the extensible cache's
+    final commit of ``plan.num_blocks`` blocks: vLLM's own
+    ``pad_kv_cache_segments``, ``ExtensibleKVCache.commit`` and
+    ``committed_views`` over segments of plain tensors (CUDA's 2 MiB granule,
+    ``vllm/utils/extensible_tensor.py: _MIN_GRANULARITY``).  A layout whose
+    layers span several segments keeps its views over the whole allocation,
+    as vLLM's runner does."""
+    from vllm.utils import extensible_tensor
+    from vllm.v1.worker.utils import allocate_kv_cache
+
+    from kvexplore.planning.emulation import patch_attributes
+
+    ext = release.extensible_cache_module()
+    layout, kernels = plan.kv_cache_layout, list(plan.kernel_block_sizes)
+    padded = ext.pad_kv_cache_segments(plan.kv_cache_config, layout,
+                                       extensible_tensor._MIN_GRANULARITY)
+    with patch_attributes([(ext, "ExtensibleTensor", _CommittedSegments)]):
+        cache = ext.ExtensibleKVCache(padded, dev, layout)
+    cache.commit(plan.num_blocks)
+    views = cache.committed_views(padded, layout, kernels)
+    if views is None:
+        return allocate_kv_cache(padded, dev, layout, kernels)
+    return views
 
 
 def _allocate_legacy(plan, dev: torch.device):

@@ -6,7 +6,7 @@ fresh ``CacheConfig`` / ``ParallelConfig`` into a stand-in ``VllmConfig`` (the
 fields the block-size hooks read), runs ``VllmConfig.try_verify_and_update_config`` and then
 ``Platform.update_block_size_for_backend`` with ``_find_non_ssm_backends``
 patched (``unittest.mock``) to return the backend.  What it returns is what
-vLLM 0.33 computes; the planner must agree with it.
+the installed vLLM computes; the planner must agree with it.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def vllm_alignment(
     block_size: int | None = None,
     backend_name: str = "FLASH_ATTN",
 ) -> ReferenceAlignment:
-    """Block size and Mamba padding as vLLM 0.33 computes them (slow path)."""
+    """Block size and Mamba padding as the installed vLLM computes them (slow path)."""
     from vllm.config import CacheConfig, ModelConfig, ParallelConfig, VllmConfig
     from vllm.platforms.interface import Platform
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
@@ -65,6 +65,10 @@ def vllm_alignment(
         ),
         structured_outputs_config=ns(reasoning_parser=""),
     )
+    # a release whose Mamba state alignment asks the config for its SSM backend
+    # (vLLM 0.34: ReplaySSM on FlashInfer only with use_replayssm, off by default)
+    if isinstance(getattr(VllmConfig, "use_flashinfer_replayssm", None), property):
+        stand_in.use_flashinfer_replayssm = bool(getattr(cc, "use_replayssm", False))
     VllmConfig.try_verify_and_update_config(stand_in)
     backend = AttentionBackendEnum[backend_name].get_class()
     with mock.patch.object(

@@ -141,3 +141,63 @@ def test_catalog_plans_equal_the_releases_own_functions(name, gpu, tp):
     assert [(t.size, list(t.layers)) for t in got.kv_cache_tensors] == \
         [(t.size, list(t.layers)) for t in ref.kv_cache_tensors]
     assert p.admission is None or p.admission.ok
+
+
+# -- how the release sizes and hands over the cache ----------------------------
+
+
+def _has_extensible_cache() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm.v1.worker.extensible_kv_cache") is not None
+
+
+def test_default_utilization_and_sizing_follow_the_release():
+    """Without num_blocks / kv_cache_memory_bytes: on a release with the
+    extensible KV cache, utilization 1.0 and the cache measured after warmup
+    (total - resident memory - max(1 GiB, 0.75 x peak) - peak); before it, the
+    release's CacheConfig default (0.92) and the start-up profile
+    (total x 0.92 - every term).  Terms are the capacity report's, whose
+    itemisation the 0.33 tests check against public logs."""
+    from vllm.config.cache import CacheConfig
+
+    p = kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="H100")
+    ext = _has_extensible_cache()
+    assert p.extensible_kv_cache is ext
+    if ext:
+        assert p.gpu_memory_utilization == 1.0
+    else:
+        assert p.gpu_memory_utilization == CacheConfig().gpu_memory_utilization == 0.92
+    terms = kvexplore.profile_estimates(p)
+    total = terms["total_memory_bytes"][0]
+    peak = terms["activation_peak_bytes"][1]
+    resident = sum(terms[k][1] for k in ("weight_bytes", "non_torch_bytes", "cudagraph_bytes"))
+    if ext:
+        expected = total - resident - max(1 << 30, int(0.75 * peak)) - peak
+    else:
+        expected = math.ceil(total * 0.92) - resident - peak
+    assert p.kv_cache_memory_bytes == expected
+    assert p.num_blocks == expected // p.bytes_per_block
+    # a given block count or memory turns the extensible cache off, as vLLM does
+    assert not p.with_num_blocks(8).extensible_kv_cache
+    assert p.with_num_blocks(8).gpu_memory_utilization == 0.92
+
+
+def test_registration_follows_the_releases_cache():
+    """An in-process connector gets per-layer storages of exactly the committed
+    blocks under the extensible cache (LBNHC: one per layer region, the groups
+    aliasing them), else views into one buffer."""
+    p = kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="A100", attention_backend="FLASHINFER")
+    kv = p.allocate(num_blocks=4)
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in kv.values()}
+    page = p.mamba_page_size_padded
+    if p.extensible_kv_cache:
+        assert len(storages) == 6  # 24 layers in 4 groups of 6 aliasing 6 regions
+        assert set(storages.values()) == {4 * page}
+        assert all(t.storage_offset() == 0 for t in kv.values())
+    else:
+        assert len(storages) == 1
+        assert set(storages.values()) == {4 * page * 6}
+    small = p.with_num_blocks(4)
+    edited = kvexplore.apply_kv_cache_group_edits(small.kv_cache_config, kv)
+    assert kvexplore.verify_roundtrip(small.kv_cache_config, kv, edited).ok

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from kvexplore.planning import release
 from kvexplore.planning.emulation import patch_attributes
 
 
@@ -87,13 +88,12 @@ def build_drafter(vc, target: torch.nn.Module) -> Drafter | None:
         return None
     none = Drafter(spec.method, int(spec.num_speculative_tokens), None, None, (), 0,
                    int(vc.parallel_config.decode_context_parallel_size))
-    if spec.use_ngram() or not vc.use_v2_model_runner:
+    if release.builds_no_draft_model(spec) or not release.uses_v2_model_runner(vc):
         return none
-    from vllm.v1.worker.gpu.spec_decode import init_speculator
     from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 
     with patch_attributes(_meta_loader_patch()):
-        speculator = init_speculator(vc, torch.device("meta"), None)
+        speculator = release.init_speculator(vc, torch.device("meta"))
         if not isinstance(speculator, DraftModelSpeculator):
             return replace(none, speculator=type(speculator).__name__)
         speculator.load_model(target)

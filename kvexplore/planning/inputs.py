@@ -42,6 +42,7 @@ PLAN_DEFAULTS: dict[str, Any] = {
     "num_blocks": None,
     "kv_cache_memory_bytes": None,
     "gpu_memory_utilization": None,
+    "enable_extensible_kv_cache": None,
     "kv_cache_layout": None,
     "max_num_batched_tokens": None,
     "max_num_seqs": None,
@@ -50,7 +51,7 @@ PLAN_DEFAULTS: dict[str, Any] = {
 #: ``plan()`` keywords the model build does not depend on (a plan that changes
 #: only these reuses the build).
 MEMORY_KEYWORDS = ("num_blocks", "kv_cache_memory_bytes", "gpu_memory_utilization",
-                   "max_model_len")
+                   "enable_extensible_kv_cache", "max_model_len")
 
 MAMBA_CACHE_MODES = ("none", "align", "all")
 KV_CACHE_LAYOUTS = ("LBNHC", "LBHNC", "LHBNC", "BLHNC", "BLNHC", "BHLNC", "NHD", "HND")
@@ -193,6 +194,8 @@ def plan_request(**kwargs: Any) -> tuple[tuple[str, Any], ...]:
         "gpu_memory_utilization": (None if r["gpu_memory_utilization"] is None else
                                    as_fraction("gpu_memory_utilization",
                                                r["gpu_memory_utilization"])),
+        "enable_extensible_kv_cache": _bool_or_none("enable_extensible_kv_cache",
+                                                    r["enable_extensible_kv_cache"]),
         "kv_cache_layout": as_choice("kv_cache_layout", r["kv_cache_layout"],
                                      KV_CACHE_LAYOUTS, allow_none=True),
         "max_num_batched_tokens": as_int("max_num_batched_tokens", r["max_num_batched_tokens"],

@@ -185,6 +185,14 @@ class Plan(Displayable):
     the groups' specs are vLLM's frozen ``KVCacheSpec`` objects); vLLM's
     mutable objects come out as fresh copies only (:attr:`vllm_config`,
     :attr:`kv_cache_config`, ...), so no caller can change a plan another holds.
+
+    ``vllm_version`` is the vLLM release every answer came from (the installed
+    one); ``extensible_kv_cache`` whether that release sizes this cache after
+    warmup with its extensible KV cache (vLLM 0.34 on CUDA, unless
+    ``num_blocks`` or ``kv_cache_memory_bytes`` is given), which also decides
+    what :func:`kvexplore.registration.allocate` hands a connector;
+    ``gpu_memory_utilization`` the share of the card the worker requests, as
+    the release resolves it.
     """
 
     model: ModelSource
@@ -507,11 +515,13 @@ def plan(
     num_blocks: int | None = None,
     kv_cache_memory_bytes: int | None = None,
     gpu_memory_utilization: float | None = None,
+    enable_extensible_kv_cache: bool | None = None,
     kv_cache_layout: str | None = None,
     max_num_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
 ) -> Plan:
-    """Plan the KV cache vLLM would build for ``model`` on one ``gpu`` worker.
+    """Plan the KV cache the installed vLLM release would build for ``model``
+    on one ``gpu`` worker (:attr:`Plan.vllm_version` names the release).
 
     Keyword names and defaults follow vLLM's engine arguments
     (``--tensor-parallel-size``, ``--decode-context-parallel-size``,
@@ -521,7 +531,9 @@ def plan(
     ``--attention-backend``, ``--speculative-config``,
     ``--num-gpu-blocks-override`` as ``num_blocks``,
     ``--kv-cache-memory-bytes``, ``--gpu-memory-utilization``,
-    ``--max-num-batched-tokens``,
+    ``--enable-extensible-kv-cache`` (vLLM 0.34; a connector whose
+    ``kv_cache_access`` is ``LEGACY_IPC``, such as ``LMCacheMPConnector``,
+    turns it off as ``False`` does), ``--max-num-batched-tokens``,
     ``--max-num-seqs``: the dummy run vLLM's memory profile measures);
     ``None`` lets vLLM decide as ``vllm serve`` does for the GPU, as an unset
     flag does.  ``kv_cache_layout`` is what ``VLLM_KV_CACHE_LAYOUT`` would request
@@ -529,9 +541,10 @@ def plan(
     engine core resolves.  ``gpu`` is a name or a compute capability
     (:func:`kvexplore.gpus`).  With neither ``num_blocks`` nor
     ``kv_cache_memory_bytes`` the cache is as large as vLLM would make it on
-    that GPU at ``--gpu-memory-utilization`` (default 0.92, vLLM's): the low
-    end of the start-up memory profile (:func:`kvexplore.capacity` itemises
-    it).  When the cache cannot hold one request of ``max_model_len`` tokens
+    that GPU at ``--gpu-memory-utilization`` (``None``: the release's default,
+    0.92, or 1.0 with vLLM 0.34's extensible cache): the low end of the
+    start-up memory profile, or with the extensible cache of what it measures
+    after warmup (:func:`kvexplore.capacity` itemises it).  When the cache cannot hold one request of ``max_model_len`` tokens
     the plan carries vLLM's refusal in :attr:`Plan.admission`.
 
     Every input is checked before any cache lookup; every error is a
@@ -546,7 +559,8 @@ def plan(
         mamba_ssm_cache_dtype=mamba_ssm_cache_dtype, max_model_len=max_model_len,
         attention_backend=attention_backend, speculative_config=speculative_config,
         num_blocks=num_blocks, kv_cache_memory_bytes=kv_cache_memory_bytes,
-        gpu_memory_utilization=gpu_memory_utilization, kv_cache_layout=kv_cache_layout,
+        gpu_memory_utilization=gpu_memory_utilization,
+        enable_extensible_kv_cache=enable_extensible_kv_cache, kv_cache_layout=kv_cache_layout,
         max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
     )
     src = load_model_config(model)
@@ -629,7 +643,7 @@ def _sizing(gpu: GPU, vc, r: dict) -> tuple[bool, float]:
     from kvexplore.planning.emulation import emulate
 
     with emulate(gpu, meta_tensors=False):
-        extensible = release.extensible_kv_cache(vc)
+        extensible = release.extensible_kv_cache(vc, r["enable_extensible_kv_cache"])
     return extensible, release.resolved_gpu_memory_utilization(
         vc.cache_config, r["gpu_memory_utilization"], extensible)
 
@@ -766,9 +780,11 @@ def _plan_from_build(src: ModelSource, gpu: GPU, request: tuple, built) -> Plan:
     pins = tuple(cdiv(g.kv_cache_spec.max_memory_usage_bytes(vc), g.kv_cache_spec.page_size_bytes)
                  for g in cfg.kv_cache_groups)
     specs = built.layer_specs
+    # a release whose specs carry no is_draft flag still has the speculator's names
+    draft_names = set(built.drafter.layer_names) if built.drafter is not None else set()
     layers = tuple(
         LayerInfo(i, name, layer_kind(spec), getattr(spec, "sliding_window", None),
-                  _mixer(spec), bool(getattr(spec, "is_draft", False)))
+                  _mixer(spec), bool(getattr(spec, "is_draft", False)) or name in draft_names)
         for i, (name, spec) in enumerate(specs.items())
     )
     tensors = tuple(TensorInfo(int(t.size), tuple(t.layers), int(t.layer_stride),

@@ -166,12 +166,17 @@ def finish_groups(vc, groups: list | None) -> None:
 # ---------------------------------------------------------------------------
 
 
+def uses_v2_model_runner(vc) -> bool:
+    """Whether the worker runs Model Runner V2: ``VllmConfig.use_v2_model_runner``
+    where the release still has the V1 runner, else always."""
+    return bool(getattr(vc, "use_v2_model_runner", True))
+
+
 def runner_kv_cache_spec(vc) -> dict:
     """The model runner's ``get_kv_cache_spec``: Model Runner V2's
     (``vllm/v1/worker/gpu/attn_utils.py``) unless the release has the V1
-    runner and the config chooses it (``VllmConfig.use_v2_model_runner``)."""
-    use_v2 = getattr(vc, "use_v2_model_runner", True)
-    if use_v2:
+    runner and the config chooses it (:func:`uses_v2_model_runner`)."""
+    if uses_v2_model_runner(vc):
         _, fn = _first((("vllm.v1.worker.gpu.attn_utils", "get_kv_cache_spec"),),
                        "Model Runner V2 get_kv_cache_spec")
         return fn(vc)
@@ -181,6 +186,24 @@ def runner_kv_cache_spec(vc) -> dict:
                            "GPUModelRunner")
     runner = SimpleNamespace(vllm_config=vc, shared_kv_cache_layers={})
     return runner_cls.get_kv_cache_spec(runner)
+
+
+def builds_no_draft_model(spec) -> bool:
+    """Whether a ``SpeculativeConfig`` drafts by n-gram lookup, with no draft
+    model (``SpeculativeConfig.use_ngram()``; a release without it names the
+    method ``"ngram"``)."""
+    use_ngram = getattr(spec, "use_ngram", None)
+    return bool(use_ngram()) if use_ngram is not None else spec.method == "ngram"
+
+
+def init_speculator(vc, device):
+    """Model Runner V2's ``init_speculator`` (``vllm/v1/worker/gpu/spec_decode/
+    __init__.py``), with no request state where the release asks for one."""
+    _, fn = _first((("vllm.v1.worker.gpu.spec_decode", "init_speculator"),),
+                   "Model Runner V2 init_speculator")
+    if "req_states" in inspect.signature(fn).parameters:
+        return fn(vc, device, None)
+    return fn(vc, device)
 
 
 def triton_flags() -> list[tuple[Any, str]]:
@@ -260,18 +283,27 @@ def construct(cls, **fields):
 # ---------------------------------------------------------------------------
 
 
-def extensible_kv_cache(vc) -> bool:
+def extensible_kv_cache(vc, requested: bool | None = None) -> bool:
     """Settle, on ``vc`` (a plan's own copy, with its ``kv_cache_memory_bytes``
     and ``num_gpu_blocks_override``), whether the release sizes the cache
     after warmup with its extensible KV cache, as a fresh engine would:
-    ``VllmConfig._resolve_extensible_kv_cache`` run again (it refuses the
-    cache when either of those is set).  False where the release has no such
-    cache.  Run it where the platform answers as the GPU."""
+    ``VllmConfig._resolve_extensible_kv_cache`` run again with
+    ``--enable-extensible-kv-cache`` as ``requested`` (``None``: on where
+    supported; it refuses the cache when either memory input is set, and a
+    request for it there with vLLM's ``ValueError``).  False where the release
+    has no such cache; a request for it there is refused.  Run it where the
+    platform answers as the GPU."""
     cc = vc.cache_config
     if not hasattr(vc, "_resolve_extensible_kv_cache") or not hasattr(
             cc, "enable_extensible_kv_cache"):
+        if requested:
+            raise KVExploreError(
+                f"enable_extensible_kv_cache=True: the installed vLLM "
+                f"{installed_release().version} has no extensible KV cache; expected "
+                "None or False (vLLM 0.34.0 brings it)"
+            )
         return False
-    cc.enable_extensible_kv_cache = None
+    cc.enable_extensible_kv_cache = requested
     cc._extensible_kv_cache_resolved = False
     vc._resolve_extensible_kv_cache()
     return bool(cc.enable_extensible_kv_cache)
@@ -308,6 +340,15 @@ def after_warmup_sizing():
     return fn
 
 
+def extensible_cache_module():
+    """``vllm.v1.worker.extensible_kv_cache`` where the release has the
+    extensible KV cache, else None."""
+    try:
+        return importlib.import_module("vllm.v1.worker.extensible_kv_cache")
+    except ImportError:
+        return None
+
+
 def admission_hint(vc) -> tuple[str, ...]:
     """The arguments the release's ``_check_enough_kv_cache_memory`` takes after
     its four: ``(hint,)`` where it ends its message with
@@ -327,10 +368,14 @@ __all__ = [
     "WINDOW_RELEASES",
     "Release",
     "admission_hint",
+    "builds_no_draft_model",
     "capacity_functions",
+    "init_speculator",
+    "uses_v2_model_runner",
     "construct",
     "has_v1_model_runner",
     "after_warmup_sizing",
+    "extensible_cache_module",
     "extensible_kv_cache",
     "resolved_gpu_memory_utilization",
     "finish_groups",

@@ -195,9 +195,12 @@ def environment(version: str, *, create: bool = True) -> Path:
     return python
 
 
-def child_environment() -> dict[str, str]:
+def child_environment(version: str | None = None) -> dict[str, str]:
     """``os.environ`` for a child run in a release environment: this copy of
-    kvexplore first on ``PYTHONPATH`` (through a folder that holds only it)."""
+    kvexplore first on ``PYTHONPATH`` (through a folder that holds only it)
+    and, with ``version``, vLLM's cache root inside that release's environment
+    (releases inspect model classes into files of the same names, so a shared
+    cache makes each release redo the other's)."""
     package = Path(__file__).resolve().parent
     link_dir = environments_dir() / ".kvexplore-path"
     link_dir.mkdir(parents=True, exist_ok=True)
@@ -209,6 +212,8 @@ def child_environment() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(link), *filter(None, [env.get("PYTHONPATH")])])
+    if version is not None:
+        env["VLLM_CACHE_ROOT"] = str(environment_path(version) / "vllm-cache")
     return env
 
 
@@ -218,7 +223,7 @@ def run_in(version: str, args: Sequence[str], *, timeout: float | None = None,
     missing), with this kvexplore importable; output captured as text."""
     python = environment(version)
     return subprocess.run([str(python), *args], capture_output=True, text=True,
-                          timeout=timeout, env=child_environment(), cwd=cwd, check=False)
+                          timeout=timeout, env=child_environment(version), cwd=cwd, check=False)
 
 
 __all__ = [

@@ -70,7 +70,7 @@ from kvexplore.planning import (
     load_model_config,
     plan,
 )
-from kvexplore.registration import REGISTRATIONS
+from kvexplore.registration import REGISTRATIONS, allocate
 from kvexplore.rendering.capacity import prefix_cache_figure
 from kvexplore.rendering.figures import bar_chart
 from kvexplore.rendering.layouts import (
@@ -82,6 +82,12 @@ from kvexplore.rendering.layouts import (
     page_map_text,
     sweep_heatmap,
     sweep_heatmap_text,
+)
+from kvexplore.versions import (
+    VersionComparison,
+    compare_versions,
+    deployment_facts,
+    environment,
 )
 
 __version__ = "0.1.0"
@@ -115,6 +121,7 @@ __all__ = [
     "plan",
     # registration
     "REGISTRATIONS",
+    "allocate",
     # editing
     "DEFAULT_EDITS",
     "EditResult",
@@ -158,5 +165,9 @@ __all__ = [
     "prefix_cache_figure",
     "sweep_heatmap",
     "sweep_heatmap_text",
+    "VersionComparison",
+    "compare_versions",
+    "deployment_facts",
+    "environment",
     *_WIDGETS,
 ]

@@ -6,6 +6,7 @@
     kvexplore offload MODEL [--tp N --dcp N --extra JSON --pipeline-parallel-size N ... --json]
     kvexplore sweep MODEL --tp 1,2,4,8 [--dcp 1,2 --block-size none,64 --nnodes-within-dp 1,2 --csv out.csv]
     kvexplore envs [RELEASE ...] [--create] [--python]
+    kvexplore versions MODEL --vllm 0.33.0,0.34.0 [--gpu G ... --all --json]
     kvexplore capacity MODEL [--gpu G --gpu-memory-utilization 0.92 --max-model-len N --weight-bytes N --cpu-bytes-to-use N --extra JSON --json]
 
 ``--gpu`` names the GPU (default H100); the other flags are vLLM's engine
@@ -230,6 +231,21 @@ def cmd_envs(ns) -> None:
     _print_frame(pd.DataFrame(rows), ns.json)
 
 
+def cmd_versions(ns) -> None:
+    """:func:`kvexplore.compare_versions`: the facts that differ (``--all``:
+    every fact), one column per release."""
+    from kvexplore.versions import compare_versions
+
+    c = compare_versions(ns.model, vllm=ns.vllm.split(","), **_kwargs(ns, _PLAN_KEYS))
+    if ns.json:
+        _print_json({"model": c.model, "releases": list(c.releases), "facts": dict(c.facts)})
+        return
+    if ns.all:
+        _print_frame(c.table(only_differences=False), False)
+    else:
+        print(c.text())
+
+
 def cmd_plan(ns) -> None:
     p = plan(ns.model, **_kwargs(ns, _PLAN_KEYS))
     if ns.json:
@@ -339,6 +355,11 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--prompt-tokens", dest="prompt_tokens", default=None,
                    help="comma-separated prompt lengths: tokens a repeat reuses")
     _finish(k, cmd_capacity)
+    v = sub.add_parser("versions", help="one deployment across vLLM releases, side by side")
+    _add_plan_args(v)
+    v.add_argument("--vllm", default="0.33.0,0.34.0", help="comma-separated releases of the window")
+    v.add_argument("--all", action="store_true", help="every fact, not only those that differ")
+    _finish(v, cmd_versions)
     e = sub.add_parser("envs", help="one environment per vLLM release of the window (uv)")
     e.add_argument("releases", nargs="*", help="releases (default: the whole window)")
     e.add_argument("--create", action="store_true", help="create the missing environments")

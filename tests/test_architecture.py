@@ -14,7 +14,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "kvexplore"
 
 #: Pipeline stages in order; a module may import its own stage and earlier ones.
 STAGES = [
-    ("base", ["kvexplore.errors", "kvexplore.layout", "kvexplore.memo", "kvexplore.display"]),
+    ("base", ["kvexplore.errors", "kvexplore.layout", "kvexplore.memo", "kvexplore.display",
+              "kvexplore.paths"]),
     ("planning", ["kvexplore.planning"]),
     ("registration", ["kvexplore.registration"]),
     ("editing", ["kvexplore.editing"]),

@@ -272,10 +272,15 @@ def test_no_temporary_directory_is_left_behind(tmp_path):
     import subprocess
     import sys
 
-    env = {"TMPDIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
-    code = "import kvexplore; kvexplore.load_model_config('Qwen/Qwen3.5-0.8B')"
-    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=300)
-    assert list(tmp_path.glob("kvexplore-*")) == []
+    env = {"TMPDIR": str(tmp_path / "tmp"), "PATH": "/usr/bin:/bin",
+           "KVEXPLORE_CACHE_DIR": str(tmp_path / "cache")}
+    (tmp_path / "tmp").mkdir()
+    code = "import kvexplore; print(kvexplore.load_model_config('Qwen/Qwen3.5-0.8B').config_dir)"
+    out = subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=300,
+                         capture_output=True, text=True)
+    assert list((tmp_path / "tmp").iterdir()) == []
+    folder = out.stdout.strip().splitlines()[-1]
+    assert folder.startswith(str(tmp_path / "cache" / "configs"))
 
 
 def test_speculative_tokens_add_mamba_state_slots():

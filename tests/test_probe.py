@@ -222,8 +222,9 @@ if sys.argv[2] == "threads":
 
 def test_threads_plan_as_sequential_and_sigterm_leaves_nothing(tmp_path):
     """In fresh processes: four threads planning four dict configs at once
-    answer exactly as one thread planning them in turn, and a SIGTERM after
-    planning leaves no ``kvexplore-configs-*`` directory behind."""
+    answer exactly as one thread planning them in turn, and a process killed by
+    SIGTERM after planning leaves nothing in the temp dir: the configs live in
+    the cache folder, one complete folder per content digest, no staging file."""
     import os
     import signal
     import subprocess
@@ -241,15 +242,19 @@ def test_threads_plan_as_sequential_and_sigterm_leaves_nothing(tmp_path):
         tmp = tmp_path / f"tmp-{mode}"
         tmp.mkdir()
         root = str(Path(kvexplore.__file__).resolve().parent.parent)
-        env = {**os.environ, "TMPDIR": str(tmp),
+        cache = tmp_path / f"cache-{mode}"
+        env = {**os.environ, "TMPDIR": str(tmp), "KVEXPLORE_CACHE_DIR": str(cache),
                "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
         proc = subprocess.run([sys.executable, str(script), str(config), mode],
                               capture_output=True, text=True, env=env, timeout=600)
         assert proc.stdout, proc.stderr[-2000:]
         out[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
         assert out[mode]["errors"] == []
-        leftovers = [d.name for d in tmp.iterdir() if d.name.startswith("kvexplore-configs-")]
+        leftovers = [d.name for d in tmp.iterdir() if d.name.startswith("kvexplore")]
         assert leftovers == [], (mode, leftovers)
+        folders = sorted((cache / "configs").iterdir())
+        assert len(folders) == 4
+        assert all(sorted(f.name for f in d.iterdir()) == ["config.json"] for d in folders)
         if mode == "threads":
             assert proc.returncode == -signal.SIGTERM
     assert out["threads"]["texts"] == out["sequential"]["texts"]

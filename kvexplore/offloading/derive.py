@@ -615,10 +615,15 @@ def derive(p: Plan, o: OffloadOptions) -> Derivation:
     hashing = tokens_per_hash(p)
     tpb_values = tuple(t.value for t in tpb)
     bpc = blocks_per_chunk(o.extra_config, groups.value, tpb_values)
-    windows = tuple(
-        sliding_window_size_in_chunks(gid, leaf_specs(p.groups[gid].kv_cache_spec)[0], t, bpc.value)
-        for gid, t in zip(groups.value, tpb_values, strict=True)
-    )
+    if release.offloading_has_windows():
+        windows = tuple(
+            sliding_window_size_in_chunks(gid, leaf_specs(p.groups[gid].kv_cache_spec)[0], t,
+                                          bpc.value)
+            for gid, t in zip(groups.value, tpb_values, strict=True)
+        )
+    else:
+        windows = tuple(Derived(None, f"{release_name()} keeps no window per group")
+                        for _ in groups.value)
     wbytes = worker_kv_bytes_per_block(p)
     replicated = replicated_layout(p, o, world.value, backend.value, wbytes.value)
     canonical = canonical_layout(o.extra_config)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-import tempfile
+import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kvexplore.errors import KVExploreError
+from kvexplore.paths import cache_dir
 from kvexplore.planning.release import release_name
 
 DEFAULT_MODEL = "Qwen/Qwen3.5-0.8B"
@@ -132,41 +133,14 @@ class ModelSource:
         return f"ModelSource({self.name!r}, architecture={self.architecture!r})"
 
 
-_TMP_LOCK = threading.Lock()
-_TMP_DIR: tempfile.TemporaryDirectory | None = None
+_WRITE_LOCK = threading.Lock()
 
 
-def _tmp_root() -> Path:
-    """The process's temporary directory for the ``config.json`` files vLLM
-    reads, removed at exit and on SIGTERM (:func:`_remove_on_sigterm`)."""
-    global _TMP_DIR
-    with _TMP_LOCK:
-        if _TMP_DIR is None:
-            _TMP_DIR = tempfile.TemporaryDirectory(prefix="kvexplore-configs-")
-        return Path(_TMP_DIR.name)
-
-
-def _remove_on_sigterm() -> None:
-    """While SIGTERM has its default action (which runs no finalizers), make
-    it remove the directory first; installed at import from the main thread."""
-    import os
-    import signal
-
-    if threading.current_thread() is not threading.main_thread():
-        return
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        return
-
-    def remove_then_terminate(signum, frame):
-        if _TMP_DIR is not None:
-            _TMP_DIR.cleanup()
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    signal.signal(signal.SIGTERM, remove_then_terminate)
-
-
-_remove_on_sigterm()
+def configs_dir() -> Path:
+    """The folder of the ``config.json`` files vLLM reads, one sub-folder per
+    content digest (``kvexplore.paths.cache_dir() / "configs"``): the same
+    content is the same folder in every process, so nothing is left to remove."""
+    return cache_dir() / "configs"
 
 
 #: The file vLLM reads the quantization config from when ``config.json`` has
@@ -184,12 +158,13 @@ def _materialise(name: str, config: dict[str, Any], quant_config: dict | None = 
         files = {QUANT_CONFIG_FILE: quant_config, **files}  # config.json written last
         content += json.dumps(quant_config, sort_keys=True, allow_nan=True)
     digest = hashlib.sha256(content.encode()).hexdigest()
-    d = _tmp_root() / digest[:32]
-    with _TMP_LOCK:
+    d = configs_dir() / digest[:32]
+    with _WRITE_LOCK:
         if not (d / "config.json").is_file():
             d.mkdir(parents=True, exist_ok=True)
             for file, data in files.items():  # config.json's presence means complete
-                staged = d / f"{file}.{threading.get_ident()}"
+                # one staging name per process and thread; the rename is atomic
+                staged = d / f".{file}.{os.getpid()}.{threading.get_ident()}"
                 staged.write_text(json.dumps(data, indent=1, allow_nan=True))
                 staged.replace(d / file)
     return ModelSource(name=name, digest=digest, config_dir=d, _text=text)

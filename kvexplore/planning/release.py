@@ -269,6 +269,15 @@ def has_v1_model_runner() -> bool:
     return hasattr(VllmConfig, "use_v2_model_runner")
 
 
+def offloading_has_windows() -> bool:
+    """Whether the release's ``build_offloading_config`` bounds each group by a
+    window in chunks (``get_sliding_window_size_in_chunks`` beside it in
+    ``vllm/distributed/kv_transfer/kv_connector/v1/offloading/config.py``)."""
+    module = importlib.import_module(
+        "vllm.distributed.kv_transfer.kv_connector.v1.offloading.config")
+    return hasattr(module, "get_sliding_window_size_in_chunks")
+
+
 def construct(cls, **fields):
     """``cls(**fields)`` with only the fields the release's dataclass has (a
     field a release does not have is not part of its answer)."""
@@ -374,6 +383,7 @@ __all__ = [
     "uses_v2_model_runner",
     "construct",
     "has_v1_model_runner",
+    "offloading_has_windows",
     "after_warmup_sizing",
     "extensible_cache_module",
     "extensible_kv_cache",

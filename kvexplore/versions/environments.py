@@ -34,15 +34,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from kvexplore.errors import KVExploreError
+from kvexplore.paths import cache_dir
 from kvexplore.planning.release import (
     REQUIREMENT,
     WINDOW_RELEASES,
     in_window,
     window_text,
 )
-
-#: Environment variable naming the folder that holds the environments.
-ENV_DIR_VARIABLE = "KVEXPLORE_ENVS"
 
 #: What every release environment holds besides vLLM: kvexplore's runtime
 #: requirements and what its per-release tests run with.
@@ -62,13 +60,9 @@ INSTALL_TIMEOUT_S = 1800
 
 
 def environments_dir() -> Path:
-    """``$KVEXPLORE_ENVS``, else ``$XDG_CACHE_HOME/kvexplore/envs`` (by default
-    ``~/.cache/kvexplore/envs``)."""
-    given = os.environ.get(ENV_DIR_VARIABLE)
-    if given:
-        return Path(given).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "kvexplore" / "envs"
+    """``kvexplore.paths.cache_dir() / "envs"`` (by default
+    ``~/.cache/kvexplore/envs``; ``$KVEXPLORE_CACHE_DIR`` moves it)."""
+    return cache_dir() / "envs"
 
 
 def _check_release(version: str) -> str:
@@ -227,7 +221,6 @@ def run_in(version: str, args: Sequence[str], *, timeout: float | None = None,
 
 
 __all__ = [
-    "ENV_DIR_VARIABLE",
     "OVERRIDES",
     "PACKAGES",
     "REQUIREMENT",

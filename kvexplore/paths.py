@@ -1,0 +1,28 @@
+"""Where kvexplore keeps what it writes: one cache folder per user.
+
+``$KVEXPLORE_CACHE_DIR`` when set, else ``$XDG_CACHE_HOME/kvexplore`` (by
+default ``~/.cache/kvexplore``).  Everything in it is keyed by content or by
+release, written atomically, safe for concurrent processes, and never needs
+cleaning up at exit: ``configs/<digest>/`` holds the ``config.json`` files vLLM
+reads, ``envs/vllm-<release>/`` one environment per vLLM release.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+#: Environment variable naming kvexplore's cache folder.
+CACHE_DIR_VARIABLE = "KVEXPLORE_CACHE_DIR"
+
+
+def cache_dir() -> Path:
+    """kvexplore's cache folder (see the module doc); not created here."""
+    given = os.environ.get(CACHE_DIR_VARIABLE)
+    if given:
+        return Path(given).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "kvexplore"
+
+
+__all__ = ["CACHE_DIR_VARIABLE", "cache_dir"]

@@ -1,0 +1,260 @@
+"""One deployment across vLLM releases: each release's own answer, side by side.
+
+:func:`deployment_facts` answers with the installed release: the plan
+(``Plan.to_dict()``), what a connector registers (shape, stride, dtype and
+storage of each group's first layer, for 16 blocks of the same layout),
+which LMCache edit fires on how many layers of each group, the
+``OffloadingConfig`` and the capacity, all as JSON-ready data.
+:func:`compare_versions` gets those facts from every release named, each in
+its own environment (:func:`kvexplore.versions.environment`; the installed
+release in this process), so two releases never share a process, and lists
+every fact whose value differs.
+
+    python -m kvexplore.versions.compare '{"model": "Qwen/Qwen3.5-0.8B", "gpu": "A100"}'
+
+prints the installed release's facts as one JSON line (what
+:func:`compare_versions` runs in each environment).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from kvexplore.errors import KVExploreError
+from kvexplore.layout import FrozenDict, jsonable
+from kvexplore.planning.release import WINDOW_RELEASES, installed_release
+
+#: Blocks of the same layout the registration and edit facts are taken for.
+FACT_BLOCKS = 16
+
+
+def _error(exc: Exception) -> str:
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:400]
+
+
+def _registration_facts(p) -> dict[str, Any]:
+    """Per group, the first layer's registered tensor(s), and the LMCache edit
+    that fires on each group's layers, for :data:`FACT_BLOCKS` blocks."""
+    from kvexplore.editing.rules import apply_kv_cache_group_edits
+    from kvexplore.registration import allocate
+
+    small = p.with_num_blocks(FACT_BLOCKS)
+    kv = allocate(p, device="meta", num_blocks=FACT_BLOCKS)
+    groups = {}
+    for g in small.groups:
+        value = kv[g.layer_names[0]]
+        tensors = value if isinstance(value, list) else [value]
+        groups[str(g.index)] = [{
+            "shape": list(t.shape), "stride": list(t.stride()),
+            "dtype": str(t.dtype).removeprefix("torch."),
+            "storage_offset": int(t.storage_offset()),
+            "storage_bytes": int(t.untyped_storage().nbytes()),
+        } for t in tensors]
+    try:
+        edited = apply_kv_cache_group_edits(small.kv_cache_config, kv,
+                                            kv_layout=small.kv_cache_layout.name)
+        edits = {f"{row['group']}:{row['rule']}": {
+            "layers": int(row["layers"]), "shape_before": jsonable(row["shape_before"]),
+            "shape_after": jsonable(row["shape_after"])}
+            for row in edited.by_group().to_dict("records")}
+    except KVExploreError as exc:
+        edits = {"refused": _error(exc)}
+    return {"registered": groups, "edits": edits}
+
+
+def _offload_facts(p) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    from kvexplore.offloading.config import offload_config
+
+    try:
+        c = offload_config(p).config
+    except (KVExploreError, ValueError) as exc:
+        return {"refused": _error(exc)}
+    out = jsonable(asdict(c))
+    for g in out.get("groups", []):
+        g["layer_names"] = len(g["layer_names"])
+    return out
+
+
+def _capacity_facts(p) -> dict[str, Any]:
+    from kvexplore.capacity_planning import capacity
+
+    try:
+        r = capacity(p)
+    except KVExploreError as exc:
+        return {"refused": _error(exc)}
+    return {"num_blocks": r.num_blocks, "kv_cache_size_tokens": r.kv_cache_size_tokens,
+            "max_concurrency": round(r.max_concurrency, 4),
+            "kv_cache_memory_range": list(r.kv_cache_memory_range),
+            "gpu_memory_utilization": r.gpu_memory_utilization}
+
+
+def deployment_facts(model: Any = "Qwen/Qwen3.5-0.8B", **plan_kwargs) -> dict[str, Any]:
+    """What the installed vLLM release answers for one deployment, as JSON-ready
+    data: ``vllm``, ``plan`` (:meth:`~kvexplore.Plan.to_dict`, with
+    ``extensible_kv_cache`` and ``gpu_memory_utilization``), ``layers``
+    (name -> kind), ``registration`` (per group: the first layer's registered
+    tensors, and the LMCache edits), ``offloading`` and ``capacity`` (each a
+    ``{"refused": message}`` where the release refuses)."""
+    from kvexplore.planning.planner import plan
+
+    p = plan(model, **plan_kwargs)
+    plan_facts = p.to_dict()
+    plan_facts.pop("derivation", None)
+    plan_facts.update(extensible_kv_cache=p.extensible_kv_cache,
+                      gpu_memory_utilization=p.gpu_memory_utilization)
+    try:
+        registration = _registration_facts(p)
+    except KVExploreError as exc:
+        registration = {"refused": _error(exc)}
+    return {
+        "vllm": p.vllm_version,
+        "plan": plan_facts,
+        "explain": dict(p.derivation),
+        "layers": {info.name: info.kind for info in p.layers},
+        "registration": registration,
+        "offloading": _offload_facts(p),
+        "capacity": _capacity_facts(p),
+    }
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    if isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
+        out = {}
+        for i, v in enumerate(value):
+            out.update(_flatten(v, f"{prefix}[{i}]"))
+        return out
+    return {prefix: json.dumps(value) if isinstance(value, list) else value}
+
+
+@dataclass(frozen=True)
+class VersionComparison:
+    """One deployment's facts per release (:func:`deployment_facts`), and the
+    facts whose values differ.  ``facts`` maps release -> facts (JSON data)."""
+
+    model: str
+    inputs: FrozenDict
+    facts: FrozenDict
+
+    @property
+    def releases(self) -> tuple[str, ...]:
+        return tuple(self.facts)
+
+    def table(self, *, only_differences: bool = True, section: str | None = None) -> pd.DataFrame:
+        """One row per fact (``plan.block_size``, ``registration.edits...``), one
+        column per release; a fact missing in a release is ``None``.  With
+        ``only_differences`` (default) only the facts whose values differ;
+        ``section`` keeps the facts under one heading (``"plan"``, ...)."""
+        flat = {r: _flatten({k: v for k, v in f.items() if k not in ("vllm", "explain")})
+                for r, f in self.facts.items()}
+        keys = list(dict.fromkeys(k for f in flat.values() for k in f))
+        rows = []
+        for key in keys:
+            if section is not None and not key.startswith(section + "."):
+                continue
+            values = [flat[r].get(key) for r in self.releases]
+            if only_differences and all(v == values[0] for v in values):
+                continue
+            rows.append({"fact": key, **dict(zip(self.releases, values, strict=True))})
+        return pd.DataFrame(rows, columns=["fact", *self.releases])
+
+    @property
+    def differences(self) -> pd.DataFrame:
+        """:meth:`table` of the facts that differ (a new DataFrame)."""
+        return self.table()
+
+    def text(self) -> str:
+        head = (f"{self.model} ({', '.join(f'{k}={v}' for k, v in self.inputs.items())}) "
+                f"across vLLM {', '.join(self.releases)}")
+        diff = self.differences
+        if diff.empty:
+            return head + ": no fact differs"
+        return head + f": {len(diff)} facts differ\n" + diff.to_string(index=False)
+
+    def _repr_html_(self) -> str:
+        return (f"<p><b>{self.model}</b> across vLLM {', '.join(self.releases)}: "
+                f"{len(self.differences)} facts differ</p>" + self.differences.to_html(index=False))
+
+    def __repr__(self) -> str:
+        return f"VersionComparison({self.model!r}, releases={list(self.releases)})"
+
+
+def _model_argument(model: Any) -> Any:
+    """``model`` as JSON data another process can plan from (an id or path
+    string, or a config dict)."""
+    from kvexplore.planning.models import ModelSource
+
+    if isinstance(model, ModelSource):
+        return dict(model.config)
+    if isinstance(model, str | Mapping):
+        return model if isinstance(model, str) else dict(model)
+    from kvexplore.planning.models import load_model_config
+
+    return dict(load_model_config(model).config)
+
+
+def facts_in(release: str, model: Any, plan_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`deployment_facts` as vLLM ``release`` answers, in its own
+    environment (this process for the installed release)."""
+    if release == installed_release().version:
+        return deployment_facts(model, **plan_kwargs)
+    from kvexplore.versions.environments import run_in
+
+    request = json.dumps({"model": _model_argument(model), **plan_kwargs})
+    out = run_in(release, ["-m", "kvexplore.versions.compare", request], timeout=1800)
+    lines = out.stdout.strip().splitlines()
+    if out.returncode != 0 or not lines:
+        tail = " ".join((out.stderr or "").strip().splitlines()[-3:])
+        raise KVExploreError(f"vLLM {release} could not answer: {tail[-600:]}")
+    return json.loads(lines[-1])
+
+
+def compare_versions(model: Any = "Qwen/Qwen3.5-0.8B", *,
+                     vllm: Sequence[str] = ("0.33.0", "0.34.0"),
+                     **plan_kwargs) -> VersionComparison:
+    """The same deployment (``plan()``'s keywords) in each vLLM release of
+    ``vllm``, each answered by that release's own code in its own environment
+    (created with uv on first use), with every fact that differs.
+
+    Refused with a :class:`KVExploreError`: a release outside the window, a
+    release named twice or fewer than two, an environment that cannot be
+    created (uv's message), a release that cannot answer (its last lines)."""
+    releases = list(vllm) if not isinstance(vllm, str) else vllm.split(",")
+    if len(releases) < 2 or len(set(releases)) != len(releases):
+        raise KVExploreError(
+            f"vllm={list(releases)!r} is invalid; expected two or more different releases of "
+            f"{list(WINDOW_RELEASES)}"
+        )
+    from kvexplore.versions.environments import environment_path
+
+    for r in releases:
+        environment_path(r)  # refuses a release outside the window
+    facts = {r: facts_in(r, model, plan_kwargs) for r in releases}
+    name = model if isinstance(model, str) else getattr(model, "name", type(model).__name__)
+    return VersionComparison(str(name), FrozenDict(plan_kwargs), FrozenDict(facts))
+
+
+def main(argv: list[str] | None = None) -> int:
+    request = json.loads((argv or sys.argv[1:])[0])
+    model = request.pop("model")
+    print(json.dumps(deployment_facts(model, **request), default=str))
+    return 0
+
+
+__all__ = ["FACT_BLOCKS", "VersionComparison", "compare_versions", "deployment_facts",
+           "facts_in"]
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

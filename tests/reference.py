@@ -82,3 +82,20 @@ def vllm_alignment(
         mamba_cache_mode=cc.mamba_cache_mode,
         mamba_ssm_cache_dtype=cc.mamba_ssm_cache_dtype,
     )
+
+
+def qwen35_hand_block_size(gpu: str) -> int:
+    """Qwen3.5-0.8B's block size by hand: a 1,085,440-byte GDN state page
+    against 2,048 attention bytes per token, aligned to ``k = max(16, the
+    installed release's CacheConfig.DEFAULT_BLOCK_SIZE)``, and on SM 9.0
+    (FlashInfer GDN prefill) to 64-token checkpoints where the release's
+    Mamba layers export them (``get_mamba_prefill_checkpoint_alignment``)."""
+    import math
+
+    from vllm.config.cache import CacheConfig
+    from vllm.model_executor.layers.mamba import abstract
+
+    k = max(16, CacheConfig.DEFAULT_BLOCK_SIZE)
+    if gpu in ("H100", "H200") and hasattr(abstract, "get_mamba_prefill_checkpoint_alignment"):
+        k = math.lcm(k, 64)
+    return k * math.ceil(1085440 / (k * 2048))

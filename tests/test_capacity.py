@@ -1,4 +1,4 @@
-"""Capacity answers against vLLM 0.33's own functions, called here independently
+"""Capacity answers against the installed vLLM's own functions, called here independently
 of kvexplore's code path, and against hand-computed cases."""
 
 import copy

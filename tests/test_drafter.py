@@ -1,4 +1,4 @@
-"""A speculative deployment's drafter: its layers, as vLLM 0.33's speculator builds them.
+"""A speculative deployment's drafter: its layers, as vLLM's speculator builds them.
 
 Facts come from the configs by hand (``mtp_num_hidden_layers``,
 ``num_nextn_predict_layers``, the draft model's own layer count, heads and

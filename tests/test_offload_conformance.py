@@ -1,4 +1,4 @@
-"""kvexplore's offload_config against vLLM 0.33's own build_offloading_config.
+"""kvexplore's offload_config against the installed vLLM's own build_offloading_config.
 
 For >= 500 reproducible random configurations across the bundled catalog (plus
 hand-built KV cache configs for what the planner never produces: chunked-local

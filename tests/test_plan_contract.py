@@ -47,7 +47,7 @@ def test_callers_cannot_change_a_shared_plan():
     table = qwen_a100.group_table
     table.loc[0, "layers"] = 99
     summary = qwen_a100.summary
-    summary.loc[0, "value"] = "changed"
+    summary.loc[1, "value"] = "changed"
     inputs = qwen_a100.inputs
     inputs["tensor_parallel_size"] = 4
     # hand arithmetic from the config: 24 layers, 6 per group, 544 tokens on an A100
@@ -59,7 +59,7 @@ def test_callers_cannot_change_a_shared_plan():
     assert [len(g.layer_names) for g in again.groups] == [6, 6, 6, 6]
     assert len(again.kv_cache_config.kv_cache_tensors[0].layers) == 6
     assert list(again.group_table.layers) == [6, 6, 6, 6]
-    assert again.summary.loc[0, "value"] == QWEN
+    assert again.summary.loc[1, "value"] == QWEN
     assert again.inputs["tensor_parallel_size"] == 1
     assert again.explain() == kvexplore.plan(QWEN, gpu="A100").explain()
 

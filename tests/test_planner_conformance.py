@@ -1,4 +1,4 @@
-"""The planner's block size and Mamba padding equal vLLM 0.33's own alignment.
+"""The planner's block size and Mamba padding equal the installed vLLM's own alignment.
 
 For every bundled hybrid model x TP {1, 2, 4, 8} x kv_cache_dtype {auto, fp8}
 x mamba_cache_mode {align (prefix caching on), none (prefix caching off)}, the
@@ -13,7 +13,7 @@ adds one (GDN prefill runs on Triton there; Mamba2 mixers align to 1 token).
 import itertools
 
 import pytest
-from reference import vllm_alignment
+from reference import qwen35_hand_block_size, vllm_alignment
 
 import kvexplore
 
@@ -83,14 +83,16 @@ def test_backends_match_vllm(backend, block_size):
 
 def test_groups_and_tensors_by_hand():
     """Qwen3.5-0.8B by hand: 4 groups of 6 layers; every tensor holds
-    64 blocks x 1,114,112 B x 6 layers at offset 0; layers 64 pages apart."""
+    64 blocks x one page x 6 layers at offset 0 (vLLM 0.33 on an A100: 1,114,112 B
+    pages, 427,819,008 B); layers 64 pages apart."""
     p = kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="A100", num_blocks=64)
+    page = qwen35_hand_block_size("A100") * 2048
     cfg = p.kv_cache_config
     assert [len(g.layer_names) for g in cfg.kv_cache_groups] == [6, 6, 6, 6]
     assert len(cfg.kv_cache_tensors) == 4
     for t in cfg.kv_cache_tensors:
-        assert t.size == 64 * 1114112 * 6 == 427_819_008
-        assert t.layer_stride == 64 * 1114112 and t.block_stride == 1114112
+        assert t.size == 64 * page * 6
+        assert t.layer_stride == 64 * page and t.block_stride == page
     attn = [g for g in cfg.kv_cache_groups if "self_attn" in g.layer_names[0]]
     assert [int(n.split(".")[3]) for n in attn[0].layer_names] == [3, 7, 11, 15, 19, 23]
 

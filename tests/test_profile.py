@@ -14,6 +14,7 @@ from vllm.v1.worker.utils import request_memory
 
 import kvexplore
 from kvexplore.planning.profile import LiveBytes
+from kvexplore.planning.release import release_name
 
 GiB = 1 << 30
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
@@ -171,7 +172,8 @@ def test_a_deployment_vllm_cannot_hold_has_no_blocks_and_says_so():
     assert p.bytes_per_block == p.replace(num_blocks=16).bytes_per_block > 0  # a layout fact
     drawn, same = kvexplore.page_layout(p, 0), kvexplore.page_layout(p.replace(num_blocks=16), 0)
     assert drawn.segments == same.segments and drawn.kind == "mla_attention"
-    assert drawn.notes[-1].startswith("no blocks: vLLM 0.33 would not start (No available memory")
+    assert drawn.notes[-1].startswith(
+        f"no blocks: {release_name()} would not start (No available memory")
     assert p.figure() is not None
     with pytest.raises(KVExploreError, match="block=1 is out of range"):
         kvexplore.page_layout(p, 0, block=1)
@@ -180,7 +182,7 @@ def test_a_deployment_vllm_cannot_hold_has_no_blocks_and_says_so():
     assert kvexplore.page_layout(tiny, 0).notes[-1].startswith("no blocks")
 
 
-@pytest.mark.parametrize("bad", [0, 1.5, "0.9", True, None])
+@pytest.mark.parametrize("bad", [0, 1.5, "0.9", True, -0.5])
 def test_plan_refuses_a_bad_gpu_memory_utilization(bad):
     from kvexplore.errors import KVExploreError
 

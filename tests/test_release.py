@@ -14,6 +14,7 @@ import importlib.metadata
 import math
 
 import pytest
+from reference import qwen35_hand_block_size
 
 import kvexplore
 from kvexplore.planning import release
@@ -94,24 +95,10 @@ def test_requirement_declared_once_matches_the_window():
 # -- the release's own answers -----------------------------------------------
 
 
-def _hand_block_size(gpu: str) -> int:
-    """Qwen3.5-0.8B by hand: a 1,085,440-byte GDN state page against 2,048
-    attention bytes per token, aligned to ``k = max(16, the release's
-    CacheConfig.DEFAULT_BLOCK_SIZE)``, and on SM 9.0 (FlashInfer GDN prefill)
-    to 64-token checkpoints where the release's Mamba layers export them."""
-    from vllm.config.cache import CacheConfig
-    from vllm.model_executor.layers.mamba import abstract
-
-    k = max(16, CacheConfig.DEFAULT_BLOCK_SIZE)
-    if gpu == "H100" and hasattr(abstract, "get_mamba_prefill_checkpoint_alignment"):
-        k = math.lcm(k, 64)
-    return k * math.ceil(1085440 / (k * 2048))
-
-
 @pytest.mark.parametrize("gpu", GPUS)
 def test_worked_example_follows_the_release(gpu):
     p = kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu=gpu, num_blocks=16)
-    assert p.block_size == _hand_block_size(gpu)
+    assert p.block_size == qwen35_hand_block_size(gpu)
     assert p.mamba_page_size == 1085440
     assert p.mamba_page_size_padded == p.block_size * 2048
     assert p.explain().splitlines()[1].startswith("gpu:")

@@ -7,6 +7,7 @@ import pytest
 
 from kvexplore.explorer.state import PANELS, ExplorerState
 from kvexplore.explorer.widgets import Explorer
+from kvexplore.planning.release import release_name
 from kvexplore.rendering.html import comparison_table_html
 
 QWEN = "Qwen/Qwen3.5-0.8B"
@@ -284,7 +285,7 @@ def test_compare_tp_and_kv_cache_dtype():
     assert same.differences == () and "page maps: the compared numbers are the same" in same._repr_html_()
     bad = compare(base, tensor_parallel_size=3)
     assert "divisible by tensor parallel size (3)" in bad.b.error and bad.a.error is None
-    assert "B: vLLM 0.33 rejects" in bad._repr_html_() and bad.row("block_size").b == "-"
+    assert f"B: {release_name()} rejects" in bad._repr_html_() and bad.row("block_size").b == "-"
 
 
 def test_compare_widget_draws_both_page_maps():
@@ -299,7 +300,7 @@ def test_compare_widget_draws_both_page_maps():
     assert w.comparison.differences == () and w.figures[1].value == w.figures[0].value
     assert w.states[1] is first_b and w.comparison.b is first_b  # the side's state is kept
     w.controls_b["tensor_parallel_size"].value = 3
-    assert "B: vLLM 0.33 rejects" in w.summary.value and w.figures[1].layout.display == "none"
+    assert f"B: {release_name()} rejects" in w.summary.value and w.figures[1].layout.display == "none"
 
 
 def test_text_form(ex):
@@ -345,7 +346,7 @@ def test_status_warns_when_vllm_would_not_start():
     assert p.bytes_per_token == 32 * 2 * 8 * 128 * 2 and p.max_model_len == 131072
     assert not p.admission.ok and s.error is None
     status = s.panels["status"]
-    assert "refused by vLLM 0.33 at start-up" in status.text
+    assert f"refused by {release_name()} at start-up" in status.text
     assert p.admission.message in status.text and "warning" in status.html
     s.set(gpu="H100")
     assert s.plan.admission.ok and "refused" not in s.panels["status"].text

@@ -194,7 +194,8 @@ def hash_block_size(groups, block_size: int, prefix_match_unit: int | None, dcp:
         sharded = not groups or groups[0].kv_cache_spec.dcp_sharded
         d = dcp if sharded else 1
         bs = block_size * d
-        if unit not in (None, bs) and len(groups) == 1:
+        if (unit not in (None, bs) and len(groups) == 1
+                and release.rejects_single_group_prefix_match_unit()):
             raise OffloadConfigError(
                 f"prefix_match_unit={unit} is invalid with a single KV cache group: "
                 f"prefix-cache hits land on the block size ({bs}); expected it unset or "

@@ -278,6 +278,33 @@ def offloading_has_windows() -> bool:
     return hasattr(module, "get_sliding_window_size_in_chunks")
 
 
+@functools.cache
+def rejects_single_group_prefix_match_unit() -> bool:
+    """Whether the release's ``resolve_kv_cache_block_sizes``
+    (``vllm/v1/core/kv_cache_utils.py``) refuses a ``prefix_match_unit`` other
+    than the block size when the cache has one group and a connector hashes
+    blocks: asked of that function on a one-group probe config."""
+    from types import SimpleNamespace
+
+    import torch
+    from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheGroupSpec
+
+    spec = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=torch.bfloat16)
+    cfg = SimpleNamespace(kv_cache_groups=[KVCacheGroupSpec(["probe"], spec)])
+    vc = SimpleNamespace(
+        cache_config=SimpleNamespace(block_size=16, prefix_match_unit=32,
+                                     enable_prefix_caching=True),
+        parallel_config=SimpleNamespace(decode_context_parallel_size=1),
+        kv_transfer_config=object(),
+    )
+    try:
+        resolve_kv_cache_block_sizes(cfg, vc)
+    except ValueError:
+        return True
+    return False
+
+
 def construct(cls, **fields):
     """``cls(**fields)`` with only the fields the release's dataclass has (a
     field a release does not have is not part of its answer)."""
@@ -396,6 +423,7 @@ __all__ = [
     "kv_cache_dtypes",
     "kv_cache_planning",
     "prefill_checkpoint_alignment",
+    "rejects_single_group_prefix_match_unit",
     "release_name",
     "runner_kv_cache_spec",
     "triton_flags",

@@ -43,6 +43,16 @@ def _reference_in(release: str, **kw) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def test_a_release_environment_runs_this_kvexplore(tmp_path):
+    """From any folder, the child imports this very package, with its own vLLM."""
+    code = "import kvexplore, vllm; print(kvexplore.__file__); print(vllm.__version__)"
+    out = environments.run_in(OTHER, ["-c", code], cwd=tmp_path, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    where, version = out.stdout.strip().splitlines()[-2:]
+    assert Path(where).resolve() == Path(kvexplore.__file__).resolve()
+    assert version == OTHER
+
+
 def test_each_side_is_that_releases_own_answer(qwen_across):
     here = qwen_across.facts["0.33.0"]
     there = qwen_across.facts[OTHER]

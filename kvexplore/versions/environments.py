@@ -195,14 +195,17 @@ def child_environment(version: str | None = None) -> dict[str, str]:
     and, with ``version``, vLLM's cache root inside that release's environment
     (releases inspect model classes into files of the same names, so a shared
     cache makes each release redo the other's)."""
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]  # the kvexplore package
     link_dir = environments_dir() / ".kvexplore-path"
     link_dir.mkdir(parents=True, exist_ok=True)
     link = link_dir / hashlib.sha256(str(package).encode()).hexdigest()[:16]
-    if not (link / "kvexplore").exists():
+    target = link / "kvexplore"
+    if not target.exists() or target.resolve() != package:
         link.mkdir(exist_ok=True)
-        with contextlib.suppress(FileExistsError):
-            (link / "kvexplore").symlink_to(package, target_is_directory=True)
+        staged = link / f".kvexplore.{os.getpid()}"
+        staged.unlink(missing_ok=True)
+        staged.symlink_to(package, target_is_directory=True)
+        os.replace(staged, target)  # atomic, also over a stale link
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(link), *filter(None, [env.get("PYTHONPATH")])])

@@ -22,7 +22,9 @@ import dataclasses
 import functools
 import json
 import logging
+import os
 import sys
+from pathlib import Path
 
 import pandas as pd
 from vllm.config.logging import LoggingConfig
@@ -265,9 +267,27 @@ def cmd_offload(ns) -> None:
         print(result.explain())
 
 
+def _check_writable(path: str, flag: str) -> None:
+    """Refuse an output file that cannot be written (a missing or read-only
+    folder, a folder in its place, a read-only file), touching nothing."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        why = "it is a folder"
+    elif not folder.is_dir():
+        why = f"folder {str(folder)!r} does not exist"
+    elif not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        why = "it is not writable"
+    else:
+        return
+    raise KVExploreError(f"{flag} {path!r} cannot be written: {why}; expected a file in a writable folder")
+
+
 def cmd_sweep(ns) -> None:
     axes = _kwargs(ns, _PLAN_KEYS, lists=True)
     axes.update(_kwargs(ns, OffloadOptions.names(), lists=True))
+    if ns.csv:
+        _check_writable(ns.csv, "--csv")  # before the sweep's work
     df = sweep(ns.model, **axes)
     if ns.csv:
         try:

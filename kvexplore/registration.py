@@ -89,6 +89,36 @@ def check_allocatable(plan) -> None:
         )
 
 
+def free_bytes(device: torch.device) -> int | None:
+    """Bytes free on ``device``: ``torch.cuda.mem_get_info`` on CUDA, the
+    kernel's ``MemAvailable`` (``/proc/meminfo``) on the CPU; None where
+    unknown (``meta`` holds no bytes)."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    if device.type == "cpu":
+        try:
+            with open("/proc/meminfo") as f:
+                for line in f:
+                    if line.startswith("MemAvailable:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            return None
+    return None
+
+
+def check_fits(plan, device: torch.device) -> None:
+    """Refuse an allocation larger than what ``device`` has free, with the
+    bytes, before torch's allocator is asked."""
+    free = free_bytes(device)
+    total = backing_bytes(plan)
+    if free is not None and total > free:
+        raise KVExploreError(
+            f"the plan's backing allocation is {total:,} B (num_blocks={plan.num_blocks:,} "
+            f"x {total // max(1, plan.num_blocks):,} B); {device} has {free:,} B free: expected "
+            "fewer blocks (allocate(plan, num_blocks=16))"
+        )
+
+
 def allocate(plan, *, device="cpu", registration: str = "unified", num_blocks: int | None = None):
     """``{layer_name: tensor or [conv_state, ssm_state]}`` for ``plan``, or
     with ``num_blocks`` for ``plan.with_num_blocks(num_blocks)`` (the same
@@ -98,8 +128,9 @@ def allocate(plan, *, device="cpu", registration: str = "unified", num_blocks: i
     Allocates only what the caller asked for: a plan sized by vLLM's memory
     profile (:attr:`~kvexplore.Plan.sized_by_profile`, tens of GiB) is
     allocated on the ``meta`` device only, unless ``num_blocks`` is given.
-    Raises ``KVExploreError`` for an unknown ``registration`` or ``device``, and
-    for what cannot be allocated (:func:`check_allocatable`)."""
+    Raises ``KVExploreError`` for an unknown ``registration`` or ``device``, for
+    what cannot be allocated (:func:`check_allocatable`) and for more bytes
+    than the device has free (:func:`check_fits`)."""
     check_registration_name(registration)
     require_plan(plan)
     dev = _device(device)
@@ -114,6 +145,7 @@ def allocate(plan, *, device="cpu", registration: str = "unified", num_blocks: i
             "plan.with_num_blocks(16).allocate()) allocates 16 blocks of the same layout"
         )
     check_allocatable(plan)
+    check_fits(plan, dev)
     if registration == "unified" and extensible:
         return _allocate_extensible(plan, dev)
     if registration == "unified":

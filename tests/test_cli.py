@@ -72,6 +72,20 @@ def test_unwritable_csv_is_one_line_naming_the_path():
     assert r.stdout == ""
 
 
+def test_unwritable_csv_is_refused_before_the_sweep_runs(monkeypatch, capsys, tmp_path):
+    import kvexplore.cli as cli
+
+    def no_sweep(*a, **k):
+        raise AssertionError("the sweep ran before the output file was checked")
+
+    monkeypatch.setattr(cli, "sweep", no_sweep)
+    for bad, why in ((tmp_path / "missing" / "x.csv", "does not exist"), (tmp_path, "it is a folder")):
+        assert main(["sweep", "Qwen/Qwen3.5-0.8B", "--gpu", "A100", "--csv", str(bad)]) == 2
+        [line] = error_lines(capsys.readouterr().err)
+        assert str(bad) in line and why in line
+    assert list(tmp_path.iterdir()) == []  # nothing half-written
+
+
 def test_usage_error_is_one_line(capsys):
     with pytest.raises(SystemExit) as info:
         main(["plan", "Qwen/Qwen3.5-0.8B", "--tp", "two"])

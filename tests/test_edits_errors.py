@@ -151,28 +151,41 @@ def test_tensors_on_different_devices():
     )
 
 
+def run_rule(cache, match):
+    """The subpaged rule's own invariant, reached without the size check of
+    apply_kv_cache_group_edits (which refuses these caches first)."""
+    before = facts({"a": cache})
+    with pytest.raises(ValueError, match=match):
+        SubpagedAttentionViewEdit().apply(qwen_attn(), cache, kv_layout="NHD")
+    assert facts({"a": cache}) == before
+    run(*hybrid(cache), r"layer 'a' is registered as .* expected 2 blocks x 1,114,112 B")
+
+
 def test_kernel_page_count_not_whole_blocks():
     cache = torch.zeros(17 * 2 + 3, 2, 32, 2, 256, dtype=torch.bfloat16)
-    run(
-        *hybrid(cache),
-        r"kernel page count 37 is not a multiple of the logical/kernel block ratio 17",
-    )
+    run_rule(cache, r"kernel page count 37 is not a multiple of the logical/kernel block ratio 17")
 
 
 def test_kernel_block_not_dividing_logical():
     cache = torch.zeros(40, 2, 48, 2, 256, dtype=torch.bfloat16)
-    run(
-        *hybrid(cache),
-        r"logical block of 544 rows is not a multiple of the attention kernel block of 48",
-    )
+    run_rule(cache, r"logical block of 544 rows is not a multiple of the attention kernel block of 48")
 
 
 def test_kernel_pages_do_not_tile_the_page():
     cache = torch.zeros(34, 2, 32, 1, 256, dtype=torch.bfloat16)  # 1 head instead of 2
-    run(
-        *hybrid(cache),
-        r"17 kernel pages of 32768 bytes \(557056 bytes\) do not tile the logical page \(1114112 bytes\)",
-    )
+    run_rule(cache, r"17 kernel pages of 32768 bytes \(557056 bytes\) do not tile the logical page \(1114112 bytes\)")
+
+
+def test_a_layer_that_is_not_its_specs_cache_is_refused():
+    """A right-dtype tensor of the wrong size, or caches of fewer blocks than
+    the config: refused naming the layer, nothing edited."""
+    cfg, caches = hybrid(torch.zeros(34, 2, 32, 2, 256, dtype=torch.bfloat16))
+    apply_kv_cache_group_edits(cfg, caches)  # the right size is accepted
+    run(cfg, {**caches, "a": torch.zeros(3, 3, dtype=torch.bfloat16)},
+        r"layer 'a' is registered as \(3, 3\): 18 B; expected 2 blocks x 1,114,112 B")
+    four = config([(["g"], qwen_gdn()), (["a"], qwen_attn())], 4)
+    run(four, caches, r"layer 'g' is registered as .* expected 4 blocks x 1,085,440 B.*"
+        r"layer 'a' is registered as \(34, 2, 32, 2, 256\): 2,228,224 B; expected 4 blocks")
 
 
 def test_non_contiguous_kernel_paged_tensor():

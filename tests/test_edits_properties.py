@@ -214,11 +214,12 @@ def expected_message(how, cfg, caches):
     if how == "list_length":
         return r"Mamba layer 'm0' is a list of 1 tensors; expected 2"
     t = caches["a0"]
-    ratio = attn_spec.block_size // t.shape[2]
     if how == "kernel_pages":
+        # whole kernel pages missing: not num_blocks pages of the layer's spec
+        shape = re.escape(str(tuple(t.shape)))
         return (
-            rf"'a0'.*kernel page count {t.shape[0]} is not a multiple of the "
-            rf"logical/kernel block ratio {ratio}"
+            rf"layer 'a0' is registered as {shape}: .* expected {cfg.num_blocks:,} blocks x "
+            rf"{attn_spec.page_size_bytes:,} B"
         )
     assert how == "non_contiguous"
     shape = re.escape(str(tuple(t.shape)))

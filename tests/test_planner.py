@@ -212,3 +212,12 @@ def test_a_vllm_assertion_names_the_file_function_and_condition():
     assert "raised in vllm/v1/kv_cache_interface.py: page_size_bytes, which asserts " \
            "`self.page_size_padded >= page_size`" in text
     assert "AssertionError: AssertionError" not in text
+
+
+def test_allocating_more_than_the_device_has_is_refused_with_the_bytes():
+    """Qwen3.5-0.8B on an A100: 6 tensors of one 1,114,112-byte page per block
+    (6 layers per group, pages of 2 x 544 x 2 heads x 256 x 2 B)."""
+    p = kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="A100", num_blocks=10**6)
+    with pytest.raises(KVExploreError, match=r"backing allocation is 6,684,672,000,000 B "
+                       r"\(num_blocks=1,000,000 x 6,684,672 B\); cpu has [\d,]+ B free"):
+        kvexplore.allocate(p, device="cpu")

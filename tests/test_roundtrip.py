@@ -560,10 +560,11 @@ def test_bad_inputs_are_value_errors():
     with pytest.raises(ValueError, match="is on meta, the registered cache on cpu"):
         verify_roundtrip(cfg, caches, meta)
     wrong = config([(["g"], qwen_gdn())], 3)
-    with pytest.raises(
-        ValueError, match=r"expected a multiple of the config's num_blocks=3"
-    ):
+    with pytest.raises(ValueError, match=r"expected 3 blocks x .* as the config's num_blocks says"):
         verify_roundtrip(wrong, caches, edited)
+    on_meta = {"g": [torch.empty_like(t, device="meta") for t in caches["g"]]}
+    with pytest.raises(ValueError, match=r"'g' is registered on the meta device, which holds no bytes"):
+        verify_roundtrip(cfg, on_meta, on_meta)
     with pytest.raises(ValueError, match=r"chunk_bytes=0 is invalid"):
         verify_roundtrip(cfg, caches, edited, chunk_bytes=0)
 

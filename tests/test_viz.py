@@ -142,6 +142,22 @@ def test_bad_block_and_registration(qwen_a100_flashinfer):
         viz.page_map(qwen_a100_flashinfer, 0, registration="new")
 
 
+def test_an_edited_value_that_is_no_view_is_refused(qwen_a100_flashinfer):
+    import torch
+
+    with pytest.raises(KVExploreError, match=r"is a 0-D tensor; expected this layer's edited view"):
+        viz.page_layout(qwen_a100_flashinfer, 0, edited=torch.tensor(1.0))
+    name = qwen_a100_flashinfer.layers[3].name
+    with pytest.raises(KVExploreError, match=rf"edited value of layer '{re.escape(name)}' is str"):
+        viz.page_layout(qwen_a100_flashinfer, 3, edited={name: "a view"})
+
+
+def test_sweep_heatmap_of_something_else_is_refused():
+    for draw in (viz.sweep_heatmap, viz.sweep_heatmap_text):
+        with pytest.raises(KVExploreError, match=r"df is a str; expected the DataFrame of a sweep"):
+            draw("not a df", "tp", "dcp", "block")
+
+
 def test_page_map_figure_segments(qwen_a100_flashinfer):
     fig = viz.page_map(qwen_a100_flashinfer, 3, edited=True)
     labels = [r.get_label() for r in _rects(fig)]

@@ -182,7 +182,8 @@ def layers_under_test(
 
     Refused: what :func:`check_registration` refuses, an ``edited`` that
     names other layers, holds something that is not a tensor or a tensor
-    list or lives on another device, and a leading dim of whole blocks.
+    list or lives on another device, caches on the meta device (no bytes to
+    store or load), and a leading dim of whole blocks.
     """
     where = check_registration(kv_cache_config, kv_caches)
     if not isinstance(edited, Mapping) or set(edited) != set(kv_caches):
@@ -204,6 +205,11 @@ def layers_under_test(
                 "a list of tensors"
             )
         device = tensors_of(value)[0].device
+        if device.type == "meta":
+            raise KVExploreError(
+                f"layer {name!r} is registered on the meta device, which holds no bytes; "
+                "expected caches on cpu or cuda (allocate(plan, device='cpu'))"
+            )
         if any(t.device != device for t in parts):
             raise KVExploreError(
                 f"edited[{name!r}] is on {parts[0].device}, the registered cache on "

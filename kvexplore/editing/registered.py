@@ -23,7 +23,7 @@ from vllm.v1.kv_cache_interface import (
 
 from kvexplore.display import Displayable
 from kvexplore.errors import KVExploreError
-from kvexplore.layout import FrozenDict, dtype_name
+from kvexplore.layout import FrozenDict, dtype_name, real_page_bytes
 
 __all__ = [
     "REPORT_COLUMNS",
@@ -146,6 +146,29 @@ def _layer_problems(
     return problems
 
 
+def _size_problems(
+    name: str, spec: KVCacheSpec, tensors: list[torch.Tensor], num_blocks: int | None
+) -> list[str]:
+    """A layer whose tensors do not hold ``num_blocks`` real pages of its spec.
+
+    Every registration vLLM hands a connector (one buffer or per-layer
+    storage, unified or legacy, any backend) views exactly ``num_blocks x
+    real page bytes`` per layer (``real_page_size_bytes`` where vLLM pads a
+    page); a tensor of another size is not that layer's cache."""
+    if not num_blocks:
+        return []
+    got = sum(t.numel() * t.element_size() for t in tensors)
+    page = real_page_bytes(spec)
+    if got == num_blocks * page:
+        return []
+    shapes = ", ".join(str(tuple(t.shape)) for t in tensors)
+    return [
+        f"layer {name!r} is registered as {shapes}: {got:,} B; expected {num_blocks:,} "
+        f"blocks x {page:,} B (the real page of its {type(spec).__name__}) = "
+        f"{num_blocks * page:,} B, as the config's num_blocks says"
+    ]
+
+
 def _listed(names: list[str], most: int) -> str:
     return f"{names[:most]}{' ...' if len(names) > most else ''}"
 
@@ -158,7 +181,8 @@ def check_registration(
     Every registered layer is in the result (``(None, None)`` without a
     config).  All problems (missing or extra layers, values that are not
     tensors or tensor lists, tensors not in their spec's dtype, malformed
-    Mamba entries, mixed devices) are collected into one ``KVExploreError``,
+    Mamba entries, a layer whose tensors do not hold the config's
+    ``num_blocks`` real pages of its spec, mixed devices) are collected into one ``KVExploreError``,
     each naming its layer, before anything is edited.
     """
     if not isinstance(kv_caches, Mapping):
@@ -168,6 +192,7 @@ def check_registration(
         )
     problems: list[str] = []
     where: dict[str, tuple[int | None, KVCacheSpec | None]] = {}
+    num_blocks = getattr(kv_cache_config, "num_blocks", None)
     if kv_cache_config is not None:
         for index, group in enumerate(kv_cache_config.kv_cache_groups):
             for name in group.layer_names:
@@ -198,6 +223,7 @@ def check_registration(
             devices.setdefault(device, []).append(name)
         if spec is not None:
             problems.extend(_layer_problems(name, spec, value, tensors))
+            problems.extend(_size_problems(name, spec, tensors, num_blocks))
     if len(devices) > 1:
         listed = ", ".join(
             f"{device}: {_listed(names, 3)}"

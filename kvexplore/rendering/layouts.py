@@ -467,7 +467,14 @@ def _edited_side(plan, name, registration, edited, block, page_offset, page, reg
         rules = [] if report is None else list(report.loc[report["layer"] == name, "rule"])
         value, rule = edited[name], (rules[0] if rules and isinstance(rules[0], str) else None)
     if not isinstance(value, torch.Tensor):
-        return EditedSide(rule, None, None, "", (), (), note="no rule matched: still the registered list of state tensors")
+        if isinstance(value, (list, tuple)) and all(isinstance(t, torch.Tensor) for t in value):
+            return EditedSide(rule, None, None, "", (), (),
+                              note="no rule matched: still the registered list of state tensors")
+        raise KVExploreError(f"edited value of layer {name!r} is {type(value).__name__}; expected "
+                             "a tensor or the edited mapping (True for LMCache's edits)")
+    if value.ndim == 0:
+        raise KVExploreError(f"edited value of layer {name!r} is a 0-D tensor; expected this "
+                             "layer's edited view, whose leading dim is the blocks")
     elem = value.element_size()
     per_block = tuple(value.shape[1:])
     strides = tuple(value.stride()[1:])
@@ -691,6 +698,9 @@ def sweep_table(df, x: str, y: str, value: str):
     ``value`` must be numeric or boolean (booleans become 0/1); exactly one
     row per ``(x, y)``: filter the other axes first.
     """
+    if not isinstance(df, pd.DataFrame):
+        raise KVExploreError(f"df is a {type(df).__name__}; expected the DataFrame of a sweep "
+                             "(kvexplore.sweep or capacity_sweep)")
     for what, col in (("x", x), ("y", y), ("value", value)):
         if col not in df.columns:
             raise KVExploreError(f"{what}={col!r} is not a column of the sweep; expected one of {list(df.columns)}")

@@ -84,6 +84,27 @@ def test_every_listed_difference_is_real(qwen_across):
     assert "vLLM 0.33.0" in qwen_across.text() and OTHER in qwen_across.text()
 
 
+def test_each_releases_pages_are_its_blocks_bytes_by_hand(qwen_across):
+    """Qwen3.5-0.8B's config by hand: conv 3 x 6,144 x 2 B, SSM 16 x 128 x 128
+    x 4 B, an attention page of block x 2 KV heads x 256 x 2 (K, V) x 2 B,
+    the Mamba page padded to it; FlashInfer's kernel pages of 32 (0.33) and
+    64 (0.34) tokens."""
+    conv, ssm = 3 * 6144 * 2, 16 * 128 * 128 * 4
+    for release, block, kernel in (("0.33.0", 544, 32), (OTHER, 576, 64)):
+        page = block * 2 * 256 * 2 * 2
+        gdn, attn = qwen_across.pages[release][0], qwen_across.pages[release][3]
+        assert [s[0] for s in gdn["segments"]] == ["conv", "ssm", "pad"]
+        assert [s[2] for s in gdn["segments"]] == [conv, ssm, page - conv - ssm]
+        assert attn["page_bytes"] == page and attn["kernel_pages"] == block // kernel
+        assert [s[2] for s in attn["segments"]] == [page // (block // kernel)] * (block // kernel)
+    rows = qwen_across.table(section="pages").set_index("fact")
+    assert rows.loc["pages[3].segments"].tolist() == ["K|V x17 1,114,112 B", "K|V x9 1,179,648 B"]
+    names = [t.get_text() for t in qwen_across.figure().axes[0].texts if t.get_gid() == "row-name"]
+    assert names == [f"vLLM {r} · {g}" for g in ("g0-2 mamba x6 (gdn_attn)", "g3 full_attention x6")
+                     for r in ("0.33.0", OTHER)][::-1]
+    assert qwen_across._repr_html_().count('class="kvx-bar"') == 4
+
+
 @pytest.mark.parametrize("vllm, expected", [
     (["0.33.0"], "two or more"),
     (["0.33.0", "0.33.0"], "two or more"),

@@ -106,19 +106,19 @@ def plan_pages_html(plan) -> str:
     except KVExploreError as exc:
         return message_html(f"page map unavailable: {exc}", "warning")
     page = max((lay.page_bytes for lay in pages), default=0)
-    rows = [_bar_row(f"{group_label(plan, g)} ({fmt_size(lay.page_bytes)})",
-                     _bar_html(lay.segments, page), 150)
+    rows = [bar_row(f"{group_label(plan, g)} ({fmt_size(lay.page_bytes)})",
+                     bar_html(lay.segments, page), 150)
             for g, lay in zip(plan.groups, pages, strict=True)]
     return f'<div class="kvx-plan-pages">{"".join(rows)}</div>'
 
 
-def _bar_row(name: str, bar: str, name_px: int) -> str:
+def bar_row(name: str, bar: str, name_px: int) -> str:
     """A bar with its name in a ``name_px``-wide column on the left."""
     return (f'<div style="display:flex;align-items:center"><div style="width:{name_px}px;font-size:10px">'
             f"{escape(name)}</div><div style=\"flex:1\">{bar}</div></div>")
 
 
-def _bar_html(segments, total: int) -> str:
+def bar_html(segments, total: int) -> str:
     """Segments as one flex bar of CSS widths (no bytes, no images)."""
     if not total:
         return ""
@@ -172,17 +172,17 @@ def legend_html(kinds) -> str:
 
 def page_bars_html(layout) -> str:
     """The bars of :func:`page_layout_html` alone."""
-    bars = [_bar_row("registered", _bar_html(layout.segments, layout.page_bytes), 90)]
+    bars = [bar_row("registered", bar_html(layout.segments, layout.page_bytes), 90)]
     if layout.cells:
-        bars.append(_bar_row("kernel page 0", _bar_html(layout.cells, max(s.end for s in layout.cells)), 90))
+        bars.append(bar_row("kernel page 0", bar_html(layout.cells, max(s.end for s in layout.cells)), 90))
     if layout.edited is not None and layout.edited.segments:
-        bars.append(_bar_row("edited", _bar_html(layout.edited.segments, layout.page_bytes), 90))
+        bars.append(bar_row("edited", bar_html(layout.edited.segments, layout.page_bytes), 90))
     return "".join(bars)
 
 
 def buffer_layout_html(layout) -> str:
     """``BufferLayout._repr_html_``: one bar per buffer and the text form."""
-    bars = [_bar_row(row.name, _bar_html(row.segments, max((s.end for s in row.segments), default=row.size)), 160)
+    bars = [bar_row(row.name, bar_html(row.segments, max((s.end for s in row.segments), default=row.size)), 160)
             for row in layout.rows[:MAX_DRAWN_ROWS]]
     return f'<div class="kvx-buffer-map">{"".join(bars)}{pre_html(layout.text())}</div>'
 

@@ -1,7 +1,7 @@
 """One deployment across vLLM releases: each release's own answer, side by side.
 
 :func:`deployment_facts` answers with the installed release: the plan
-(``Plan.to_dict()``), what a connector registers (shape, stride, dtype and
+(``Plan.to_dict()``), each group's page and its segments, what a connector registers (shape, stride, dtype and
 storage of each group's first layer, for 16 blocks of the same layout),
 which LMCache edit fires on how many layers of each group, the
 ``OffloadingConfig`` and the capacity, all as JSON-ready data.
@@ -29,6 +29,12 @@ import pandas as pd
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import FrozenDict, jsonable
 from kvexplore.planning.release import WINDOW_RELEASES, installed_release
+from kvexplore.rendering.releases import (
+    page_facts,
+    page_summary,
+    release_pages_figure,
+    releases_html,
+)
 
 #: Blocks of the same layout the registration and edit facts are taken for.
 FACT_BLOCKS = 16
@@ -100,9 +106,11 @@ def deployment_facts(model: Any = "Qwen/Qwen3.5-0.8B", **plan_kwargs) -> dict[st
     """What the installed vLLM release answers for one deployment, as JSON-ready
     data: ``vllm``, ``plan`` (:meth:`~kvexplore.Plan.to_dict`, with
     ``extensible_kv_cache`` and ``gpu_memory_utilization``), ``layers``
-    (name -> kind), ``registration`` (per group: the first layer's registered
-    tensors, and the LMCache edits), ``offloading`` and ``capacity`` (each a
-    ``{"refused": message}`` where the release refuses)."""
+    (name -> kind), ``pages`` (per group, the first layer's page and its
+    segments: :func:`~kvexplore.rendering.releases.page_facts`),
+    ``registration`` (per group: the first layer's registered tensors, and the
+    LMCache edits), ``offloading`` and ``capacity`` (each a ``{"refused":
+    message}`` where the release refuses)."""
     from kvexplore.planning.planner import plan
 
     p = plan(model, **plan_kwargs)
@@ -119,6 +127,7 @@ def deployment_facts(model: Any = "Qwen/Qwen3.5-0.8B", **plan_kwargs) -> dict[st
         "plan": plan_facts,
         "explain": dict(p.derivation),
         "layers": {info.name: info.kind for info in p.layers},
+        "pages": page_facts(p),
         "registration": registration,
         "offloading": _offload_facts(p),
         "capacity": _capacity_facts(p),
@@ -139,6 +148,18 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: json.dumps(value) if isinstance(value, list) else value}
 
 
+def _tabled(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """The facts a table compares: all but the release and the derivation
+    texts; each page as its group, bytes and a one-line summary of its
+    segments."""
+    out = {k: v for k, v in facts.items() if k not in ("vllm", "explain", "pages")}
+    out["pages"] = [{"group": page["group"], "page_bytes": page["page_bytes"],
+                     "real_bytes": page["real_bytes"], "kernel_pages": page["kernel_pages"],
+                     "segments": page_summary(page["segments"])}
+                    for page in facts.get("pages", ())]
+    return out
+
+
 @dataclass(frozen=True)
 class VersionComparison:
     """One deployment's facts per release (:func:`deployment_facts`), and the
@@ -157,12 +178,11 @@ class VersionComparison:
         column per release; a fact missing in a release is ``None``.  With
         ``only_differences`` (default) only the facts whose values differ;
         ``section`` keeps the facts under one heading (``"plan"``, ...)."""
-        flat = {r: _flatten({k: v for k, v in f.items() if k not in ("vllm", "explain")})
-                for r, f in self.facts.items()}
+        flat = {r: _flatten(_tabled(f)) for r, f in self.facts.items()}
         keys = list(dict.fromkeys(k for f in flat.values() for k in f))
         rows = []
         for key in keys:
-            if section is not None and not key.startswith(section + "."):
+            if section is not None and key.split(".")[0].split("[")[0] != section:
                 continue
             values = [flat[r].get(key) for r in self.releases]
             if only_differences and all(v == values[0] for v in values):
@@ -175,17 +195,29 @@ class VersionComparison:
         """:meth:`table` of the facts that differ (a new DataFrame)."""
         return self.table()
 
+    @property
+    def pages(self) -> dict[str, list]:
+        """Release -> its pages (:func:`~kvexplore.rendering.releases.page_facts`)."""
+        return {r: list(f.get("pages", ())) for r, f in self.facts.items()}
+
+    def _head(self) -> str:
+        inputs = ", ".join(f"{k}={v}" for k, v in self.inputs.items())
+        return f"{self.model}{f' ({inputs})' if inputs else ''} across vLLM {', '.join(self.releases)}"
+
     def text(self) -> str:
-        head = (f"{self.model} ({', '.join(f'{k}={v}' for k, v in self.inputs.items())}) "
-                f"across vLLM {', '.join(self.releases)}")
+        """The facts that differ, one per line, a column per release."""
         diff = self.differences
         if diff.empty:
-            return head + ": no fact differs"
-        return head + f": {len(diff)} facts differ\n" + diff.to_string(index=False)
+            return self._head() + ": no fact differs"
+        return self._head() + f": {len(diff)} facts differ\n" + diff.to_string(index=False)
+
+    def figure(self):
+        """Each release's page of each group, one row each, on one byte axis."""
+        return release_pages_figure(self._head(), self.pages)
 
     def _repr_html_(self) -> str:
-        return (f"<p><b>{self.model}</b> across vLLM {', '.join(self.releases)}: "
-                f"{len(self.differences)} facts differ</p>" + self.differences.to_html(index=False))
+        return releases_html(f"{self._head()}: {len(self.differences)} facts differ", self.pages,
+                             self.differences.to_html(index=False))
 
     def __repr__(self) -> str:
         return f"VersionComparison({self.model!r}, releases={list(self.releases)})"

@@ -1,0 +1,127 @@
+"""One deployment's pages across vLLM releases, as data and drawn.
+
+Pages travel between release environments as JSON data
+(:func:`page_facts`): per KV cache group, the first layer's page of block 0
+with its segments (``[label, start, size, dtype]``).  The functions here draw
+that data for several releases on one byte axis, so a reader sees a block
+grow from 544 to 576 tokens or a page's padding change without reading a
+table.
+
+>>> page_summary([["conv", 0, 36864, "bfloat16"], ["ssm", 36864, 1048576, "float32"],
+...               ["pad", 1085440, 28672, ""]])
+'conv 36,864 B | ssm 1,048,576 B | pad 28,672 B'
+>>> page_summary([["K|V p0", 0, 65536, "bfloat16"], ["K|V p1", 65536, 65536, "bfloat16"]])
+'K|V x2 131,072 B'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from html import escape
+from typing import Any
+
+from kvexplore.errors import KVExploreError
+from kvexplore.rendering.figures import MAX_INNER_LABELS, byte_axis, legend, rows_figure
+from kvexplore.rendering.html import bar_html, bar_row, legend_html, message_html
+from kvexplore.rendering.layouts import group_label, plan_pages
+from kvexplore.rendering.segments import Segment, fmt_size, kind_of
+
+
+def page_facts(plan) -> list[dict[str, Any]]:
+    """Per KV cache group of ``plan``: the group's label, its first layer, the
+    page's bytes (``page_bytes``, ``real_bytes``), kernel pages per block and
+    the page's segments as ``[label, start, size, dtype]`` (JSON data).  A
+    plan whose pages cannot be drawn gives ``[]``."""
+    try:
+        pages = plan_pages(plan)
+    except KVExploreError:
+        return []
+    return [{
+        "group": group_label(plan, g), "layer": lay.layer, "page_bytes": lay.page_bytes,
+        "real_bytes": lay.real_bytes, "kernel_pages": lay.kernel_pages,
+        "segments": [[s.label, s.start, s.size, s.dtype] for s in lay.segments],
+    } for g, lay in zip(plan.groups, pages, strict=True)]
+
+
+def page_summary(segments: Sequence[Sequence[Any]]) -> str:
+    """A page's segments in one line: runs of one kind as ``kind xN bytes``."""
+    runs: list[list[Any]] = []
+    for label, _start, size, *_ in segments:
+        kind = str(label).split(" ")[0]
+        if runs and runs[-1][0] == kind:
+            runs[-1][1] += 1
+            runs[-1][2] += int(size)
+        else:
+            runs.append([kind, 1, int(size)])
+    return " | ".join(f"{k}{f' x{n}' if n > 1 else ''} {b:,} B" for k, n, b in runs)
+
+
+@dataclass(frozen=True)
+class _Page:
+    """What :func:`~kvexplore.rendering.figures.rows_figure` needs of a page."""
+
+    page_bytes: int
+    segments: tuple[Segment, ...]
+
+
+def _collapsed(pages: Sequence[Mapping[str, Any]]) -> list[tuple[str, _Page]]:
+    """Consecutive groups with the same page as one row: ``'g0-g2 mamba x6'``."""
+    out: list[tuple[str, _Page, str, str]] = []  # (first gid, page, rest of label, last gid)
+    for page in pages:
+        gid, _, rest = str(page["group"]).partition(" ")
+        segs = tuple(Segment(str(label), int(start), int(size), str(dtype))
+                     for label, start, size, dtype in page["segments"])
+        item = _Page(int(page["page_bytes"]), segs)
+        if out and out[-1][1] == item and out[-1][2] == rest:
+            out[-1] = (out[-1][0], item, rest, gid)
+        else:
+            out.append((gid, item, rest, gid))
+    return [(f"{a}{'' if a == b else '-' + b.lstrip('g')} {rest}", item) for a, item, rest, b in out]
+
+
+def _pages(pages_by_release: Mapping[str, Sequence[Mapping[str, Any]]]):
+    """``(row name, page)``: groups in order, each release's page of a group
+    next to the others' (identical consecutive groups collapsed)."""
+    rows = {release: _collapsed(pages) for release, pages in pages_by_release.items()}
+    for i in range(max((len(r) for r in rows.values()), default=0)):
+        for release, collapsed in rows.items():
+            if i < len(collapsed):
+                name, page = collapsed[i]
+                yield f"vLLM {release} · {name}", page
+
+
+def release_pages_figure(title: str, pages_by_release: Mapping[str, Sequence[Mapping[str, Any]]]):
+    """Every release's pages (:func:`page_facts` per release), one row per
+    release and group, on one byte axis."""
+    rows = list(_pages(pages_by_release))
+    page = max((p.page_bytes for _, p in rows), default=1)
+    fig, ax, axis_in, kinds = rows_figure(
+        title, [(name, p.segments, 0, page, MAX_INNER_LABELS) for name, p in rows],
+        1.45 + 0.5 * max(1, len(rows)), width=float(page), empty="(no pages)")
+    byte_axis(ax, [s for _, p in rows for s in p.segments], page, axis_in,
+              "byte offset in one layer's page of a block")
+    legend(fig, kinds)
+    return fig
+
+
+def release_pages_html(pages_by_release: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
+    """:func:`release_pages_figure` as HTML bars (no image), with a legend."""
+    rows = list(_pages(pages_by_release))
+    if not rows:
+        return message_html("no release gave a page map", "warning")
+    page = max(p.page_bytes for _, p in rows)
+    bars = "".join(bar_row(f"{name} ({fmt_size(p.page_bytes)})", bar_html(p.segments, page), 260)
+                   for name, p in rows)
+    kinds = [kind_of(s.label) for _, p in rows for s in p.segments]
+    return f'<div class="kvx-release-pages">{legend_html(kinds)}{bars}</div>'
+
+
+def releases_html(head: str, pages_by_release, table_html: str) -> str:
+    """A comparison across releases: ``head``, the pages drawn, the table."""
+    return (f'<div class="kvx-releases"><p>{escape(head)}</p>'
+            f"{release_pages_html(pages_by_release)}{table_html}</div>")
+
+
+__all__ = ["page_facts", "page_summary", "release_pages_figure", "release_pages_html",
+           "releases_html"]

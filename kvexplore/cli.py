@@ -18,12 +18,14 @@ Every failure prints one line to stderr and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import json
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -388,26 +390,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _route_vllm_logs(verbose: bool) -> None:
+@contextlib.contextmanager
+def _vllm_logs_routed(verbose: bool) -> Iterator[None]:
     """vLLM's log records at INFO with ``--verbose``, else ERROR, and on
     stderr in every mode: vLLM's own handler writes to stdout, which holds
-    only the answer (so ``--json`` output always parses)."""
+    only the answer (so ``--json`` output always parses).  Levels and streams
+    are put back afterwards, so an in-process ``main()`` leaves no handler
+    pointing at a stream that has since closed."""
     level = logging.INFO if verbose else logging.ERROR
     logger = logging.getLogger("vllm")
     if verbose and not logger.handlers:
         configure_logging(LoggingConfig(log_level="INFO"))  # vLLM's own handler, as its engine installs it
+    before = (vllm_log_level(), logger.level)
+    streams = [(h, h.stream) for h in logger.handlers
+               if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
     vllm_log_level(level)
     logger.setLevel(level)
-    for h in logger.handlers:
-        if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler):
-            h.setStream(sys.stderr)
+    for h, _ in streams:
+        h.setStream(sys.stderr)
+    try:
+        yield
+    finally:
+        for h, stream in streams:
+            h.setStream(stream)
+        vllm_log_level(before[0])
+        logger.setLevel(before[1])
 
 
 def main(argv: list[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     try:
-        _route_vllm_logs(ns.verbose)
-        ns.func(ns)
+        with _vllm_logs_routed(ns.verbose):
+            ns.func(ns)
     except Exception as exc:  # noqa: BLE001 - every failure is one line, never a traceback
         why = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
         print("kvexplore: error: " + " ".join(why.splitlines()), file=sys.stderr)

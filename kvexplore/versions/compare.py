@@ -38,6 +38,8 @@ from kvexplore.rendering.releases import (
 
 #: Blocks of the same layout the registration and edit facts are taken for.
 FACT_BLOCKS = 16
+#: Characters of one value :meth:`VersionComparison.text` shows (the table has all).
+TEXT_WIDTH = 60
 
 
 def _error(exc: Exception) -> str:
@@ -205,11 +207,14 @@ class VersionComparison:
         return f"{self.model}{f' ({inputs})' if inputs else ''} across vLLM {', '.join(self.releases)}"
 
     def text(self) -> str:
-        """The facts that differ, one per line, a column per release."""
+        """The facts that differ, one per line, a column per release (values
+        longer than :data:`TEXT_WIDTH` characters cut short)."""
         diff = self.differences
         if diff.empty:
             return self._head() + ": no fact differs"
-        return self._head() + f": {len(diff)} facts differ\n" + diff.to_string(index=False)
+        shown = diff.map(lambda v: v if not isinstance(v, str) or len(v) <= TEXT_WIDTH
+                         else v[:TEXT_WIDTH - 3] + "...")
+        return self._head() + f": {len(diff)} facts differ\n" + shown.to_string(index=False)
 
     def figure(self):
         """Each release's page of each group, one row each, on one byte axis."""

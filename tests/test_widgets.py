@@ -350,3 +350,28 @@ def test_status_warns_when_vllm_would_not_start():
     assert p.admission.message in status.text and "warning" in status.html
     s.set(gpu="H100")
     assert s.plan.admission.ok and "refused" not in s.panels["status"].text
+
+
+def test_a_release_control_only_where_another_release_can_answer(monkeypatch, tmp_path):
+    """No other release's environment: no releases tab.  With vLLM 0.34.0's
+    environment (created on first use), the tab compares the deployment the
+    controls describe, each side that release's own block (544 / 576 tokens
+    for Qwen3.5-0.8B on an A100)."""
+    from kvexplore.versions import environment
+
+    monkeypatch.setenv("KVEXPLORE_CACHE_DIR", str(tmp_path))
+    alone = Explorer("Qwen/Qwen3.5-0.8B", gpu="A100")
+    assert alone.releases is None and "releases" not in alone.tabs.titles
+    monkeypatch.delenv("KVEXPLORE_CACHE_DIR")
+    environment("0.34.0")
+    ex = Explorer("Qwen/Qwen3.5-0.8B", gpu="A100")
+    assert ex.tabs.titles[-1] == "releases" and "0.34.0" in ex.releases.options
+    ex.releases.value = ("0.33.0", "0.34.0")
+    ex.releases_button.click()
+    shown = ex.releases_panel.value
+    assert "across vLLM 0.33.0, 0.34.0" in shown and 'class="kvx-bar"' in shown
+    text = ex.state.compare_releases(("0.33.0", "0.34.0")).text
+    row = next(line for line in text.splitlines() if line.split()[:1] == ["plan.block_size"])
+    assert row.split()[1:] == ["544", "576"]
+    refused = ex.state.compare_releases(("0.34.0",))
+    assert not refused.ok and "two or more different releases" in refused.text

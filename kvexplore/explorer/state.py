@@ -43,6 +43,7 @@ from kvexplore.planning.models import DEFAULT_MODEL, catalog_names
 from kvexplore.planning.planner import plan as make_plan
 from kvexplore.registration import REGISTRATIONS, backing_bytes
 from kvexplore.rendering import editing, figures, html, layouts
+from kvexplore.versions import compare_versions
 
 #: Controls and their defaults ("auto" = let vLLM choose).
 CONTROL_DEFAULTS: dict[str, Any] = {
@@ -207,6 +208,16 @@ class ExplorerState:
             "enable_prefix_caching": _auto(c["enable_prefix_caching"]),
             "speculative_config": _speculative_config(c),
         }
+
+    def compare_releases(self, releases) -> Panel:
+        """The current deployment in each vLLM release of ``releases``, each
+        answered in its own environment (:func:`kvexplore.compare_versions`):
+        the ``releases`` panel, or a message naming what was refused."""
+        try:
+            c = compare_versions(self.controls["model"], vllm=list(releases), **self.plan_kwargs())
+        except Exception as exc:  # never a traceback in the notebook
+            return _message_panel("releases", describe_error(exc))
+        return Panel("releases", c.text(), c._repr_html_())
 
     def refresh(self) -> tuple[str, ...]:
         """Recompute every panel from the controls; return the changed ones."""

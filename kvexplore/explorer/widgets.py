@@ -26,11 +26,13 @@ from kvexplore.explorer.state import (
     describe_error,
 )
 from kvexplore.planning.models import DEFAULT_MODEL
+from kvexplore.planning.release import WINDOW_RELEASES, installed_release
 from kvexplore.rendering.html import (
     comparison_summary_html,
     comparison_table_html,
     message_html,
 )
+from kvexplore.versions import existing_environments
 
 _TITLES = {
     "status": "status",
@@ -86,7 +88,10 @@ class Explorer(widgets.VBox):
 
     Attributes: ``state``, ``controls`` (name -> widget; set ``.value`` to
     drive it), ``panels`` (name -> ``HTML``), ``live_button``,
-    ``figure_toggle``, ``figure`` (the PNG page map).
+    ``figure_toggle``, ``figure`` (the PNG page map); where another vLLM
+    release's environment exists (:func:`releases_at_hand`), a ``releases``
+    tab: ``releases`` (a ``SelectMultiple``), ``releases_button`` and
+    ``releases_panel`` (the comparison across releases), else None.
     """
 
     def __init__(self, model: Any = DEFAULT_MODEL, **controls: Any) -> None:
@@ -124,7 +129,23 @@ class Explorer(widgets.VBox):
             "live": [self.live_button, self.panels["live"]],
         }
         tabs = [widgets.VBox(boxes.get(name, [self.panels[name]])) for name in PANELS]
-        self.tabs = widgets.Tab(children=tabs, titles=[_TITLES[n] for n in PANELS])
+        titles = [_TITLES[n] for n in PANELS]
+        self.releases, self.releases_button, self.releases_panel = None, None, None
+        known = releases_at_hand()
+        if len(known) > 1:  # a release control only where another release can answer
+            self.releases = widgets.SelectMultiple(options=known, value=known, rows=len(known),
+                                                   description="vLLM", layout=widgets.Layout(width="230px"))
+            self.releases_button = widgets.Button(description="Compare releases", icon="exchange",
+                                                  layout=widgets.Layout(width="200px"))
+            self.releases_button.on_click(self._on_releases)
+            self.releases_panel = widgets.HTML(message_html(
+                "the deployment above in each selected release, each in its own environment "
+                "(about half a minute per release)", "info"))
+            self.releases_panel.add_class(_css_class("panel", "releases"))
+            tabs.append(widgets.VBox([widgets.HBox([self.releases, self.releases_button]),
+                                      self.releases_panel]))
+            titles.append("releases")
+        self.tabs = widgets.Tab(children=tabs, titles=titles)
         self.tabs.observe(lambda _change: self._draw_edit_figures(), names="selected_index")
         ctl = self.controls
         rows = [
@@ -154,6 +175,14 @@ class Explorer(widgets.VBox):
             self.panels["live"].value = self.state.panels["live"].html
         finally:
             self.live_button.disabled = False
+
+    def _on_releases(self, _button=None) -> None:
+        self.releases_button.disabled = True
+        self.releases_panel.value = message_html("running each release in its own environment ...", "info")
+        try:
+            self.releases_panel.value = self.state.compare_releases(self.releases.value).html
+        finally:
+            self.releases_button.disabled = False
 
     def _render(self, changed) -> None:
         for name in changed:
@@ -273,6 +302,13 @@ class Compare(widgets.VBox):
             self.captions[i].value = f"<b>{'AB'[i]}</b>: {escape(label)}"
             _show(self.figures[i], st.page_map_png())
         self.table.value = comparison_table_html(c)
+
+
+def releases_at_hand() -> list[str]:
+    """The installed release and every release whose environment exists, in
+    window order."""
+    here = installed_release().version
+    return [r for r in WINDOW_RELEASES if r == here or r in existing_environments()]
 
 
 def _show(image: widgets.Image, png: bytes | None) -> None:

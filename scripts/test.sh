@@ -21,21 +21,42 @@ fi
 python3 -m pip install -q -e ".[test]" -c scripts/default-release.txt
 export MPLBACKEND=Agg
 status=0
+# Two lines of work, one per core (each is one single-threaded Python):
+# 2. in the background, the release tests (marker `release`) on every other
+#    release of the window, each in its own environment, created with uv on
+#    first use (kvexplore envs); each release's output is printed at the end.
+default=$(python3 -c "import importlib.metadata as m; print(m.version('vllm'))")
+releases=$(python3 -c "from kvexplore.planning.release import WINDOW_RELEASES as w; print(*w)")
+logs=$(mktemp -d)
+(
+  for release in $releases; do
+    [ "$release" = "$default" ] && continue
+    {
+      echo "== vLLM $release: release tests in its own environment"
+      if python=$(python3 -m kvexplore envs "$release" --create --python); then
+        # vLLM caches what it learns of model classes in files named alike
+        # across releases: each release keeps its own
+        VLLM_CACHE_ROOT="$(dirname "$(dirname "$python")")/vllm-cache" \
+          "$python" -m pytest -q -p no:cacheprovider -m release \
+          $(grep -l "mark.release" tests/test_*.py) && echo 0 > "$logs/$release.rc" \
+          || echo 1 > "$logs/$release.rc"
+      else
+        echo 1 > "$logs/$release.rc"
+      fi
+    } > "$logs/$release.log" 2>&1
+  done
+) &
+chain=$!
 # 1. The whole suite (pytest, doctests, notebooks under nbval) on the default
 #    release, the newest of the window that installs from the package index.
 python3 -m pytest -q -p no:cacheprovider \
   --doctest-modules tests kvexplore notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg "$@" \
   || status=$?
-# 2. The release tests (marker `release`) on every other release of the window,
-#    each in its own environment, created with uv on first use (kvexplore envs).
-default=$(python3 -c "import importlib.metadata as m; print(m.version('vllm'))")
-for release in $(python3 -c "from kvexplore.planning.release import WINDOW_RELEASES as w; print(*w)"); do
+wait "$chain" || true
+for release in $releases; do
   [ "$release" = "$default" ] && continue
-  echo "== vLLM $release: release tests in its own environment"
-  python=$(python3 -m kvexplore envs "$release" --create --python) || { status=1; continue; }
-  # vLLM caches what it learns of model classes in files named alike across
-  # releases: each release keeps its own
-  VLLM_CACHE_ROOT="$(dirname "$(dirname "$python")")/vllm-cache" \
-    "$python" -m pytest -q -p no:cacheprovider -m release $(grep -l "mark.release" tests/test_*.py) || status=$?
+  cat "$logs/$release.log" 2>/dev/null || echo "== vLLM $release: no output"
+  [ "$(cat "$logs/$release.rc" 2>/dev/null)" = "0" ] || status=1
 done
+rm -rf "$logs"
 exit $status

@@ -109,26 +109,26 @@ def main() -> None:
     ]
     print(f"planning 4 plans (untimed setup): {time.perf_counter() - t:.1f} s")
     p = plans[0]
-    p.capacity(0.9)  # vLLM imports and the plan's shared facts, once
+    kvexplore.capacity(p, gpu_memory_utilization=0.9)  # vLLM imports and the plan's shared facts, once
 
     utils = [0.5 + 0.45 * i / 249 for i in range(250)]
     state = {"i": 0}
 
     def one():
         state["i"] += 1
-        p.capacity(utils[state["i"] % len(utils)])
+        kvexplore.capacity(p, gpu_memory_utilization=utils[state["i"] % len(utils)])
 
     single = statistics.median(_median(one, 50) for _ in range(args.repeats))
     print(f"one capacity answer on a planned model: {single * 1e3:.2f} ms median (goal <= 5 ms)")
 
     def rows():
-        out = [q.capacity(u).num_blocks for q in plans for u in utils]
+        out = [kvexplore.capacity(q, gpu_memory_utilization=u).num_blocks for q in plans for u in utils]
         assert len(out) == 1000
 
     sweep = _median(rows, args.repeats)
     print(f"1,000 capacity rows: {sweep:.2f} s median (goal <= 5 s)")
 
-    r = p.capacity(0.9)
+    r = kvexplore.capacity(p, gpu_memory_utilization=0.9)
     lengths = range(1, 32769, 32)
 
     def hits():

@@ -16,7 +16,7 @@ Prints, in one run (medians over ``--repeats``):
   alternate, so both see the same machine load.  Cases: the ~1 GiB
   synthetic registration above, and a catalog model's own layout
   (``--model``, default Qwen/Qwen3.5-0.8B planned for the H100 with 64
-  blocks and allocated by ``Plan.allocate``; ``--model ''`` skips it).
+  blocks and allocated by ``kvexplore.allocate``; ``--model ''`` skips it).
 
 Usage: ``python benchmarks/bench_edits.py [--device cuda] [--repeats 5]
 [--big-mib 1024] [--model ID] [--model-blocks 64] [--model-only]``.
@@ -189,7 +189,7 @@ def against_copy(name, cfg, caches, edited, reps, dev):
 def model_case(model: str, num_blocks: int, reps: int, dev: str):
     """A catalog model's own layout, planned for the H100 and allocated."""
     plan = kvexplore.plan(model, gpu="H100", num_blocks=num_blocks)
-    caches = plan.allocate(device=dev)
+    caches = kvexplore.allocate(plan, device=dev)
     cfg = plan.kv_cache_config
     edited = kvexplore.apply_kv_cache_group_edits(cfg, caches)
     page = cfg.kv_cache_groups[0].kv_cache_spec.page_size_bytes

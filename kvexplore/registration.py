@@ -142,7 +142,7 @@ def allocate(plan, *, device="cpu", registration: str = "unified", num_blocks: i
             f"the plan's cache is sized for the {plan.gpu.name} deployment: "
             f"{plan.num_blocks:,} blocks, {backing_bytes(plan):,} B; allocating it on {dev} "
             "needs num_blocks: allocate(plan, num_blocks=16) (or "
-            "plan.with_num_blocks(16).allocate()) allocates 16 blocks of the same layout"
+            "allocate(plan.with_num_blocks(16))) allocates 16 blocks of the same layout"
         )
     check_allocatable(plan)
     check_fits(plan, dev)

@@ -67,7 +67,7 @@ def test_blocks_tokens_concurrency_match_get_kv_cache_configs(which, util, reque
     )
 
     p = request.getfixturevalue(which)
-    r = p.capacity(util)
+    r = kvexplore.capacity(p, gpu_memory_utilization=util)
     vc, cfg = _vllm_kv_cache_config(p, r.kv_cache_memory)
     assert r.num_blocks == cfg.num_blocks
     assert r.bytes_per_block == cfg.kv_cache_tensors[0].size // cfg.num_blocks
@@ -78,7 +78,7 @@ def test_blocks_tokens_concurrency_match_get_kv_cache_configs(which, util, reque
 
 
 def test_memory_accounting_adds_up(qwen_32k_a100):
-    r = qwen_32k_a100.capacity(0.8, activation_peak_bytes=1 << 28, non_torch_bytes=1 << 29, cudagraph_bytes=0)
+    r = kvexplore.capacity(qwen_32k_a100, gpu_memory_utilization=0.8, activation_peak_bytes=1 << 28, non_torch_bytes=1 << 29, cudagraph_bytes=0)
     # an A100 reports 79.14-79.25 GiB through mem_get_info; the low end, less log rounding
     total = int((79.14 - 0.005) * GiB)
     assert r.total_memory_bytes == total
@@ -89,7 +89,7 @@ def test_memory_accounting_adds_up(qwen_32k_a100):
     low, high = r.kv_cache_memory_range
     assert low == r.kv_cache_memory and high - low == -(-int((79.25 + 0.005) * GiB) * 8 // 10) - (
         -(-total * 8 // 10))
-    exact = qwen_32k_a100.capacity(0.8, total_memory_bytes=total - (1 << 30), activation_peak_bytes=1,
+    exact = kvexplore.capacity(qwen_32k_a100, gpu_memory_utilization=0.8, total_memory_bytes=total - (1 << 30), activation_peak_bytes=1,
                                non_torch_bytes=1, cudagraph_bytes=1)
     assert exact.estimated == () and exact.kv_cache_memory_range[0] == exact.kv_cache_memory_range[1]
     assert exact.num_blocks < r.num_blocks + (1 << 30) // r.bytes_per_block + 1
@@ -139,7 +139,7 @@ def test_llama_tp2_weights_per_rank():
     p2 = plan(LLAMA, gpu="H100", max_model_len=8192, tensor_parallel_size=2)
     norms = (2 * layers + 1) * hidden * 2  # replicated on every rank
     assert p2.weight_bytes == (p1.weight_bytes - norms) // 2 + norms
-    r1, r2 = p1.capacity(0.9), p2.capacity(0.9)
+    r1, r2 = kvexplore.capacity(p1, gpu_memory_utilization=0.9), kvexplore.capacity(p2, gpu_memory_utilization=0.9)
     assert r2.weight_bytes == p2.loaded_weight_bytes
     assert r2.kv_cache_memory - r1.kv_cache_memory == (
         r1.weight_bytes - r2.weight_bytes + r1.activation_peak_bytes - r2.activation_peak_bytes
@@ -151,7 +151,7 @@ def test_dcp_scales_attention_groups_only():
 
     p = plan(QWEN, gpu="A100", tensor_parallel_size=4, decode_context_parallel_size=2,
              max_model_len=32768)
-    r = p.capacity(kv_cache_memory_bytes=4 * GiB)
+    r = kvexplore.capacity(p, kv_cache_memory_bytes=4 * GiB)
     t = r.group_table
     for row, group in zip(t.itertuples(), p.kv_cache_config.kv_cache_groups, strict=True):
         spec = group.kv_cache_spec
@@ -165,7 +165,7 @@ def test_dcp_scales_attention_groups_only():
 
 
 def test_hybrid_groups_dcp_and_pinned_blocks(qwen_32k_a100):
-    r = qwen_32k_a100.capacity(0.9)
+    r = kvexplore.capacity(qwen_32k_a100, gpu_memory_utilization=0.9)
     t = r.group_table
     # three GDN groups pin 2 state blocks each in align mode, attention cdiv(len, block)
     assert list(t.kind) == ["mamba", "mamba", "mamba", "full_attention"]
@@ -267,7 +267,7 @@ def _lengths(unit):
 @pytest.mark.parametrize("which", ["qwen_32k_a100", "qwen_32k_h100", "llama", "gemma"])
 def test_prefix_hits_match_vllm_scheduler(which, request):
     p = request.getfixturevalue(which)
-    r = p.capacity(kv_cache_memory_bytes=8 * GiB)
+    r = kvexplore.capacity(p, kv_cache_memory_bytes=8 * GiB)
     assert r.prefix_caching
     unit = r.cache_hit_alignment
     got = {n: r.prefix_hit_tokens(n) for n in _lengths(unit)}
@@ -278,7 +278,7 @@ def test_prefix_hits_match_vllm_scheduler(which, request):
 
 
 def test_prefix_hits_gpu_dependent(qwen_32k_a100, qwen_32k_h100):
-    a, h = qwen_32k_a100.capacity(), qwen_32k_h100.capacity()
+    a, h = kvexplore.capacity(qwen_32k_a100), kvexplore.capacity(qwen_32k_h100)
     assert (a.cache_hit_alignment, h.cache_hit_alignment) == (544, 576)
     # 544 tokens: no hit on either; 576 + 1: a hit of 544 on A100, 576 on H100
     assert (a.prefix_hit_tokens(544), h.prefix_hit_tokens(544)) == (0, 0)
@@ -335,7 +335,7 @@ def test_host_sizing_matches_cpu_offloading_spec(qwen_32k_a100, extra, cpu_bytes
 
 
 def test_capacity_with_cpu_bytes(qwen_32k_a100):
-    r = qwen_32k_a100.capacity(0.9, cpu_bytes_to_use=10 * GiB)
+    r = kvexplore.capacity(qwen_32k_a100, gpu_memory_utilization=0.9, cpu_bytes_to_use=10 * GiB)
     assert r.host is not None and r.host.num_chunks == _cpu_spec(
         kvexplore.offload_config(qwen_32k_a100), 10 * GiB).num_chunks
     assert "host.num_chunks" in r.explain()
@@ -362,7 +362,7 @@ def test_lmcache_chunk_sizes(qwen_32k_a100, qwen_32k_h100, llama):
 def test_display_trio(qwen_32k_a100):
     from matplotlib.figure import Figure
 
-    r = qwen_32k_a100.capacity(0.9, cpu_bytes_to_use=GiB)
+    r = kvexplore.capacity(qwen_32k_a100, gpu_memory_utilization=0.9, cpu_bytes_to_use=GiB)
     text = r.text()
     assert f"{r.num_blocks:,} blocks of 544 tokens" in text
     assert "kv_cache_memory:" in text
@@ -382,7 +382,7 @@ def test_cli_capacity_json(qwen_32k_a100, capsys):
                "--prompt-tokens", "544,545", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0
-    r = qwen_32k_a100.capacity(0.9, cpu_bytes_to_use=GiB)
+    r = kvexplore.capacity(qwen_32k_a100, gpu_memory_utilization=0.9, cpu_bytes_to_use=GiB)
     assert out["num_blocks"] == r.num_blocks
     assert out["kv_cache_size_tokens"] == r.kv_cache_size_tokens
     assert out["host"]["num_chunks"] == r.host.num_chunks
@@ -399,14 +399,14 @@ def test_cli_capacity_bad_utilisation(capsys):
 @pytest.mark.parametrize("bad", [0, -0.1, 1.01, "0.9", True, float("nan")])
 def test_bad_utilisation(qwen_32k_a100, bad):
     with pytest.raises(KVExploreError, match="gpu_memory_utilization=.*expected a number in \\(0, 1\\]"):
-        qwen_32k_a100.capacity(bad)
+        kvexplore.capacity(qwen_32k_a100, gpu_memory_utilization=bad)
 
 
 def test_memory_smaller_than_weights(qwen_32k_a100):
     with pytest.raises(KVExploreError, match="weights per rank"):
-        qwen_32k_a100.capacity(0.01)
+        kvexplore.capacity(qwen_32k_a100, gpu_memory_utilization=0.01)
     with pytest.raises(KVExploreError, match="weights per rank"):
-        qwen_32k_a100.capacity(0.9, total_memory_bytes=qwen_32k_a100.weight_bytes)
+        kvexplore.capacity(qwen_32k_a100, gpu_memory_utilization=0.9, total_memory_bytes=qwen_32k_a100.weight_bytes)
 
 
 @pytest.mark.parametrize("kwargs,name", [
@@ -417,12 +417,12 @@ def test_memory_smaller_than_weights(qwen_32k_a100):
 ])
 def test_bad_byte_counts(qwen_32k_a100, kwargs, name):
     with pytest.raises(KVExploreError, match=name):
-        qwen_32k_a100.capacity(0.9, **kwargs)
+        kvexplore.capacity(qwen_32k_a100, gpu_memory_utilization=0.9, **kwargs)
 
 
 @pytest.mark.parametrize("n", [0, -5, 1.5, "100", 10**9])
 def test_bad_prompt_lengths(qwen_32k_a100, n):
-    r = qwen_32k_a100.capacity(0.9)
+    r = kvexplore.capacity(qwen_32k_a100, gpu_memory_utilization=0.9)
     with pytest.raises(KVExploreError, match="n"):
         r.prefix_hit_tokens(n)
 
@@ -457,7 +457,7 @@ def test_canonical_layout_string_reads_as_vllm_reads_it(qwen_32k_a100):
 
 
 def test_report_is_frozen(qwen_32k_a100):
-    r = qwen_32k_a100.capacity(0.9)
+    r = kvexplore.capacity(qwen_32k_a100, gpu_memory_utilization=0.9)
     with pytest.raises(dataclasses.FrozenInstanceError):
         r.num_blocks = 1
     assert isinstance(r.plan, kvexplore.Plan)
@@ -468,7 +468,7 @@ def test_report_is_frozen(qwen_32k_a100):
 def test_capacity_sweep_rows(qwen_32k_a100, qwen_32k_h100):
     df = kvexplore.capacity_sweep([qwen_32k_a100, qwen_32k_h100], gpu_memory_utilization=0.8)
     assert list(df.gpu) == ["A100", "H100"]
-    assert list(df.num_blocks) == [qwen_32k_a100.capacity(0.8).num_blocks, qwen_32k_h100.capacity(0.8).num_blocks]
+    assert list(df.num_blocks) == [kvexplore.capacity(qwen_32k_a100, gpu_memory_utilization=0.8).num_blocks, kvexplore.capacity(qwen_32k_h100, gpu_memory_utilization=0.8).num_blocks]
     assert list(df.cache_hit_alignment) == [544, 576]
 
 

@@ -85,7 +85,7 @@ def test_qwen35_mtp_pages_and_offloading_see_the_draft_layer():
     assert "mtp.layers.0.self_attn.attn" in names
     assert result.config.worker_kv_bytes_per_block == p.bytes_per_block
     assert attention.layer_names[-1] == "mtp.layers.0.self_attn.attn"
-    kv = p.allocate(device="meta")
+    kv = kvexplore.allocate(p, device="meta")
     assert tuple(kv["mtp.layers.0.self_attn.attn"].shape)[0] == p.num_blocks
 
 

@@ -18,7 +18,7 @@ from vllm.v1.kv_cache_interface import (
     iter_layer_specs,
 )
 
-from kvexplore import plan
+from kvexplore import allocate, plan
 from kvexplore.editing.roundtrip import verify_roundtrip
 from kvexplore.editing.rules import apply_kv_cache_group_edits
 from kvexplore.editing.validation import check_kv_cache_groups
@@ -63,11 +63,11 @@ def test_round_trip_every_accepted_model(name, tp, registration):
     p = planned(name, tp)
     cfg = p.kv_cache_config
     if (check_kv_cache_groups(cfg)["verdict"] == "rejected").any():
-        caches = p.allocate(device="cpu", registration=registration)
+        caches = allocate(p, device="cpu", registration=registration)
         with pytest.raises(ValueError, match="cannot be served"):
             apply_kv_cache_group_edits(cfg, caches)
         return
-    caches = p.allocate(device="cpu", registration=registration)
+    caches = allocate(p, device="cpu", registration=registration)
     edited = apply_kv_cache_group_edits(cfg, caches, kv_layout=p.kv_cache_layout)
     for layer, value in edited.items():
         old = caches[layer]

@@ -159,31 +159,34 @@ def test_mla_backend_for_a_non_mla_model():
 
 def test_allocate_bad_inputs(qwen_a100):
     with pytest.raises(kvexplore.KVExploreError, match="device='tpu9' is not a torch device"):
-        qwen_a100.allocate("tpu9")
+        kvexplore.allocate(qwen_a100, device="tpu9")
     with pytest.raises(kvexplore.KVExploreError, match=r"registration='weird' is invalid; expected one of \['unified', 'legacy'\]"):
-        qwen_a100.allocate("cpu", registration="weird")
+        kvexplore.allocate(qwen_a100, device="cpu", registration="weird")
 
 
-def test_the_plan_hands_allocate_and_capacity_to_their_stages(qwen_a100):
-    small = kvexplore.plan(QWEN, gpu="A100", num_blocks=2)
+def test_allocate_and_capacity_are_functions_of_their_stages():
+    """One way to call each stage: the package's names are the stages'
+    functions, and a plan (data) has no method that reaches a later stage."""
+    from kvexplore.capacity_planning import capacity
     from kvexplore.registration import allocate
 
-    via_plan, direct = small.allocate(), allocate(small)
-    assert sorted(via_plan) == sorted(direct) == sorted(small.layer_specs)
-    layer = "language_model.model.layers.0.linear_attn"
-    assert via_plan[layer].shape == direct[layer].shape == (2, 1, 1, 1_085_440)
-    # 0.5 of 80 GiB minus weights etc.: the same report as the stage's function
-    assert qwen_a100.capacity(0.5).num_blocks == kvexplore.capacity(qwen_a100, gpu_memory_utilization=0.5).num_blocks
+    assert kvexplore.allocate is allocate and kvexplore.capacity is capacity
+    assert not hasattr(kvexplore.Plan, "allocate") and not hasattr(kvexplore.Plan, "capacity")
+    small = kvexplore.plan(QWEN, gpu="A100", num_blocks=2)
+    kv = kvexplore.allocate(small)
+    assert sorted(kv) == sorted(small.layer_specs)
+    # a unified GDN row: conv 3 x 6,144 x 2 B + SSM 16 x 128 x 128 x 4 B per block
+    assert kv["language_model.model.layers.0.linear_attn"].shape == (2, 1, 1, 1_085_440)
 
 
 def test_allocate_cuda_where_there_is_none_or_some():
     small = kvexplore.plan(QWEN, gpu="A100", num_blocks=2)
     if torch.cuda.is_available():
-        kv = small.allocate("cuda")
+        kv = kvexplore.allocate(small, device="cuda")
         assert {t.device.type for v in kv.values() for t in (v if isinstance(v, list) else [v])} == {"cuda"}
     else:
         with pytest.raises(kvexplore.KVExploreError, match="device='cuda' asked for CUDA but no CUDA device is available"):
-            small.allocate("cuda")
+            kvexplore.allocate(small, device="cuda")
 
 
 def test_config_json_that_is_a_list(tmp_path):

@@ -61,7 +61,7 @@ def test_without_hook_the_answer_would_be_288():
 
 def test_unified_registration_shapes():
     p = plan(QWEN, num_blocks=64, attention_backend="FLASHINFER", gpu="A100")
-    kv = p.allocate()
+    kv = kvexplore.allocate(p)
     gdn = kv["language_model.model.layers.0.linear_attn"]
     assert tuple(gdn.shape) == (64, 1, 1, 1_085_440) and gdn.dtype == torch.int8
     assert gdn.stride() == (1_114_112, 1_085_440, 1_085_440, 1)
@@ -75,7 +75,7 @@ def test_unified_registration_shapes():
 
 def test_legacy_registration_shapes():
     p = plan(QWEN, num_blocks=8, attention_backend="FLASHINFER", gpu="A100")
-    kv = p.allocate(registration="legacy")
+    kv = kvexplore.allocate(p, registration="legacy")
     conv, ssm = kv["language_model.model.layers.0.linear_attn"]
     assert conv.storage_offset() == 0
     assert conv.stride(0) * conv.element_size() == 1_114_112

@@ -186,7 +186,7 @@ def test_capacity(util, total, cpu, n):
                                          [np.int64(0)], "01", 5])),
        chunk=NUMBERS)
 def test_edits_and_round_trip(blocks, chunk):
-    kv = small().allocate()
+    kv = kvexplore.allocate(small())
     edited = call(kvexplore.apply_kv_cache_group_edits, ["kv_cache"], small().kv_cache_config, kv)
     call(kvexplore.verify_roundtrip, ["blocks", "chunk_bytes"], small().kv_cache_config, kv,
          edited, blocks=blocks, chunk_bytes=chunk)

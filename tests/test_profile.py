@@ -37,7 +37,7 @@ def test_live_bytes_counts_what_is_alive_at_once():
 
 
 def test_requested_memory_is_vllms_request_memory(llama_h100):
-    r = llama_h100.capacity(0.95, cudagraph_bytes=0)
+    r = kvexplore.capacity(llama_h100, gpu_memory_utilization=0.95, cudagraph_bytes=0)
     snapshot = SimpleNamespace(total_memory=r.total_memory_bytes, free_memory=r.total_memory_bytes)
     cache = SimpleNamespace(gpu_memory_utilization=0.95)
     assert r.requested_memory_bytes == request_memory(snapshot, cache)
@@ -72,7 +72,7 @@ def test_cudagraph_estimate_scales_with_vllms_capture_sizes(llama_h100):
 def test_kv_memory_against_the_logged_run(llama_h100):
     # vLLM 0.19.0 on an H100: "Available KV cache memory: 58.11 GiB" at
     # --gpu-memory-utilization 0.95; 0.19 did not subtract the CUDA-graph estimate
-    r = llama_h100.capacity(0.95, cudagraph_bytes=0)
+    r = kvexplore.capacity(llama_h100, gpu_memory_utilization=0.95, cudagraph_bytes=0)
     low, high = (x / GiB for x in r.kv_cache_memory_range)
     assert low <= 58.11 <= high
     assert abs(low - 58.11) / 58.11 < 0.03
@@ -151,10 +151,10 @@ def test_allocate_allocates_only_what_the_caller_asks_for():
 
     p = kvexplore.plan(QWEN, gpu="A100")
     with pytest.raises(KVExploreError, match=f"{p.num_blocks:,} blocks.*num_blocks="):
-        p.allocate()
+        kvexplore.allocate(p)
     attn = "language_model.model.layers.3.self_attn.attn"
-    assert p.allocate(device="meta")[attn].shape[0] == p.num_blocks  # no memory on meta
-    kv = p.allocate(num_blocks=4)
+    assert kvexplore.allocate(p, device="meta")[attn].shape[0] == p.num_blocks  # no memory on meta
+    kv = kvexplore.allocate(p, num_blocks=4)
     small = p.replace(num_blocks=4)
     assert kv[attn].shape[0] == 4 and kv[attn].untyped_storage().nbytes() == max(
         t.offset + t.size for t in small.tensors)
@@ -196,7 +196,7 @@ def test_num_blocks_window_of_a_plan_sized_by_given_memory():
     assert p.num_blocks == (1 << 30) // (6 * 544 * 2048)  # by hand: 6 pages of 544 x 2048 B
     small = p.with_num_blocks(4)
     assert (small.num_blocks, small.block_size, small.inputs["kv_cache_memory_bytes"]) == (4, 544, None)
-    kv = p.allocate(num_blocks=4)
+    kv = kvexplore.allocate(p, num_blocks=4)
     attn = "language_model.model.layers.3.self_attn.attn"
     assert kv[attn].shape[0] == 4
     assert kv[attn].untyped_storage().nbytes() == 4 * 6 * 544 * 2048

@@ -175,7 +175,7 @@ def test_registration_follows_the_releases_cache():
     blocks under the extensible cache (LBNHC: one per layer region, the groups
     aliasing them), else views into one buffer."""
     p = kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="A100", attention_backend="FLASHINFER")
-    kv = p.allocate(num_blocks=4)
+    kv = kvexplore.allocate(p, num_blocks=4)
     storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in kv.values()}
     page = p.mamba_page_size_padded
     if p.extensible_kv_cache:

@@ -41,7 +41,7 @@ from kvexplore.planning.gpus import DEFAULT_GPU, gpus
 from kvexplore.planning.inputs import MAMBA_CACHE_MODES, MODEL_DTYPES
 from kvexplore.planning.models import DEFAULT_MODEL, catalog_names
 from kvexplore.planning.planner import plan as make_plan
-from kvexplore.registration import REGISTRATIONS, backing_bytes
+from kvexplore.registration import REGISTRATIONS, allocate, backing_bytes
 from kvexplore.rendering import editing, figures, html, layouts
 from kvexplore.versions import compare_versions
 
@@ -352,7 +352,7 @@ class ExplorerState:
                 f"the KV cache of this plan is {total:,} B; the live panel allocates at most "
                 f"{MAX_CPU_ALLOCATION:,} B on CPU (run on a CUDA machine, or lower num_blocks)"
             )
-        caches = p.allocate(device, registration=registration)
+        caches = allocate(p, device=device, registration=registration)
         edited = apply_kv_cache_group_edits(p.kv_cache_config, caches, kv_layout=p.kv_cache_layout.name)
         if blocks == "default":
             blocks = None if str(device).startswith("cuda") else list(range(min(CPU_ROUNDTRIP_BLOCKS, p.num_blocks)))

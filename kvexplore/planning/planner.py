@@ -450,20 +450,6 @@ class Plan(Displayable):
             out["admission"] = self.admission.to_dict()
         return out
 
-    # -- conveniences that hand the plan to later stages --------------------------
-    def allocate(self, device="cpu", registration: str = "unified", num_blocks: int | None = None):
-        """:func:`kvexplore.registration.allocate` of this plan."""
-        from kvexplore.registration import allocate
-
-        return allocate(self, device=device, registration=registration, num_blocks=num_blocks)
-
-    def capacity(self, gpu_memory_utilization: float | None = None, **kwargs):
-        """:func:`kvexplore.capacity` of this plan (keywords as there; the
-        utilization defaults to the plan's)."""
-        from kvexplore.capacity_planning import capacity
-
-        return capacity(self, gpu_memory_utilization=gpu_memory_utilization, **kwargs)
-
     def __repr__(self) -> str:
         pad = f", mamba_page_size_padded={self.mamba_page_size_padded}" if self.mamba_page_size_padded else ""
         return (

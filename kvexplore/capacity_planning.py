@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -58,6 +57,7 @@ from kvexplore.errors import KVExploreError
 from kvexplore.layout import FrozenDict, cdiv, check_int, jsonable
 from kvexplore.memo import per_plan
 from kvexplore.planning import release
+from kvexplore.planning.admission import blocks_and_admission
 from kvexplore.planning.inputs import as_fraction
 from kvexplore.planning.planner import Plan, plan
 from kvexplore.planning.profile import Term, kv_cache_memory_range
@@ -322,35 +322,22 @@ def _with_max_model_len(vc, n: int):
 
 def _vllm_answers(p: Plan, available: int) -> dict[str, Any]:
     """The report's fields for ``available`` bytes, each by vLLM's own
-    function on ``p``'s config: ``num_blocks = available // pool bytes per
-    block`` (``get_kv_cache_configs``), ``get_kv_cache_capacity``,
-    ``_check_enough_kv_cache_memory`` and ``_estimate_max_model_len_from_groups``
-    on the memory less the null block, as ``get_kv_cache_configs`` checks it;
-    the memory-independent half is computed once per plan."""
+    function on ``p``'s config: blocks and admission as the plan's own
+    (:func:`kvexplore.planning.admission.blocks_and_admission`),
+    ``get_kv_cache_capacity``, and ``_estimate_max_model_len_from_groups`` for
+    the longest request the memory admits; the memory-independent half is
+    computed once per plan."""
     from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity
 
     kcp, _ = release.capacity_functions()
     f = per_plan(p, ("capacity",), lambda: _plan_facts(p))
     vc, cc, groups = f.vc, f.vc.cache_config, list(f.cfg.kv_cache_groups)
     mml = vc.model_config.max_model_len
-    num_blocks = available // f.pool_bytes
+    num_blocks, admission = blocks_and_admission(vc, groups, f.pool_bytes, available)
     cfg = dataclasses.replace(f.cfg, num_blocks=num_blocks)
     tokens, concurrency = get_kv_cache_capacity(vc, cfg)
-    # _pool_bytes_per_block_from_builder asks the builder first: answering with
-    # the probed value spares a probe block on every step of the binary search.
+    message, check_memory = admission.message, admission.available_bytes
     builder = SimpleNamespace(_get_pool_bytes_per_block=lambda _vc, _groups: f.pool_bytes)
-    check_memory = available - f.pool_bytes
-    message = None
-    try:
-        kcp._check_enough_kv_cache_memory(
-            check_memory,
-            functools.partial(kcp._max_memory_usage_bytes_from_groups, builder, vc, groups),
-            mml,
-            functools.partial(kcp._estimate_max_model_len_from_groups, builder, vc, groups),
-            *release.admission_hint(vc),
-        )
-    except ValueError as exc:
-        message = " ".join(str(exc).split())
     probe = _with_max_model_len(vc, max(p.model_max_model_len, mml))
     largest = (
         kcp._estimate_max_model_len_from_groups(builder, probe, groups, check_memory)
@@ -359,7 +346,7 @@ def _vllm_answers(p: Plan, available: int) -> dict[str, Any]:
     return {
         "bytes_per_block": f.pool_bytes, "num_blocks": int(num_blocks), "max_model_len": int(mml),
         "model_max_model_len": p.model_max_model_len, "kv_cache_size_tokens": int(tokens),
-        "max_concurrency": float(concurrency), "admitted": message is None,
+        "max_concurrency": float(concurrency), "admitted": admission.ok,
         "admission_message": message, "largest_max_model_len": int(largest),
         "prefix_caching": bool(cc.enable_prefix_caching),
         "mamba_cache_mode": str(cc.mamba_cache_mode), "block_size": int(cc.block_size),

@@ -122,13 +122,21 @@ def test_no_import_cycles_between_modules():
             visit(m)
 
 
-#: Names of working papers that are not part of this repository; code, tests,
-#: benchmarks, notebooks and docs must not send a reader to them.
+#: Names of working papers, folders and tools that are not part of this
+#: repository; code, tests, benchmarks, notebooks and docs must not send a
+#: reader to them (public sources are cited by URL).
 OUTSIDE_REFERENCES = (
     r"\bGUIDE\b",
     r"\b" + "seed" + r" 00\d\b",
+    r"\bthe " + "seed" + r"('s)?\b",
+    r"\b" + "seeds" + r"/",
+    r"\.\./" + r"shared\b",
     r"\(" + "issue" + r" \d+\)",
     r"\bsee " + "issue" + r" \d+",
+    r"\b" + "issue" + r"s? (show|note|resolved)\b",
+    r"\bhelper " + "search",
+    r"\b(read|find)_" + r"(file|string|repos)\b",
+    r"\bsearch[- ]" + "index" + r"\b",
 )
 
 

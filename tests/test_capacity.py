@@ -77,6 +77,28 @@ def test_blocks_tokens_concurrency_match_get_kv_cache_configs(which, util, reque
     assert r.admitted
 
 
+@pytest.mark.parametrize("which, memory", [
+    ("llama", 1 << 20), ("llama", 64 << 20), ("llama", 2 << 30),
+    ("qwen_32k_a100", 40 << 20), ("qwen_32k_h100", 3 << 30)])
+def test_admission_is_vllms_own_verdict(which, memory, request):
+    """Capacity, the plan and vLLM's own ``get_kv_cache_configs`` (called
+    directly, unpatched) give one verdict and one message for the same memory:
+    a refusal is vLLM's ValueError text (less than a block, too little for
+    one request), an admission raises nothing."""
+    p = request.getfixturevalue(which)
+    try:
+        _vllm_kv_cache_config(p, memory)
+        refusal = None
+    except ValueError as exc:
+        refusal = " ".join(str(exc).split())
+    r = kvexplore.capacity(p, kv_cache_memory_bytes=memory)
+    q = p.replace(kv_cache_memory_bytes=memory)
+    assert r.admission_message == refusal
+    assert r.admitted is (refusal is None)
+    assert q.admission.message == refusal and q.admission.ok is (refusal is None)
+    assert r.num_blocks == q.num_blocks
+
+
 def test_memory_accounting_adds_up(qwen_32k_a100):
     r = kvexplore.capacity(qwen_32k_a100, gpu_memory_utilization=0.8, activation_peak_bytes=1 << 28, non_torch_bytes=1 << 29, cudagraph_bytes=0)
     # an A100 reports 79.14-79.25 GiB through mem_get_info; the low end, less log rounding

@@ -1,19 +1,20 @@
 """The planner's block size and Mamba padding equal the installed vLLM's own alignment.
 
 For every bundled hybrid model x TP {1, 2, 4, 8} x kv_cache_dtype {auto, fp8}
-x mamba_cache_mode {align (prefix caching on), none (prefix caching off)}, the
-reference path (:mod:`tests/reference.py`: a fresh ``ModelConfig``, the model
-hooks and ``Platform.update_block_size_for_backend`` on a stand-in config with
-no built layers) and ``kvexplore.plan`` must agree, or both must refuse the
-configuration.  The reference sees no layer, so no prefill checkpoint
-alignment: the comparison runs on an A100, where no Mamba layer of the catalog
-adds one (GDN prefill runs on Triton there; Mamba2 mixers align to 1 token).
+x mamba_cache_mode {align (prefix caching on), none (prefix caching off)} on an
+A100, and for every hybrid x every GPU of the table x TP {1, 2} in ``align``
+mode, the reference path (:mod:`tests/reference.py`: a fresh ``ModelConfig``,
+the model hooks and ``Platform.update_block_size_for_backend`` on a stand-in
+config with no built layers, the GDN prefill checkpoint alignment vLLM's
+``_resolve_gdn_prefill_backend`` gives on a hand-written platform of the GPU's
+compute capability) and ``kvexplore.plan`` must agree, or both must refuse the
+configuration.
 """
 
 import itertools
 
 import pytest
-from reference import qwen35_hand_block_size, vllm_alignment
+from reference import CAPABILITY, qwen35_hand_block_size, vllm_alignment
 
 import kvexplore
 
@@ -28,9 +29,19 @@ HYBRIDS = [
     "nvidia/Nemotron-H-56B-Base-8K",
     "tiiuae/Falcon-H1-0.5B-Instruct",
 ]
-CASES = list(
-    itertools.product(HYBRIDS, [1, 2, 4, 8], ["auto", "fp8"], [("align", True), ("none", False)])
-)
+CASES = [("A100", *case) for case in itertools.product(
+    HYBRIDS, [1, 2, 4, 8], ["auto", "fp8"], [("align", True), ("none", False)])]
+GPU_CASES = [(gpu, name, tp, "auto", ("align", True)) for gpu, name, tp in itertools.product(
+    sorted(CAPABILITY), [*HYBRIDS, "openbmb/MiniCPM-V-4.6"], [1, 2]) if gpu != "A100"]
+
+
+def test_every_gpu_of_the_table_is_compared():
+    """The GPU table's compute capabilities are NVIDIA's, and every GPU in it
+    is among the conformance cases."""
+    table = kvexplore.gpus()
+    assert {row.gpu: tuple(int(x) for x in row.compute_capability.split("."))
+            for row in table.itertuples()} == CAPABILITY
+    assert {case[0] for case in CASES + GPU_CASES} == set(table.gpu)
 
 
 def test_hybrid_coverage():
@@ -41,15 +52,15 @@ def test_hybrid_coverage():
     assert len(CASES) >= 100
 
 
-@pytest.mark.parametrize("name, tp, kv_dtype, mode", CASES)
-def test_block_size_matches_vllm(name, tp, kv_dtype, mode):
+@pytest.mark.parametrize("gpu, name, tp, kv_dtype, mode", CASES + GPU_CASES)
+def test_block_size_matches_vllm(gpu, name, tp, kv_dtype, mode):
     """The reference runs with the backend vLLM selected for the built layers."""
     mamba_mode, prefix = mode
     src = kvexplore.load_model_config(name)
     kwargs = dict(tensor_parallel_size=tp, kv_cache_dtype=kv_dtype,
                   enable_prefix_caching=prefix, mamba_cache_mode=mamba_mode)
     try:
-        p = kvexplore.plan(src, gpu="A100", **kwargs)
+        p = kvexplore.plan(src, gpu=gpu, **kwargs)
     except kvexplore.KVExploreError as exc:
         if "is not divisible by" in str(exc):
             # a layer the reference never builds cannot be split over TP
@@ -57,9 +68,9 @@ def test_block_size_matches_vllm(name, tp, kv_dtype, mode):
             assert f"by {tp}" in str(exc)
             return
         with pytest.raises(ValueError):
-            vllm_alignment(str(src.config_dir), **kwargs)
+            vllm_alignment(str(src.config_dir), gpu=gpu, **kwargs)
         return
-    ref = vllm_alignment(str(src.config_dir), backend_name=p.attention_backend, **kwargs)
+    ref = vllm_alignment(str(src.config_dir), backend_name=p.attention_backend, gpu=gpu, **kwargs)
     assert p.block_size == ref.block_size
     assert p.mamba_page_size_padded == ref.mamba_page_size_padded
     assert p.mamba_cache_mode == ref.mamba_cache_mode

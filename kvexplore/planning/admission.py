@@ -5,13 +5,19 @@
 module existed, ``vllm/v1/core/kv_cache_utils.py``) and keeps the verdict of
 its ``_check_enough_kv_cache_memory`` as an :class:`Admission`, so a plan that
 vLLM would refuse still shows its layout, with vLLM's own message.
+:func:`blocks_and_admission` is the same division and the same check for any
+other memory, on a config whose pool bytes per block are known: the one place
+kvexplore asks vLLM how many blocks a memory holds and whether it admits a
+request.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from functools import cached_property
+from types import SimpleNamespace
 from typing import Any
 
 from kvexplore.planning import release
@@ -119,4 +125,30 @@ def kv_cache_config_with_admission(vc, built, kv_cache_memory_bytes: int | None)
     return cfg, admission
 
 
-__all__ = ["Admission", "kv_cache_config_with_admission"]
+def blocks_and_admission(vc, groups: list, pool_bytes: int,
+                         available_bytes: int) -> tuple[int, Admission]:
+    """``(num_blocks, Admission)`` for ``available_bytes`` of KV cache memory, as
+    ``get_kv_cache_configs`` computes them (vLLM 0.33 on):
+    ``available_bytes // pool_bytes`` blocks, and
+    ``_check_enough_kv_cache_memory`` on the memory less the null block's
+    ``pool_bytes``, with ``_max_memory_usage_bytes_from_groups`` and
+    ``_estimate_max_model_len_from_groups`` over ``groups`` (the scheduler's
+    ``KVCacheGroupSpec`` list) for ``vc``'s ``max_model_len``.  ``pool_bytes``
+    is the pool's bytes per block id (``_pool_bytes_per_block_from_builder``)."""
+    kcp = release.kv_cache_planning()
+    # the pool arithmetic asks the builder first: answering with the known
+    # value spares a probe block on every step of the estimate's search
+    builder = SimpleNamespace(_get_pool_bytes_per_block=lambda _vc, _groups: pool_bytes)
+    needed = kcp._max_memory_usage_bytes_from_groups(builder, vc, groups)
+    check_memory = available_bytes - pool_bytes
+    return available_bytes // pool_bytes, Admission(
+        ok=needed <= check_memory and check_memory > 0,
+        max_model_len=int(vc.model_config.max_model_len), needed_bytes=int(needed),
+        available_bytes=int(check_memory), release=release.release_name(),
+        _extra=release.admission_hint(vc),
+        _estimate=functools.partial(kcp._estimate_max_model_len_from_groups, builder, vc, groups),
+        _check=kcp._check_enough_kv_cache_memory,
+    )
+
+
+__all__ = ["Admission", "blocks_and_admission", "kv_cache_config_with_admission"]

@@ -185,62 +185,124 @@ class Plan(Displayable):
     the groups' specs are vLLM's frozen ``KVCacheSpec`` objects); vLLM's
     mutable objects come out as fresh copies only (:attr:`vllm_config`,
     :attr:`kv_cache_config`, ...), so no caller can change a plan another holds.
-
-    ``vllm_version`` is the vLLM release every answer came from (the installed
-    one); ``extensible_kv_cache`` whether that release sizes this cache after
-    warmup with its extensible KV cache (vLLM 0.34 on CUDA, unless
-    ``num_blocks`` or ``kv_cache_memory_bytes`` is given), which also decides
-    what :func:`kvexplore.registration.allocate` hands a connector;
-    ``gpu_memory_utilization`` the share of the card the worker requests, as
-    the release resolves it.
+    Each field is documented below, as vLLM documents its config fields.
     """
 
     model: ModelSource
+    """The model: its config folder, Hugging Face id and architecture."""
     gpu: GPU
+    """The GPU one worker runs on (:func:`kvexplore.gpus`)."""
     request: tuple = field(repr=False)
+    """The normalised keyword arguments the plan was made with (``(name, value)`` pairs in
+    ``plan()``'s order; :attr:`inputs` gives them as a dict)."""
     layers: tuple[LayerInfo, ...] = field(repr=False)
+    """Every layer that holds KV cache or state on this worker, in vLLM's registration
+    order (drafter layers last)."""
     layer_specs: FrozenDict = field(repr=False)
+    """Layer name to the ``KVCacheSpec`` the layer's own ``get_kv_cache_spec`` returned
+    (vLLM's frozen dataclasses)."""
     layer_classes: FrozenDict = field(repr=False)
+    """Layer name to the name of the vLLM class of the module that owns it
+    (``Attention``, ``QwenGatedDeltaNetAttention``, ...)."""
     layer_backends: FrozenDict = field(repr=False)
+    """Layer name to the attention or state backend its module selected on this GPU."""
     groups: tuple[GroupInfo, ...] = field(repr=False)
+    """The engine core's KV cache groups (``KVCacheConfig.kv_cache_groups``), each with the
+    kernel block size and backend its worker uses."""
     tensors: tuple[TensorInfo, ...] = field(repr=False)
+    """The engine core's ``KVCacheConfig.kv_cache_tensors``: each allocation, the layers
+    that share it and their strides."""
     num_blocks: int
+    """Blocks in the cache (``KVCacheConfig.num_blocks``), as given or as the memory held
+    them."""
     kv_cache_memory_bytes: int | None
+    """Bytes the cache may take per worker: as given, or what vLLM's memory profile (or the
+    extensible cache) leaves; ``None`` when ``num_blocks`` was given."""
     block_size: int
+    """Tokens per block (``CacheConfig.block_size`` after vLLM's alignment for hybrid
+    models)."""
     kernel_block_sizes: tuple[int, ...]
+    """Per group, the block size the attention kernel addresses
+    (``prepare_kernel_block_sizes``): ``block_size`` or a divisor of it."""
     tensor_parallel_size: int
+    """``ParallelConfig.tensor_parallel_size``."""
     decode_context_parallel_size: int
+    """``ParallelConfig.decode_context_parallel_size``."""
     kv_cache_dtype: str
+    """``CacheConfig.cache_dtype`` (``auto``: the model dtype)."""
     model_dtype: str
+    """The model's activation dtype as vLLM resolved it (``ModelConfig.dtype``)."""
     mamba_ssm_cache_dtype: str
+    """``CacheConfig.mamba_ssm_cache_dtype`` as resolved for this model."""
     mamba_cache_mode: str
+    """``CacheConfig.mamba_cache_mode`` as resolved (``none``, ``align`` or ``all``)."""
     enable_prefix_caching: bool
+    """``CacheConfig.enable_prefix_caching`` as resolved."""
     mamba_page_size: int | None
+    """Bytes of one Mamba layer's state per block before padding (sum over its state
+    tensors); ``None`` without Mamba layers."""
     mamba_page_size_padded: int | None
+    """``CacheConfig.mamba_page_size_padded``: the Mamba page after vLLM padded it to the
+    attention page; ``None`` when not padded."""
     attention_page_bytes_per_token: int | None
+    """Bytes one attention layer's page holds per token (K and V, all KV heads of this
+    rank); ``None`` without attention layers."""
     kv_cache_layout: Any
+    """The KV cache layout the engine resolved
+    (``CacheConfig.get_resolved_kv_cache_layout()``)."""
     max_model_len: int
+    """``ModelConfig.max_model_len`` as served (after ``max_model_len=-1`` auto-fit)."""
     model_max_model_len: int
+    """The model's own maximum length (before any auto-fit)."""
     served_model: str
+    """``ModelConfig.model``: the model name the engine serves."""
     use_mla: bool
+    """``ModelConfig.use_mla``: attention layers cache a compressed latent (MLA)."""
     total_num_kv_heads: int
+    """KV heads of the model (``ModelConfig.get_total_num_kv_heads``)."""
     num_kv_heads: int
+    """KV heads per tensor-parallel rank (``ModelConfig.get_num_kv_heads``)."""
     head_size: int
+    """``ModelConfig.get_head_size()``."""
     backend: type | None = field(repr=False)
+    """The attention backend class of the first attention layer; ``None`` without attention
+    layers."""
     admission: Admission | None = field(repr=False)
+    """vLLM's start-up verdict: can the cache serve one request of ``max_model_len``
+    tokens."""
     decisions: FrozenDict = field(repr=False)
+    """Choices vLLM made while building the layers on this GPU (e.g.
+    ``gdn_prefill_backend``, ``prefill_checkpoint_alignment``, ``alignment_backend``),
+    by name."""
     weight_bytes: int = field(repr=False)
+    """Bytes of parameters and buffers of the model built on the meta device, per rank."""
     kv_cache_size_tokens: int
+    """Tokens the cache holds (``get_kv_cache_capacity``)."""
     max_concurrency: float
+    """Requests of ``max_model_len`` tokens the cache holds at once
+    (``get_kv_cache_capacity``)."""
     kv_tp_replicas: int = 1
+    """``KVCacheConfig.kv_tp_replicas``: ranks that hold the same KV heads."""
     prefix_match_unit: int | None = None
+    """``CacheConfig.prefix_match_unit``: the token unit prefix-cache hits are matched in,
+    when set."""
     drafter: Drafter | None = None
+    """The speculative drafter's layers and weights, when ``speculative_config`` adds one."""
     blocks_per_request: tuple[int, ...] = ()
+    """Per group, the most blocks one request pins (``max_memory_usage_bytes`` over the
+    page size)."""
     mla_dims: tuple[int, int] | None = None
+    """``(kv_lora_rank, qk_rope_head_dim)`` of an MLA model; ``None`` otherwise."""
     kv_cache_layout_name: str = ""
+    """``CacheConfig.kv_cache_layout`` by name."""
     vllm_version: str = ""
+    """The vLLM release every answer came from (the installed one)."""
     extensible_kv_cache: bool = False
+    """Whether the release sizes this cache after warmup with its extensible KV cache (vLLM
+    0.34 on CUDA unless ``num_blocks`` or ``kv_cache_memory_bytes`` is given); it also
+    decides what :func:`kvexplore.registration.allocate` hands a connector."""
     gpu_memory_utilization: float = 0.0
+    """The share of the card the worker requests, as the release resolves it."""
     _vllm_config: Any = field(repr=False)
     _kv_cache_config: Any = field(repr=False)
     _build: Any = field(default=None, repr=False)
@@ -342,7 +404,10 @@ class Plan(Displayable):
 
     @property
     def padding_share(self) -> float:
-        """Share of a block's bytes that are padding (worst group)."""
+        """The *padding share*: the share of a block's bytes that are padding
+        (the worst group's padding over its page bytes, times its layers).  Not
+        the *padding overhead* vLLM logs (padding over the state it pads,
+        ``(mamba_page_size_padded - mamba_page_size) / mamba_page_size``)."""
         return self.padding_bytes_per_block / self.bytes_per_block if self.bytes_per_block else 0.0
 
     @property

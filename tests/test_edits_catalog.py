@@ -68,7 +68,8 @@ def test_round_trip_every_accepted_model(name, tp, registration):
             apply_kv_cache_group_edits(cfg, caches)
         return
     caches = allocate(p, device="cpu", registration=registration)
-    edited = apply_kv_cache_group_edits(cfg, caches, kv_layout=p.kv_cache_layout)
+    # the plan itself: every registered tensor is checked against its layout too
+    edited = apply_kv_cache_group_edits(p, caches, kv_layout=p.kv_cache_layout)
     for layer, value in edited.items():
         old = caches[layer]
         new = [value] if isinstance(value, torch.Tensor) else value

@@ -188,6 +188,43 @@ def test_a_layer_that_is_not_its_specs_cache_is_refused():
         r"layer 'a' is registered as \(34, 2, 32, 2, 256\): 2,228,224 B; expected 4 blocks")
 
 
+def test_a_right_size_attention_tensor_of_another_rank_is_refused():
+    """The bytes of a whole cache flattened to 1-D or 2-D are not a
+    registration vLLM makes (4-D unified, 5-D legacy): refused, not passed
+    through unedited."""
+    cfg, caches = hybrid(torch.zeros(34, 2, 32, 2, 256, dtype=torch.bfloat16))
+    run(cfg, {**caches, "a": caches["a"].reshape(-1)},
+        r"layer 'a' is a 1-D tensor \(1114112,\); expected 4-D or 5-D")
+    run(cfg, {**caches, "a": caches["a"].reshape(2, -1)},
+        r"layer 'a' is a 2-D tensor \(2, 557056\); expected 4-D or 5-D")
+
+
+def test_a_plans_layer_in_other_strides_is_refused():
+    """Given the plan, every tensor must have the shape and strides vLLM
+    registers for it: Qwen3.5's FlashInfer attention is 68 kernel pages of
+    [2, 32, 512] with K and V of a page back to back (strides 32768, 512,
+    1024, 1 by hand: 2 x 32 x 512, 512, 2 x 512, 1); the same bytes with
+    tokens innermost are refused naming the layer.  The bare config cannot
+    know the layout and accepts them, as LMCache does (memory order)."""
+    import re
+
+    import kvexplore
+    from kvexplore import allocate
+
+    p = kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="A100", num_blocks=4, attention_backend="FLASHINFER")
+    caches = allocate(p)
+    attn = next(n for n in caches if "self_attn" in n)
+    tokens_inside = caches[attn].transpose(-1, -2).contiguous().transpose(-1, -2)
+    with pytest.raises(KVExploreError, match=(
+            rf"layer '{re.escape(attn)}' is registered as \[68, 2, 32, 512\] strides "
+            r"\[32768, 16384, 1, 32\] bfloat16; expected \[68, 2, 32, 512\] strides "
+            r"\[32768, 512, 1024, 1\]")):
+        apply_kv_cache_group_edits(p, {**caches, attn: tokens_inside})
+    assert apply_kv_cache_group_edits(p, caches).counts == {
+        "mamba-unified-view": 18, "subpaged-attention-view": 6}
+    apply_kv_cache_group_edits(p.kv_cache_config, {**caches, attn: tokens_inside})
+
+
 def test_non_contiguous_kernel_paged_tensor():
     base = torch.zeros(34, 2, 2, 32, 256, dtype=torch.bfloat16)
     permuted = base.permute(

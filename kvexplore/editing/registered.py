@@ -96,6 +96,13 @@ def tensors_of(value: object) -> list[torch.Tensor]:
     return []
 
 
+#: Ranks of the attention tensors vLLM registers, ``(unified, legacy)``:
+#: ``[kernel blocks, 2, kernel block, heads x head]`` and the backend's 5-D
+#: ``get_kv_cache_shape`` for standard attention; ``[kernel blocks, 1, kernel
+#: block, latent]`` and ``[kernel blocks, kernel block, latent]`` for MLA.
+_ATTENTION_RANKS = {False: (4, 5), True: (4, 3)}
+
+
 def _layer_problems(
     name: str, spec: KVCacheSpec, value: object, tensors: list[torch.Tensor]
 ) -> list[str]:
@@ -103,7 +110,20 @@ def _layer_problems(
     is in ``spec.dtype``; a Mamba layer is ``len(MambaSpec.shapes)`` states
     in ``spec.dtypes`` or one 4-D ``[blocks, 1, 1, row]`` int8 tensor."""
     problems: list[str] = []
-    if spec_kind(spec) != KVCacheSpecKind.MAMBA:
+    kind = spec_kind(spec)
+    if kind != KVCacheSpecKind.MAMBA:
+        ranks = _ATTENTION_RANKS[kind == KVCacheSpecKind.MLA_ATTENTION]
+        if not isinstance(value, torch.Tensor):
+            problems.append(
+                f"attention layer {name!r} is registered as {describe(value)}; expected "
+                "one tensor, as vLLM registers every attention layer"
+            )
+        elif value.ndim not in ranks:
+            problems.append(
+                f"layer {name!r} is a {value.ndim}-D tensor {tuple(value.shape)}; expected "
+                f"{' or '.join(f'{r}-D' for r in ranks)} (unified or legacy registration "
+                f"of its {type(spec).__name__})"
+            )
         wanted = getattr(spec, "dtype", None)
         wrong = [t.dtype for t in tensors if t.dtype != wanted]
         if isinstance(wanted, torch.dtype) and wrong:
@@ -167,6 +187,42 @@ def _size_problems(
         f"blocks x {page:,} B (the real page of its {type(spec).__name__}) = "
         f"{num_blocks * page:,} B, as the config's num_blocks says"
     ]
+
+
+def registration_problems(plan, kv_caches: Mapping[str, object]) -> list[str]:
+    """The layers of ``kv_caches`` whose tensors are not laid out as ``plan``
+    registers them: every tensor's shape, strides and dtype must be those of
+    one of the registrations vLLM hands a connector for this plan
+    (:func:`kvexplore.registration.allocate` on the meta device, each of
+    :data:`~kvexplore.registration.REGISTRATIONS`)."""
+    from kvexplore.registration import REGISTRATIONS, allocate
+
+    expected: dict[str, list[tuple]] = {}
+    for registration in REGISTRATIONS:
+        for name, value in allocate(plan, device="meta", registration=registration).items():
+            expected.setdefault(name, []).append(_signature(value))
+    problems = []
+    for name, value in kv_caches.items():
+        if name not in expected or not tensors_of(value):
+            continue  # named by check_registration
+        got = _signature(value)
+        if got not in expected[name]:
+            problems.append(
+                f"layer {name!r} is registered as {_described(got)}; expected "
+                + " or ".join(_described(e) for e in dict.fromkeys(expected[name]))
+                + f", as vLLM registers it for this plan ({plan.attention_backend}, "
+                f"{plan.kv_cache_layout_name})"
+            )
+    return problems
+
+
+def _signature(value: object) -> tuple:
+    return tuple((tuple(t.shape), tuple(t.stride()), t.dtype) for t in tensors_of(value))
+
+
+def _described(signature: tuple) -> str:
+    return " + ".join(f"{list(shape)} strides {list(stride)} {dtype_name(dtype)}"
+                      for shape, stride, dtype in signature)
 
 
 def _listed(names: list[str], most: int) -> str:

@@ -46,6 +46,7 @@ from kvexplore.editing.registered import (
     check_registration,
     describe,
     layout_facts,
+    registration_problems,
     spec_kind,
     spec_page_bytes,
     tensors_of,
@@ -57,6 +58,7 @@ from kvexplore.editing.validation import (
 )
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import cdiv, element_extent
+from kvexplore.planning.planner import Plan
 
 __all__ = [
     "DEFAULT_EDITS",
@@ -656,10 +658,13 @@ def apply_kv_cache_group_edits(
     modified.  Refused: group validation failures, registration mismatches,
     a rule's invariant violation (prefixed with layer and rule), a copy.
     """
+    plan = kv_cache_config if isinstance(kv_cache_config, Plan) else None
     kv_cache_config = as_kv_cache_config(kv_cache_config)
     validate_kv_cache_groups(kv_cache_config)
     chosen = _check_rules(rules)
     where = check_registration(kv_cache_config, kv_caches)
+    if plan is not None and (problems := registration_problems(plan, kv_caches)):
+        raise KVExploreError("cannot edit this registration: " + "; ".join(problems) + ".")
     if kv_cache_config is None:
         note = "no kv_cache_config: no rule consulted"
     elif not kv_cache_config.has_mamba_layers:

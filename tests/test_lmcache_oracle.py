@@ -15,7 +15,9 @@ functions of the same names run on the same inputs, and the two must agree:
 
 Cases: every bundled model on A100 and H100, TP 1 and 2, both registrations,
 on the default attention backend and on FLASHINFER (kernel pages smaller than
-the logical block).  LMCache is never a dependency of kvexplore (its own
+the logical block), and a few hybrids under each other KV-cache layout vLLM
+resolves; then registrations derived from these that LMCache's rules refuse,
+leave alone or re-view beyond what a catalog plan registers.  LMCache is never a dependency of kvexplore (its own
 requirements conflict with vLLM's): the ``lmcache`` fixture installs the wheel
 ``--no-deps`` into kvexplore's cache folder once and puts it on ``sys.path``
 for these tests only.  Without the package index the tests fail, saying so.
@@ -36,8 +38,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from vllm.v1.kv_cache_interface import KVCacheSpecKind
 
 from kvexplore import allocate, plan
+from kvexplore.editing.registered import spec_kind
 from kvexplore.editing.rules import DEFAULT_EDITS, apply_kv_cache_group_edits
 from kvexplore.editing.validation import check_kv_cache_groups, validate_kv_cache_groups
 from kvexplore.errors import KVExploreError
@@ -62,12 +66,35 @@ FLASHINFER_REFUSED = frozenset(
 )
 BACKENDS = (None, "FLASHINFER")
 
+#: Layouts vLLM 0.33 resolves besides its default (LBNHC): LMCache's hints
+#: HND, BLNHC, BLHNC; tried on A100 at TP 1 on these hybrids (attention
+#: group last, first, MLA, and a kernel block of 16 under FLASHINFER).
+LAYOUTS = ("LBHNC", "BLNHC", "BLHNC")
+LAYOUT_MODELS = (
+    "Qwen/Qwen3.5-0.8B",
+    "tiiuae/Falcon-H1-0.5B-Instruct",
+    "moonshotai/Kimi-Linear-48B-A3B-Instruct",
+    "ibm-granite/granite-4.0-h-350m",
+)
+
+
+def _case(name, gpu, tp, backend, layout=None):
+    label = "-".join(filter(None, (name, gpu, f"tp{tp}", backend or "default", layout)))
+    return pytest.param(name, gpu, tp, backend, layout, id=label)
+
+
 CASES = [
-    pytest.param(name, gpu, tp, backend, id=f"{name}-{gpu}-tp{tp}-{backend or 'default'}")
+    _case(name, gpu, tp, backend)
     for backend in BACKENDS
     for gpu in GPUS
     for tp in TENSOR_PARALLEL
     for name in catalog_names()
+    if backend is None or name not in FLASHINFER_REFUSED
+] + [
+    _case(name, "A100", 1, backend, layout)
+    for layout in LAYOUTS
+    for backend in BACKENDS
+    for name in LAYOUT_MODELS
     if backend is None or name not in FLASHINFER_REFUSED
 ]
 
@@ -150,9 +177,14 @@ def lmcache():
 
 
 @functools.cache
-def planned(name: str, gpu: str, tp: int, backend: str | None):
+def planned(name: str, gpu: str, tp: int, backend: str | None, layout: str | None = None):
     return plan(
-        name, gpu=gpu, tensor_parallel_size=tp, num_blocks=NUM_BLOCKS, attention_backend=backend
+        name,
+        gpu=gpu,
+        tensor_parallel_size=tp,
+        num_blocks=NUM_BLOCKS,
+        attention_backend=backend,
+        kv_cache_layout=layout,
     )
 
 
@@ -293,10 +325,10 @@ def test_the_cases_reach_every_rule_and_refusal(lmcache):
     case, and each of its rules but the MLA one fires on some (no catalog plan
     pages an MLA cache below its logical block; test_kernel_paged_mla does)."""
     fired, refused = set(), 0
-    for name, gpu, tp, backend in (case.values for case in CASES):
+    for name, gpu, tp, backend, layout in (case.values for case in CASES):
         if (gpu, tp) != ("A100", 1):
             continue
-        p = planned(name, gpu, tp, backend)
+        p = planned(name, gpu, tp, backend, layout)
         if outcome(lmcache.validate, p.kv_cache_config)[1] is not None:
             refused += 1
             continue
@@ -310,9 +342,89 @@ def test_the_cases_reach_every_rule_and_refusal(lmcache):
 
 
 @pytest.mark.parametrize("registration", REGISTRATIONS)
-@pytest.mark.parametrize(("name", "gpu", "tp", "backend"), CASES)
-def test_kvexplore_agrees_with_lmcache(lmcache, name, gpu, tp, backend, registration):
-    p = planned(name, gpu, tp, backend)
+@pytest.mark.parametrize(("name", "gpu", "tp", "backend", "layout"), CASES)
+def test_kvexplore_agrees_with_lmcache(lmcache, name, gpu, tp, backend, layout, registration):
+    p = planned(name, gpu, tp, backend, layout)
     caches = allocate(p, device="cpu", registration=registration)
     compared = assert_agree(lmcache, p, caches)
     assert compared["views"] or compared["refusals"] or not p.kv_cache_config.has_mamba_layers
+
+
+# ------------------------------------------- registrations beyond the catalog
+
+
+def first_layer(p, kind: KVCacheSpecKind) -> str:
+    return next(name for name, spec in layer_specs(p.kv_cache_config) if spec_kind(spec) == kind)
+
+
+def kernel_paged_mla(p, caches):
+    """The MLA layer re-paged at 64 states per kernel page (``[B * r, 1, 64, C]``)."""
+    name = first_layer(p, KVCacheSpecKind.MLA_ATTENTION)
+    t = caches[name]
+    ratio = t.shape[2] // 64
+    return {**caches, name: t.view(t.shape[0] * ratio, t.shape[1], 64, t.shape[3])}
+
+
+def heads_before_tokens(p, caches):
+    """The legacy attention layer with each kernel page laid out heads-first."""
+    name = first_layer(p, KVCacheSpecKind.FULL_ATTENTION)
+    pages, two, rows, heads, size = caches[name].shape
+    fresh = torch.zeros(pages, two, heads, rows, size, dtype=caches[name].dtype)
+    return {**caches, name: fresh.transpose(2, 3)}
+
+
+def heads_before_blocks(p, caches):
+    """The unified attention layer with the heads dim outermost in memory."""
+    name = first_layer(p, KVCacheSpecKind.FULL_ATTENTION)
+    t = caches[name]
+    fresh = torch.zeros(t.shape[1], t.shape[0], *t.shape[2:], dtype=t.dtype)
+    return {**caches, name: fresh.transpose(0, 1)}
+
+
+def states_as_tuple(p, caches):
+    """The legacy Mamba states as a tuple instead of vLLM's list."""
+    name = first_layer(p, KVCacheSpecKind.MAMBA)
+    return {**caches, name: tuple(caches[name])}
+
+
+def states_one_page_in(p, caches):
+    """The legacy Mamba states of a buffer one page longer, from its second page."""
+    name = first_layer(p, KVCacheSpecKind.MAMBA)
+    page = dict(layer_specs(p.kv_cache_config))[name].page_size_bytes
+    raw = torch.zeros((NUM_BLOCKS + 1) * page, dtype=torch.int8)
+    moved = []
+    for state in caches[name]:
+        start = page + state.storage_offset() * state.element_size()
+        typed = raw.view(state.dtype)
+        offset = start // state.element_size()
+        moved.append(typed.as_strided(state.shape, state.stride(), offset))
+    return {**caches, name: moved}
+
+
+#: (derivation, model, backend, registration, what LMCache's apply does with it)
+DERIVED = [
+    (kernel_paged_mla, "moonshotai/Kimi-Linear-48B-A3B-Instruct", None, "unified", "edits"),
+    (heads_before_tokens, "Qwen/Qwen3.5-0.8B", "FLASHINFER", "legacy", "refuses"),
+    (heads_before_blocks, "Qwen/Qwen3.5-0.8B", "FLASHINFER", "unified", "refuses"),
+    (states_as_tuple, "Qwen/Qwen3.5-0.8B", None, "legacy", "leaves"),
+    (states_one_page_in, "Qwen/Qwen3.5-0.8B", None, "legacy", "refuses"),
+]
+
+
+@pytest.mark.parametrize(
+    ("derive", "name", "backend", "registration", "lmcache_does"),
+    DERIVED,
+    ids=[derive.__name__ for derive, *_ in DERIVED],
+)
+def test_derived_registrations(lmcache, derive, name, backend, registration, lmcache_does):
+    """A registration derived from a catalog plan's: kvexplore refuses, leaves
+    and re-views its layers exactly as LMCache does (``lmcache_does`` keeps
+    each derivation reaching the path it names)."""
+    p = planned(name, "A100", 1, backend)
+    caches = allocate(p, device="cpu", registration=registration)
+    derived = derive(p, caches)
+    (changed,) = [layer for layer in caches if derived[layer] is not caches[layer]]
+    compared = assert_agree(lmcache, p, derived)
+    their_rule = per_layer(lmcache, p, derived, lmcache.layout_hints(p.vllm_config))[changed][0]
+    does = "refuses" if compared["lmcache_refused"] else "edits" if their_rule[1] is not None else "leaves"
+    assert does == lmcache_does, (changed, their_rule)

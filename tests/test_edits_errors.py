@@ -55,7 +55,7 @@ def test_stride_not_a_page():
     )
 
 
-def test_conv_state_not_at_page_base():
+def test_conv_state_not_at_storage_start():
     spec = qwen_gdn()
     raw = torch.zeros(4 * QWEN_PAGE, dtype=torch.int8)
     conv, ssm = legacy_mamba(spec, 2, raw=raw)
@@ -63,7 +63,8 @@ def test_conv_state_not_at_page_base():
     run(
         config([(["g"], spec)], 2),
         {"g": [shifted, ssm]},
-        r"conv state must start at a page base: its byte offset 128 .*1114112-byte page",
+        r"conv state must start at its storage's first byte: its byte offset 128 "
+        r"\(storage_offset=64\) is not 0 .*1114112-byte pages",
     )
 
 

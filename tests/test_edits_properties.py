@@ -205,7 +205,7 @@ def expected_message(how, cfg, caches):
     if how == "conv_offset":
         return (
             rf"'m0'.*its byte offset {conv.element_size()} \(storage_offset=1\) "
-            rf"is not a multiple of the {page}-byte page"
+            rf"is not 0 .*{page}-byte pages"
         )
     if how == "missing":
         return r"lacks 1 layer\(s\) the config names: \['a0'\]"

@@ -274,9 +274,11 @@ class MambaPageViewEdit(_ReasonedEdit):
 
     LMCache's ``_MambaPageViewEdit``: the whole padded page (``conv | ssm |
     pad``) re-viewed from the conv state as ``[B, 2, block_size, 1, h']`` in
-    its dtype.  Refused unless there is one tensor per ``MambaSpec.shapes``
-    entry, the conv state starts at a page base, each state steps one page
-    per block, the states sit back to back and the page factors.
+    its dtype.  Matches a ``list`` of states only (what vLLM registers; any
+    other value is left as it is, as in LMCache).  Refused unless there is
+    one tensor per ``MambaSpec.shapes`` entry, the conv state starts at its
+    storage's first byte (LMCache re-strides from there), each state steps
+    one page per block, the states sit back to back and the page factors.
     """
 
     name = "mamba-page-view"
@@ -291,7 +293,7 @@ class MambaPageViewEdit(_ReasonedEdit):
                 f"registered value is one {kv_cache.ndim}-D tensor (unified "
                 "registration), not a legacy list of state tensors"
             )
-        if not isinstance(kv_cache, (list, tuple)):
+        if not isinstance(kv_cache, list):
             return f"registered value is a {type(kv_cache).__name__}, not a list"
         return None
 
@@ -304,7 +306,7 @@ class MambaPageViewEdit(_ReasonedEdit):
     ) -> torch.Tensor:
         expected = len(getattr(spec, "shapes", ())) or 2
         if (
-            not isinstance(kv_cache, (list, tuple))
+            not isinstance(kv_cache, list)
             or len(kv_cache) != expected
             or not all(isinstance(t, torch.Tensor) for t in kv_cache)
         ):
@@ -317,11 +319,12 @@ class MambaPageViewEdit(_ReasonedEdit):
         conv = kv_cache[0]
         elem = conv.element_size()
         base_bytes = conv.storage_offset() * elem
-        if base_bytes % page_bytes:
+        if base_bytes:
             raise KVExploreError(
-                f"Mamba conv state must start at a page base: its byte offset "
-                f"{base_bytes} (storage_offset={conv.storage_offset()}) is not a "
-                f"multiple of the {page_bytes}-byte page"
+                f"Mamba conv state must start at its storage's first byte: its byte "
+                f"offset {base_bytes} (storage_offset={conv.storage_offset()}) is not 0 "
+                f"({base_bytes / page_bytes:g} of the {page_bytes}-byte pages); expected "
+                "the first page of its buffer"
             )
         num_blocks = conv.shape[0] if conv.ndim else 0
         cursor = base_bytes

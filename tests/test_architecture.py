@@ -153,3 +153,21 @@ def test_the_repository_stands_on_its_own():
             if pattern.search(line)]
     assert len(files) > 50
     assert hits == []
+
+
+def test_the_tour_is_the_one_entry_point():
+    """notebooks/01-tour links every other notebook; no other notebook calls
+    itself the place to start; the ambiguous ``padding_%`` column is gone
+    (``padding_share`` is the padding's share of the page, ``padding_overhead``
+    its share of the state)."""
+    import json
+    import re
+
+    notebooks = sorted((ROOT.parent / "notebooks").glob("*.ipynb"))
+    text = {p.stem: "".join("".join(c["source"]) for c in json.loads(p.read_text())["cells"])
+            for p in notebooks}
+    assert len(text) >= 11
+    tour = text.pop("01-tour")
+    assert [name for name in text if name not in tour] == []
+    assert [name for name, body in text.items() if re.search(r"(?i)start here", body)] == []
+    assert [name for name, body in {**text, "01-tour": tour}.items() if '"padding_%"' in body] == []

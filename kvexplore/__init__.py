@@ -26,8 +26,9 @@ from kvexplore.version import VERSION
 
 #: Every public name and the module it lives in: imported on first use, so
 #: that ``import kvexplore`` (and the command line's answers from the store)
-#: costs no vLLM import; the first name used also imports
-#: :mod:`kvexplore.rendering`, which registers every result's display forms.
+#: costs no vLLM import; the first name used whose results display (all but
+#: :data:`_PLAIN`) also imports :mod:`kvexplore.rendering`, which registers
+#: every result's display forms.
 _NAMES = {
     "CapacityReport": "kvexplore.capacity_planning",
     "capacity": "kvexplore.capacity_planning",
@@ -69,6 +70,7 @@ _NAMES = {
     "gpus": "kvexplore.planning",
     "load_model_config": "kvexplore.planning",
     "plan": "kvexplore.planning",
+    "plan_facts": "kvexplore.planning.stored",
     "REGISTRATIONS": "kvexplore.registration",
     "allocate": "kvexplore.registration",
     "prefix_cache_figure": "kvexplore.rendering.capacity",
@@ -87,6 +89,13 @@ _NAMES = {
     "environment": "kvexplore.versions",
 }
 
+#: Names whose results are plain data (tables, lists, dicts, inputs): using
+#: them does not import the rendering stage (nor, by itself, vLLM).
+_PLAIN = frozenset({
+    "DEFAULT_GPU", "DEFAULT_MODEL", "GPU", "LayerInfo", "ModelSource", "OffloadOptions",
+    "catalog_names", "gpus", "load_model_config", "plan_facts", "sweep",
+})
+
 __version__ = VERSION
 
 #: The widgets need ipywidgets, imported on first use.
@@ -95,7 +104,8 @@ _WIDGETS = ("Explorer", "Compare")
 
 def __getattr__(name):
     if name in _NAMES:
-        importlib.import_module("kvexplore.rendering")  # registers the display forms
+        if name not in _PLAIN:
+            importlib.import_module("kvexplore.rendering")  # registers the display forms
         value = getattr(importlib.import_module(_NAMES[name]), name)
         globals()[name] = value
         return value
@@ -125,6 +135,7 @@ __all__ = [
     "gpus",
     "load_model_config",
     "plan",
+    "plan_facts",
     # registration
     "REGISTRATIONS",
     "allocate",

@@ -655,9 +655,10 @@ def capacity_sweep(models: Iterable[Any], *, executor=None, store: Any = True,
     (:func:`kvexplore.fleet.run_groups`).  ``store`` (default ``True``: the
     user's answer store; ``False``: none; or a folder): rows answered before
     are read back, rows computed are stored (:mod:`kvexplore.store`)."""
-    from kvexplore.fleet import run_groups
+    from kvexplore.fleet import check_executor, run_groups
     from kvexplore.store import answer_store
 
+    check_executor(executor)  # a closed executor is refused before any work
     answers = answer_store(store)
     tasks = []
     for m in models:

@@ -116,11 +116,15 @@ def test_a_dask_worker_that_dies_loses_no_row(client, tmp_path):
     assert got == dict(enumerate(out))
 
 
-def test_a_closed_client_or_executor_is_refused(cluster):
+def test_a_closed_client_or_executor_is_refused(cluster, tmp_path):
     c = Client(cluster)
     c.close()
+    out = tmp_path / "rows.csv"
     with pytest.raises(KVExploreError, match="closed.*expected a running dask.distributed.Client"):
-        sweep(QWEN, executor=c, store=False, gpu="A100")
+        sweep(QWEN, executor=c, output=out, gpu="A100")
+    with pytest.raises(KVExploreError, match="closed.*expected a running dask.distributed.Client"):
+        capacity_sweep([QWEN], executor=c, gpu="A100")
+    assert list(tmp_path.iterdir()) == []  # refused before any work
     pool = ProcessPoolExecutor(max_workers=1)
     pool.shutdown()
     with pytest.raises(KVExploreError, match="refuses tasks.*expected a running executor"):
@@ -229,6 +233,14 @@ def test_a_stored_sweep_needs_no_plan(monkeypatch, tmp_path, sequential):
     again = sweep(QWEN, store=tmp_path, **AXES)
     assert calls == []
     pd.testing.assert_frame_equal(again, sequential)
+    # a fresh process answers from the store without importing vLLM
+    code = (f"import sys, kvexplore; df = kvexplore.sweep({QWEN!r}, store={str(tmp_path)!r}, **{AXES!r}); "
+            "print(df.to_json(orient='split')); print('vllm' in sys.modules, 'torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    table, imported = r.stdout.splitlines()
+    assert imported == "False False", r.stderr
+    assert table == sequential.to_json(orient="split")
 
 
 def test_a_stored_capacity_row_needs_no_build(monkeypatch, tmp_path):

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from kvexplore.errors import KVExploreError
-from kvexplore.fleet import RowFile, row_key, run_groups
+from kvexplore.fleet import RowFile, check_executor, row_key, run_groups
 from kvexplore.layout import jsonable
 from kvexplore.offloading.options import OffloadOptions
 from kvexplore.planning.inputs import PLAN_DEFAULTS
@@ -187,6 +187,7 @@ def sweep(model: Any = "Qwen/Qwen3.5-0.8B", *, executor=None, output=None, store
             f"sweep got unknown keyword(s) {unknown}; expected plan keywords "
             f"{list(PLAN_KEYWORDS)} or offload_config keywords {list(OFFLOAD_KEYWORDS)}"
         )
+    check_executor(executor)  # a closed executor is refused before any work
     names = list(axes)
     values = [_axis(n, axes[n]) for n in names]
     models = list(model) if isinstance(model, list) else [model]

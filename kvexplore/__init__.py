@@ -20,6 +20,7 @@ the stages before it:
 """
 
 import importlib
+import importlib.util
 
 from kvexplore.errors import KVExploreError
 from kvexplore.version import VERSION
@@ -113,6 +114,8 @@ def __getattr__(name):
         from kvexplore.explorer import widgets
 
         return getattr(widgets, name)
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")  # a stage, as kvexplore.rendering
     raise AttributeError(f"module 'kvexplore' has no attribute {name!r}")
 
 

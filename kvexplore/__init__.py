@@ -19,89 +19,108 @@ the stages before it:
 576
 """
 
-import kvexplore.rendering  # noqa: F401  registers every result's display forms
-from kvexplore.capacity_planning import (
-    CapacityReport,
-    capacity,
-    capacity_sweep,
-    profile_estimates,
-)
-from kvexplore.editing import (
-    DEFAULT_EDITS,
-    EditResult,
-    KVCacheGroupEdit,
-    MambaPageViewEdit,
-    MambaUnifiedViewEdit,
-    RoundTripReport,
-    SubpagedAttentionViewEdit,
-    SubpagedMLAAttentionViewEdit,
-    apply_kv_cache_group_edits,
-    check_kv_cache_groups,
-    validate_kv_cache_groups,
-    verify_roundtrip,
-)
-from kvexplore.errors import KVExploreError
-from kvexplore.explorer.state import ExplorerState, compare
-from kvexplore.offloading import (
-    OffloadConfigError,
-    OffloadOptions,
-    OffloadResult,
-    offload_config,
-    sweep,
-)
-from kvexplore.offloading.sizing import (
-    ChunkSizes,
-    HostSizing,
-    host_sizing,
-    lmcache_chunk_sizes,
-)
-from kvexplore.planning import (
-    DEFAULT_GPU,
-    DEFAULT_MODEL,
-    GPU,
-    Admission,
-    LayerInfo,
-    ModelSource,
-    Plan,
-    catalog,
-    catalog_names,
-    clear_plan_cache,
-    gpus,
-    load_model_config,
-    plan,
-)
-from kvexplore.registration import REGISTRATIONS, allocate
-from kvexplore.rendering.capacity import prefix_cache_figure
-from kvexplore.rendering.figures import bar_chart
-from kvexplore.rendering.layouts import (
-    buffer_layout,
-    buffer_map,
-    buffer_map_text,
-    page_layout,
-    page_map,
-    page_map_text,
-    sweep_heatmap,
-    sweep_heatmap_text,
-)
-from kvexplore.versions import (
-    VersionComparison,
-    compare_versions,
-    deployment_facts,
-    environment,
-)
+import importlib
+import importlib.util
 
-__version__ = "0.1.0"
+from kvexplore.errors import KVExploreError
+from kvexplore.version import VERSION
+
+#: Every public name and the module it lives in: imported on first use, so
+#: that ``import kvexplore`` (and the command line's answers from the store)
+#: costs no vLLM import; the first name used whose results display (all but
+#: :data:`_PLAIN`) also imports :mod:`kvexplore.rendering`, which registers
+#: every result's display forms.
+_NAMES = {
+    "CapacityReport": "kvexplore.capacity_planning",
+    "capacity": "kvexplore.capacity_planning",
+    "capacity_sweep": "kvexplore.capacity_planning",
+    "profile_estimates": "kvexplore.capacity_planning",
+    "DEFAULT_EDITS": "kvexplore.editing",
+    "EditResult": "kvexplore.editing",
+    "KVCacheGroupEdit": "kvexplore.editing",
+    "MambaPageViewEdit": "kvexplore.editing",
+    "MambaUnifiedViewEdit": "kvexplore.editing",
+    "RoundTripReport": "kvexplore.editing",
+    "SubpagedAttentionViewEdit": "kvexplore.editing",
+    "SubpagedMLAAttentionViewEdit": "kvexplore.editing",
+    "apply_kv_cache_group_edits": "kvexplore.editing",
+    "check_kv_cache_groups": "kvexplore.editing",
+    "validate_kv_cache_groups": "kvexplore.editing",
+    "verify_roundtrip": "kvexplore.editing",
+    "ExplorerState": "kvexplore.explorer.state",
+    "compare": "kvexplore.explorer.state",
+    "OffloadConfigError": "kvexplore.offloading",
+    "OffloadOptions": "kvexplore.offloading",
+    "OffloadResult": "kvexplore.offloading",
+    "offload_config": "kvexplore.offloading",
+    "sweep": "kvexplore.offloading",
+    "ChunkSizes": "kvexplore.offloading.sizing",
+    "HostSizing": "kvexplore.offloading.sizing",
+    "host_sizing": "kvexplore.offloading.sizing",
+    "lmcache_chunk_sizes": "kvexplore.offloading.sizing",
+    "DEFAULT_GPU": "kvexplore.planning",
+    "DEFAULT_MODEL": "kvexplore.planning",
+    "GPU": "kvexplore.planning",
+    "Admission": "kvexplore.planning",
+    "LayerInfo": "kvexplore.planning",
+    "ModelSource": "kvexplore.planning",
+    "Plan": "kvexplore.planning",
+    "catalog": "kvexplore.planning",
+    "catalog_names": "kvexplore.planning",
+    "clear_plan_cache": "kvexplore.planning",
+    "gpus": "kvexplore.planning",
+    "load_model_config": "kvexplore.planning",
+    "plan": "kvexplore.planning",
+    "plan_facts": "kvexplore.planning.stored",
+    "REGISTRATIONS": "kvexplore.registration",
+    "allocate": "kvexplore.registration",
+    "prefix_cache_figure": "kvexplore.rendering.capacity",
+    "bar_chart": "kvexplore.rendering.figures",
+    "buffer_layout": "kvexplore.rendering.layouts",
+    "buffer_map": "kvexplore.rendering.layouts",
+    "buffer_map_text": "kvexplore.rendering.layouts",
+    "page_layout": "kvexplore.rendering.layouts",
+    "page_map": "kvexplore.rendering.layouts",
+    "page_map_text": "kvexplore.rendering.layouts",
+    "sweep_heatmap": "kvexplore.rendering.layouts",
+    "sweep_heatmap_text": "kvexplore.rendering.layouts",
+    "VersionComparison": "kvexplore.versions",
+    "compare_versions": "kvexplore.versions",
+    "deployment_facts": "kvexplore.versions",
+    "environment": "kvexplore.versions",
+}
+
+#: Names whose results are plain data (tables, lists, dicts, inputs): using
+#: them does not import the rendering stage (nor, by itself, vLLM).
+_PLAIN = frozenset({
+    "DEFAULT_GPU", "DEFAULT_MODEL", "GPU", "LayerInfo", "ModelSource", "OffloadOptions",
+    "catalog_names", "gpus", "load_model_config", "plan_facts", "sweep",
+})
+
+__version__ = VERSION
 
 #: The widgets need ipywidgets, imported on first use.
 _WIDGETS = ("Explorer", "Compare")
 
 
 def __getattr__(name):
+    if name in _NAMES:
+        if name not in _PLAIN:
+            importlib.import_module("kvexplore.rendering")  # registers the display forms
+        value = getattr(importlib.import_module(_NAMES[name]), name)
+        globals()[name] = value
+        return value
     if name in _WIDGETS:
         from kvexplore.explorer import widgets
 
         return getattr(widgets, name)
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")  # a stage, as kvexplore.rendering
     raise AttributeError(f"module 'kvexplore' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted({*globals(), *_NAMES, *_WIDGETS})
 
 
 __all__ = [
@@ -119,6 +138,7 @@ __all__ = [
     "gpus",
     "load_model_config",
     "plan",
+    "plan_facts",
     # registration
     "REGISTRATIONS",
     "allocate",

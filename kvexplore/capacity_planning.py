@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -58,10 +59,13 @@ from kvexplore.layout import FrozenDict, cdiv, check_int, jsonable
 from kvexplore.memo import per_plan
 from kvexplore.planning import release
 from kvexplore.planning.admission import blocks_and_admission
-from kvexplore.planning.inputs import as_fraction
+from kvexplore.planning.gpus import DEFAULT_GPU
+from kvexplore.planning.inputs import PLAN_DEFAULTS, as_fraction
+from kvexplore.planning.models import load_model_config
 from kvexplore.planning.planner import Plan, plan
 from kvexplore.planning.profile import Term, kv_cache_memory_range
 from kvexplore.planning.release import release_name
+from kvexplore.store import canonical
 
 
 def profile_estimates(p: Plan) -> dict[str, tuple[int, int, str]]:
@@ -572,9 +576,33 @@ def _derivation(r: CapacityReport) -> dict[str, str]:
     return out
 
 
+#: :func:`capacity_sweep`'s columns, in order (``error``: missing when the
+#: row is valid, else the reason the deployment is refused).
+CAPACITY_COLUMNS = (
+    "model", "gpu", "tp", "gpu_memory_utilization", "kv_cache_memory", "num_blocks",
+    "block_size", "max_model_len", "kv_cache_size_tokens", "max_concurrency",
+    "largest_max_model_len", "cache_hit_alignment", "error",
+)
+
+#: The answer store's kind for a capacity row.
+CAPACITY_KIND = "capacity-row"
+
+
 def capacity_row(model: Any, kwargs: dict) -> dict[str, Any]:
-    """One :func:`capacity_sweep` row: :func:`capacity` of ``model`` with ``kwargs``."""
-    r = capacity(model, **kwargs)
+    """One :func:`capacity_sweep` row: :func:`capacity` of ``model`` with
+    ``kwargs``; a refused deployment (a ``ValueError``: kvexplore's or
+    vLLM's) is a row whose ``error`` holds the reason."""
+    try:
+        r = capacity(model, **kwargs)
+    except ValueError as exc:
+        try:
+            name = load_model_config(model).name
+        except ValueError:
+            name = str(model)
+        row = dict.fromkeys(CAPACITY_COLUMNS)
+        row.update(model=name, gpu=str(kwargs.get("gpu", DEFAULT_GPU)),
+                   tp=kwargs.get("tensor_parallel_size", 1), error=str(exc))
+        return row
     return {
         "model": r.plan.model.name, "gpu": r.plan.gpu.name,
         "tp": r.plan.tensor_parallel_size,
@@ -585,18 +613,40 @@ def capacity_row(model: Any, kwargs: dict) -> dict[str, Any]:
         "max_concurrency": r.max_concurrency,
         "largest_max_model_len": r.largest_max_model_len,
         "cache_hit_alignment": r.cache_hit_alignment,
+        "error": None,
     }
 
 
-def capacity_sweep(models: Iterable[Any], *, executor=None, **kwargs) -> pd.DataFrame:
-    """One :func:`capacity` summary row per model or plan, in order.
+def _capacity_key(model: Any, kwargs: dict) -> dict | None:
+    """The answer store's key of one capacity row (None: not storable)."""
+    from kvexplore.planning.stored import plan_key
 
-    ``executor`` (any ``concurrent.futures.Executor``, e.g. a
-    ``ProcessPoolExecutor`` or ``dask.distributed.Client.get_executor()``)
-    runs one task per row; a plan is sent as its model and inputs, so each
-    worker builds it once (:func:`kvexplore.offloading.sweep.run_groups`)."""
-    from kvexplore.offloading.sweep import run_groups
+    planned = {k: v for k, v in kwargs.items() if k == "gpu" or k in PLAN_DEFAULTS}
+    rest = {k: v for k, v in kwargs.items() if k not in planned}
+    try:
+        return {"plan": plan_key(model, **planned), "capacity": json.loads(canonical(rest))}
+    except (KVExploreError, TypeError, ValueError):
+        return None
 
+
+def capacity_sweep(models: Iterable[Any], *, executor=None, store: Any = True,
+                   **kwargs) -> pd.DataFrame:
+    """One :func:`capacity` summary row per model or plan, in order
+    (:data:`CAPACITY_COLUMNS`; a refused deployment is a row with its reason
+    in ``error``).
+
+    ``executor``: any ``concurrent.futures.Executor`` (e.g. a
+    ``ProcessPoolExecutor``) or a ``dask.distributed.Client``; a plan is sent
+    as its model and inputs, and a model's rows go to one worker where
+    possible, which builds each deployment once
+    (:func:`kvexplore.fleet.run_groups`).  ``store`` (default ``True``: the
+    user's answer store; ``False``: none; or a folder): rows answered before
+    are read back, rows computed are stored (:mod:`kvexplore.store`)."""
+    from kvexplore.fleet import check_executor, run_groups
+    from kvexplore.store import answer_store
+
+    check_executor(executor)  # a closed executor is refused before any work
+    answers = answer_store(store)
     tasks = []
     for m in models:
         if isinstance(m, Plan):
@@ -604,10 +654,33 @@ def capacity_sweep(models: Iterable[Any], *, executor=None, **kwargs) -> pd.Data
             tasks.append((model, {**m.inputs, **kwargs}))
         else:
             tasks.append((m, kwargs))
-    return pd.DataFrame(run_groups(capacity_row, tasks, executor, what="capacity"))
+    rows: list = [None] * len(tasks)
+    keys: list = [None] * len(tasks)
+    pending = []
+    for i, task in enumerate(tasks):
+        if answers is not None:
+            keys[i] = _capacity_key(*task)
+            hit = answers.get(CAPACITY_KIND, keys[i]) if keys[i] is not None else None
+            if isinstance(hit, dict) and list(hit) == list(CAPACITY_COLUMNS):
+                rows[i] = hit
+                continue
+        pending.append(i)
+
+    def arrived(n: int, row: dict) -> None:
+        i = pending[n]
+        rows[i] = row
+        if answers is not None and keys[i] is not None:
+            answers.put(CAPACITY_KIND, keys[i], row)
+
+    run_groups(capacity_row, [tasks[i] for i in pending], executor, what="capacity",
+               on_result=arrived)
+    if answers is not None:
+        answers.prune()
+    return pd.DataFrame(rows, columns=list(CAPACITY_COLUMNS))
 
 
 __all__ = [
+    "CAPACITY_COLUMNS",
     "CapacityReport",
     "capacity",
     "capacity_row",

@@ -4,7 +4,7 @@
     kvexplore gpus
     kvexplore plan MODEL [--gpu G --tp N --dcp N --block-size N --kv-cache-dtype D --backend B --json]
     kvexplore offload MODEL [--tp N --dcp N --extra JSON --pipeline-parallel-size N ... --json]
-    kvexplore sweep MODEL --tp 1,2,4,8 [--dcp 1,2 --block-size none,64 --nnodes-within-dp 1,2 --csv out.csv]
+    kvexplore sweep MODEL[,MODEL...] --tp 1,2,4,8 [--dcp 1,2 --block-size none,64 --nnodes-within-dp 1,2 --out rows.parquet]
     kvexplore envs [RELEASE ...] [--create] [--python]
     kvexplore versions MODEL --vllm 0.33.0,0.34.0 [--gpu G ... --all --json]
     kvexplore capacity MODEL [--gpu G --gpu-memory-utilization 0.92 --max-model-len N --weight-bytes N --cpu-bytes-to-use N --extra JSON --json]
@@ -13,6 +13,9 @@
 arguments and the fields of ``OffloadOptions``.  ``--verbose`` shows vLLM's
 INFO logs; vLLM's logs always go to stderr, so stdout holds only the answer.
 Every failure prints one line to stderr and exits with status 2.
+``plan --json`` and ``sweep`` answer a deployment planned before from the
+answer store (:mod:`kvexplore.store`) without building it (``plan --json``
+without importing vLLM); ``--no-cache`` skips the store.
 """
 
 from __future__ import annotations
@@ -23,23 +26,20 @@ import dataclasses
 import functools
 import json
 import logging
-import os
 import sys
 from collections.abc import Iterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
-from vllm.config.logging import LoggingConfig
-from vllm.logger import configure_logging
-
-from kvexplore.capacity_planning import capacity
 from kvexplore.errors import KVExploreError
-from kvexplore.offloading.config import offload_config
+from kvexplore.fleet import check_output
 from kvexplore.offloading.options import OffloadOptions
 from kvexplore.offloading.sweep import sweep
-from kvexplore.planning.emulation import vllm_log_level
 from kvexplore.planning.gpus import gpus
-from kvexplore.planning.planner import catalog, plan
+from kvexplore.planning.stored import plan_facts, plan_key
+from kvexplore.store import answer_store
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Each ``OffloadOptions`` field's type, as written in its annotation.
 _OPTION_TYPES = {f.name: f.type for f in dataclasses.fields(OffloadOptions)}
@@ -193,6 +193,8 @@ def _split(value: str, conv) -> list:
 
 
 def _print_table(df: pd.DataFrame) -> None:
+    import pandas as pd
+
     with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.width", 200):
         print(df.to_string(index=False))
 
@@ -209,6 +211,8 @@ def _print_frame(df: pd.DataFrame, as_json: bool) -> None:
 
 
 def cmd_catalog(ns) -> None:
+    from kvexplore.planning.planner import catalog
+
     _print_frame(catalog(**({"gpu": ns.gpu} if ns.gpu else {})), ns.json)
 
 
@@ -219,6 +223,8 @@ def cmd_gpus(ns) -> None:
 def cmd_envs(ns) -> None:
     """The window's releases and their environments; ``--create`` makes the
     missing ones named (with uv); ``--python`` prints only their Pythons."""
+    import pandas as pd
+
     from kvexplore.planning.release import WINDOW_RELEASES, installed_release
     from kvexplore.versions import environment, environment_path
 
@@ -250,15 +256,38 @@ def cmd_versions(ns) -> None:
         print(c.text())
 
 
+def plan_from_store(ns) -> bool:
+    """``plan --json`` answered from the answer store, before vLLM is
+    imported: True when the store held the plan's facts (printed)."""
+    if not ns.json or ns.no_cache:
+        return False
+    kwargs = _kwargs(ns, _PLAN_KEYS)
+    try:
+        key = plan_key(ns.model, **kwargs)
+    except KVExploreError:
+        return False  # the full path gives plan()'s own refusal
+    facts = answer_store(True).get("plan", key)
+    if not isinstance(facts, dict):
+        return False
+    _print_json(facts)
+    return True
+
+
 def cmd_plan(ns) -> None:
-    p = plan(ns.model, **_kwargs(ns, _PLAN_KEYS))
+    kwargs = _kwargs(ns, _PLAN_KEYS)
     if ns.json:
-        _print_json(p.to_dict())
+        # the same JSON values a hit in the store prints (plan_from_store)
+        _print_json(plan_facts(ns.model, store=not ns.no_cache, **kwargs))
     else:
-        print(p.text())
+        from kvexplore.planning.planner import plan
+
+        print(plan(ns.model, **kwargs).text())
 
 
 def cmd_offload(ns) -> None:
+    from kvexplore.offloading.config import offload_config
+    from kvexplore.planning.planner import plan
+
     options = _kwargs(ns, OffloadOptions.names())  # before planning: a bad flag fails fast
     result = offload_config(plan(ns.model, **_kwargs(ns, _PLAN_KEYS)), **options)
     if ns.json:
@@ -269,34 +298,18 @@ def cmd_offload(ns) -> None:
         print(result.explain())
 
 
-def _check_writable(path: str, flag: str) -> None:
-    """Refuse an output file that cannot be written (a missing or read-only
-    folder, a folder in its place, a read-only file), touching nothing."""
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    if target.is_dir():
-        why = "it is a folder"
-    elif not folder.is_dir():
-        why = f"folder {str(folder)!r} does not exist"
-    elif not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        why = "it is not writable"
-    else:
-        return
-    raise KVExploreError(f"{flag} {path!r} cannot be written: {why}; expected a file in a writable folder")
-
-
 def cmd_sweep(ns) -> None:
     axes = _kwargs(ns, _PLAN_KEYS, lists=True)
     axes.update(_kwargs(ns, OffloadOptions.names(), lists=True))
-    if ns.csv:
-        _check_writable(ns.csv, "--csv")  # before the sweep's work
-    df = sweep(ns.model, **axes)
-    if ns.csv:
-        try:
-            df.to_csv(ns.csv, index=False)
-        except OSError as exc:
-            raise KVExploreError(f"--csv {ns.csv!r} cannot be written: {exc}") from None
-        print(f"wrote {len(df)} rows to {ns.csv}")
+    if ns.csv and ns.out:
+        raise KVExploreError(f"--csv {ns.csv!r} and --out {ns.out!r} both given; expected one output file")
+    out, flag = (ns.csv, "--csv") if ns.csv else (ns.out, "--out")
+    if out:
+        check_output(out, flag)  # before the sweep's work
+    models = [m.strip() for m in ns.model.split(",")] if "," in ns.model else ns.model
+    df = sweep(models, output=out, store=not ns.no_cache, **axes)
+    if out:
+        print(f"wrote {len(df)} rows to {out}")
     elif ns.json:
         print(df.to_json(orient="records", indent=2, default_handler=str))
     else:
@@ -315,6 +328,8 @@ _CAPACITY_BYTES = {
 
 
 def cmd_capacity(ns) -> None:
+    from kvexplore.capacity_planning import capacity
+
     kwargs = _kwargs(ns, (*_PLAN_KEYS, *_CAPACITY_BYTES))
     if ns.offload_extra_config is not None:
         kwargs["offload_extra_config"] = _extra(ns.offload_extra_config)
@@ -339,6 +354,8 @@ def _finish(p: argparse.ArgumentParser, func) -> None:
     """The flags every subcommand ends with, and the function it runs."""
     p.add_argument("--json", action="store_true")
     p.add_argument("--verbose", action="store_true", help="show vLLM's INFO logs (on stderr)")
+    p.add_argument("--no-cache", dest="no_cache", action="store_true",
+                   help="neither read nor write the answer store (kvexplore.store)")
     p.set_defaults(func=func)
 
 
@@ -359,6 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="the KV cache vLLM builds for MODEL")
     _add_plan_args(p)
     _finish(p, cmd_plan)
+    p.set_defaults(answer_from_store=plan_from_store)
     o = sub.add_parser("offload", help="the OffloadingConfig vLLM hands an offloading backend")
     _add_plan_args(o)
     _add_offload_args(o)
@@ -366,7 +384,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sweep", help="plans and offloading configs over comma-separated axes")
     _add_plan_args(s, lists=True)
     _add_offload_args(s, lists=True)
-    s.add_argument("--csv", help="write the table to this CSV file")
+    s.add_argument("--csv", help="write the rows to this CSV file as they come; a re-run resumes")
+    s.add_argument("--out", help="write the rows to this .parquet or .csv file as they come; "
+                                 "a re-run with the same file skips the rows already there")
     _finish(s, cmd_sweep)
     k = sub.add_parser("capacity", help="KV cache memory, tokens, concurrency and prefix-cache hits on a GPU")
     _add_plan_args(k)
@@ -397,6 +417,11 @@ def _vllm_logs_routed(verbose: bool) -> Iterator[None]:
     only the answer (so ``--json`` output always parses).  Levels and streams
     are put back afterwards, so an in-process ``main()`` leaves no handler
     pointing at a stream that has since closed."""
+    from vllm.config.logging import LoggingConfig
+    from vllm.logger import configure_logging
+
+    from kvexplore.planning.emulation import vllm_log_level
+
     level = logging.INFO if verbose else logging.ERROR
     logger = logging.getLogger("vllm")
     if verbose and not logger.handlers:
@@ -420,6 +445,10 @@ def _vllm_logs_routed(verbose: bool) -> Iterator[None]:
 def main(argv: list[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     try:
+        answer = getattr(ns, "answer_from_store", None)
+        if answer is not None and answer(ns):
+            return 0
+        import kvexplore.rendering  # noqa: F401  registers the results' text forms
         with _vllm_logs_routed(ns.verbose):
             ns.func(ns)
     except Exception as exc:  # noqa: BLE001 - every failure is one line, never a traceback

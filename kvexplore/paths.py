@@ -4,7 +4,9 @@
 default ``~/.cache/kvexplore``).  Everything in it is keyed by content or by
 release, written atomically, safe for concurrent processes, and never needs
 cleaning up at exit: ``configs/<digest>/`` holds the ``config.json`` files vLLM
-reads, ``envs/vllm-<release>/`` one environment per vLLM release.
+reads, ``envs/vllm-<release>/`` one environment per vLLM release,
+``answers/`` the answer store (:mod:`kvexplore.store`; ``$KVEXPLORE_STORE_DIR``
+puts it elsewhere).
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from pathlib import Path
 
 #: Environment variable naming kvexplore's cache folder.
 CACHE_DIR_VARIABLE = "KVEXPLORE_CACHE_DIR"
+
+#: Environment variable naming the answer store's folder.
+STORE_DIR_VARIABLE = "KVEXPLORE_STORE_DIR"
 
 
 def cache_dir() -> Path:
@@ -25,4 +30,13 @@ def cache_dir() -> Path:
     return Path(base) / "kvexplore"
 
 
-__all__ = ["CACHE_DIR_VARIABLE", "cache_dir"]
+def store_dir() -> Path:
+    """The answer store's folder: ``$KVEXPLORE_STORE_DIR`` when set, else
+    ``cache_dir() / "answers"``; not created here."""
+    given = os.environ.get(STORE_DIR_VARIABLE)
+    if given:
+        return Path(given).expanduser()
+    return cache_dir() / "answers"
+
+
+__all__ = ["CACHE_DIR_VARIABLE", "STORE_DIR_VARIABLE", "cache_dir", "store_dir"]

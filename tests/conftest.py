@@ -1,4 +1,5 @@
-"""Shared test setup: headless matplotlib, quiet vLLM logs, GPU marker, and
+"""Shared test setup: headless matplotlib, quiet vLLM logs and progress bars,
+a fresh answer store per test, GPU marker, and
 the plans many test modules read (planned once per session)."""
 
 import logging
@@ -8,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+os.environ.setdefault("TQDM_DISABLE", "1")
 logging.getLogger("vllm").setLevel(logging.ERROR)
 
 import pytest  # noqa: E402
@@ -21,6 +23,15 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def answer_store_per_test(tmp_path_factory, monkeypatch):
+    """Every test (and the command lines it runs) gets an empty answer store
+    of its own: no answer carries over from another test or from the user's."""
+    from kvexplore.paths import STORE_DIR_VARIABLE
+
+    monkeypatch.setenv(STORE_DIR_VARIABLE, str(tmp_path_factory.mktemp("answers")))
 
 
 QWEN = "Qwen/Qwen3.5-0.8B"

@@ -15,8 +15,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "kvexplore"
 #: Pipeline stages in order; a module may import its own stage and earlier ones.
 STAGES = [
     ("base", ["kvexplore.errors", "kvexplore.layout", "kvexplore.memo", "kvexplore.display",
-              "kvexplore.paths"]),
+              "kvexplore.paths", "kvexplore.version", "kvexplore.store"]),
     ("planning", ["kvexplore.planning"]),
+    ("fleet", ["kvexplore.fleet"]),
     ("registration", ["kvexplore.registration"]),
     ("editing", ["kvexplore.editing"]),
     ("offloading", ["kvexplore.offloading"]),

@@ -54,7 +54,8 @@ def error_lines(stderr: str) -> list[str]:
 
 def test_json_parses_and_vllm_logs_stay_off_stdout():
     quiet = run_cli("plan", "Qwen/Qwen3.5-0.8B", "--gpu", "A100", "--json")
-    loud = run_cli("plan", "Qwen/Qwen3.5-0.8B", "--gpu", "A100", "--json", "--verbose")
+    # --no-cache: the quiet run stored the answer, and an answer from the store runs no vLLM
+    loud = run_cli("plan", "Qwen/Qwen3.5-0.8B", "--gpu", "A100", "--json", "--verbose", "--no-cache")
     assert quiet.returncode == loud.returncode == 0, (quiet.stderr, loud.stderr)
     assert json.loads(quiet.stdout) == json.loads(loud.stdout)
     assert json.loads(loud.stdout)["block_size"] == 544

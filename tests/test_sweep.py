@@ -172,12 +172,12 @@ def test_process_pool_gives_the_sequential_rows():
     from kvexplore.capacity_planning import capacity_sweep
 
     axes = dict(gpu=["A100", "H100"], num_blocks=64, block_size=[None, 1024])
-    sequential = sweep("Qwen/Qwen3.5-0.8B", **axes)
+    sequential = sweep("Qwen/Qwen3.5-0.8B", store=False, **axes)
     models = ["Qwen/Qwen3.5-0.8B", kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="H100", max_model_len=8192)]
-    cap_seq = capacity_sweep(models, gpu_memory_utilization=0.85)
+    cap_seq = capacity_sweep(models, store=False, gpu_memory_utilization=0.85)
     with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
-        parallel = sweep("Qwen/Qwen3.5-0.8B", executor=pool, **axes)
-        cap_par = capacity_sweep(models, executor=pool, gpu_memory_utilization=0.85)
+        parallel = sweep("Qwen/Qwen3.5-0.8B", executor=pool, store=False, **axes)
+        cap_par = capacity_sweep(models, executor=pool, store=False, gpu_memory_utilization=0.85)
     assert len(sequential) == 4 and sequential["error"].isna().all()
     pd.testing.assert_frame_equal(parallel, sequential)
     pd.testing.assert_frame_equal(cap_par, cap_seq)

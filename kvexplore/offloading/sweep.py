@@ -16,28 +16,39 @@ True
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import json
-import os
 from collections.abc import Mapping
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from kvexplore.errors import KVExploreError
+from kvexplore.fleet import RowFile, check_executor, row_key, run_groups
 from kvexplore.layout import jsonable
-from kvexplore.offloading.config import OFFLOAD_KEYWORDS
-from kvexplore.offloading.derive import derive
 from kvexplore.offloading.options import OffloadOptions
+from kvexplore.planning.inputs import PLAN_DEFAULTS
 from kvexplore.planning.models import load_model_config
-from kvexplore.planning.planner import plan as make_plan
 from kvexplore.planning.release import release_name
+from kvexplore.planning.stored import plan_key
+from kvexplore.store import answer_store
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: ``plan()`` keywords a sweep can vary.
-PLAN_KEYWORDS = tuple(
-    name for name in inspect.signature(make_plan).parameters if name != "model"
-)
+PLAN_KEYWORDS = ("gpu", *PLAN_DEFAULTS)
+
+#: ``offload_config()`` keywords a sweep can vary (the ``OffloadOptions`` fields).
+OFFLOAD_KEYWORDS = OffloadOptions.names()
+
+#: The answer store's kind for a sweep's rows of one plan.
+SWEEP_KIND = "sweep-rows"
+
+
+def make_plan(model: Any, **kwargs: Any):
+    """:func:`kvexplore.plan` (the planner is imported on the first call)."""
+    from kvexplore.planning.planner import plan
+
+    return plan(model, **kwargs)
 
 
 #: Result columns after the input columns, in order.
@@ -88,6 +99,8 @@ def _cell(name: str, value):
 
 def _result_cells(p, options: dict) -> dict:
     """The :data:`RESULT_COLUMNS` of one row whose plan vLLM accepts."""
+    from kvexplore.offloading.derive import derive
+
     cells = {"gpu_block_size": p.block_size, "padding_share": p.padding_share, "tokens_per_gib": p.tokens_per_gib}
     try:
         d = derive(p, OffloadOptions(**options))
@@ -133,41 +146,40 @@ def _rows_of_plan(model: Any, plan_kwargs: dict, combos: list[dict]) -> list[dic
     return rows
 
 
-def run_groups(function, tasks: list[tuple], executor=None, what: str = "plans") -> list:
-    """``[function(*task) for task in tasks]``, on ``executor`` when given (any
-    ``concurrent.futures.Executor``: a ``ProcessPoolExecutor``, or a cluster's,
-    such as ``dask.distributed.Client.get_executor()``), with a tqdm progress
-    bar that appears once a sweep has run for two seconds."""
-    from tqdm.auto import tqdm
-
-    # tqdm's notebook bar ignores TQDM_DISABLE, which the console bar honours
-    off = os.getenv("TQDM_DISABLE", "").lower() not in ("", "0", "false")
-    with tqdm(total=len(tasks), desc=what, delay=2, leave=False, disable=off) as bar:
-        if executor is None:
-            out = []
-            for task in tasks:
-                out.append(function(*task))
-                bar.update()
-            return out
-        futures = [executor.submit(function, *task) for task in tasks]
-        for future in futures:
-            future.add_done_callback(lambda _f: bar.update())
-        return [future.result() for future in futures]
+def _stored_rows(value: Any) -> list[dict] | None:
+    """Rows read back from the answer store (lists were tuples), or None."""
+    if not isinstance(value, list) or not all(isinstance(r, dict) for r in value):
+        return None
+    return [{k: tuple(v) if isinstance(v, list) else v for k, v in r.items()} for r in value]
 
 
-def sweep(model: Any = "Qwen/Qwen3.5-0.8B", *, executor=None, **axes) -> pd.DataFrame:
-    """One row per combination of ``axes``: inputs, sizes, flags and reasons.
+def sweep(model: Any = "Qwen/Qwen3.5-0.8B", *, executor=None, output=None, store: Any = True,
+          **axes) -> pd.DataFrame:
+    """One row per combination of ``model`` and ``axes``: inputs, sizes, flags and reasons.
 
-    Every keyword is a ``kvexplore.plan`` keyword (``tensor_parallel_size``,
+    ``model`` is one model (as :func:`kvexplore.plan` takes it) or a list of
+    them, the first axis.  Every keyword is a ``kvexplore.plan`` keyword (``tensor_parallel_size``,
     ``block_size`` ...) or an :func:`~kvexplore.offloading.config.offload_config`
     keyword (``extra_config``, ``pipeline_parallel_size`` ...); a list, tuple
     or range is an axis, any other value is held fixed; rows come in
     ``itertools.product`` order.  A plan is built once per distinct set of
-    ``plan`` keywords, on ``executor`` when given (:func:`run_groups`).
+    ``plan`` keywords, on ``executor`` when given: any
+    ``concurrent.futures.Executor`` or a ``dask.distributed.Client``
+    (:func:`kvexplore.fleet.run_groups`, which batches a model's plans onto
+    one worker).
+
+    ``store`` (default ``True``: the user's answer store, :mod:`kvexplore.store`;
+    ``False``: none; or a folder): the rows of a plan answered before are read
+    back, not built; rows built are stored.  ``output`` (a ``.parquet`` or
+    ``.csv`` path, checked before any work): the rows are written as they
+    come (:class:`kvexplore.fleet.RowFile`); when the file already holds rows
+    of this sweep (an interrupted run, a lost worker), those are kept and
+    only the missing plans run.
 
     Columns: ``model``, one per keyword given, then :data:`RESULT_COLUMNS`
     (per-group values are tuples in ``groups`` order; ``error`` is missing,
-    i.e. ``pd.isna``, when the row is valid; ``extra_config`` cells are JSON).
+    i.e. ``pd.isna``, when the row is valid, else vLLM's or kvexplore's
+    reason; ``extra_config`` cells are JSON).
     """
     unknown = [k for k in axes if k not in PLAN_KEYWORDS and k not in OFFLOAD_KEYWORDS]
     if unknown:
@@ -175,23 +187,76 @@ def sweep(model: Any = "Qwen/Qwen3.5-0.8B", *, executor=None, **axes) -> pd.Data
             f"sweep got unknown keyword(s) {unknown}; expected plan keywords "
             f"{list(PLAN_KEYWORDS)} or offload_config keywords {list(OFFLOAD_KEYWORDS)}"
         )
+    check_executor(executor)  # a closed executor is refused before any work
     names = list(axes)
     values = [_axis(n, axes[n]) for n in names]
-    src = load_model_config(model)  # an unknown model is an error, not rows
-    portable = model if isinstance(model, (str, Mapping)) else src.config
-    groups: dict[Any, tuple[dict, list[dict]]] = {}
+    models = list(model) if isinstance(model, list) else [model]
+    if not models:
+        raise KVExploreError("model=[] is an empty list; expected at least one model")
+    portables, model_names = [], []
+    for m in models:
+        src = load_model_config(m)  # an unknown model is an error, not rows
+        portable = m if isinstance(m, (str, Mapping)) else src.config
+        portables.append(portable)
+        model_names.append(load_model_config(portable).name)  # the model column a worker writes
+    columns = ["model", *names, *RESULT_COLUMNS]
+    out = RowFile(output, columns, ["model", *names]) if output is not None else None
+    answers = answer_store(store)
+    groups: dict[Any, tuple[int, dict, list[dict]]] = {}
     order = []
-    for combo in itertools.product(*values):
-        given = dict(zip(names, combo, strict=True))
-        plan_kwargs = {n: v for n, v in given.items() if n in PLAN_KEYWORDS}
-        key = _key(tuple(plan_kwargs.values()))
-        groups.setdefault(key, (plan_kwargs, []))[1].append(given)
-        order.append((key, len(groups[key][1]) - 1))
-    keys = list(groups)
-    results = run_groups(_rows_of_plan, [(portable, *groups[k]) for k in keys], executor)
-    by_key = dict(zip(keys, results, strict=True))
+    for index in range(len(models)):
+        for combo in itertools.product(*values):
+            given = dict(zip(names, combo, strict=True))
+            plan_kwargs = {n: v for n, v in given.items() if n in PLAN_KEYWORDS}
+            key = (index, _key(tuple(plan_kwargs.values())))
+            groups.setdefault(key, (index, plan_kwargs, []))[2].append(given)
+            order.append((key, len(groups[key][2]) - 1))
+    by_key: dict[Any, list[dict]] = {}
+    pending, store_keys = [], {}
+    for k, (index, plan_kwargs, combos) in groups.items():
+        inputs = [{"model": model_names[index], **{n: _cell(n, v) for n, v in given.items()}}
+                  for given in combos]
+        if out is not None:
+            found = [out.existing.get(row_key(r, out.key_columns)) for r in inputs]
+            if all(r is not None for r in found):
+                by_key[k] = found
+                continue
+        if answers is not None:
+            try:
+                store_keys[k] = {"plan": plan_key(portables[index], **plan_kwargs), "rows": inputs}
+            except KVExploreError:
+                store_keys[k] = None  # a refused input: its row carries the reason
+            rows = _stored_rows(answers.get(SWEEP_KIND, store_keys[k])) if store_keys[k] else None
+            if rows is not None:
+                by_key[k] = rows
+                if out is not None:
+                    out.add(rows)
+                continue
+        pending.append(k)
+
+    def arrived(i: int, rows: list[dict]) -> None:
+        k = pending[i]
+        by_key[k] = rows
+        if answers is not None and store_keys.get(k) is not None:
+            answers.put(SWEEP_KIND, store_keys[k], rows)
+        if out is not None:
+            out.add(rows)
+
+    try:
+        run_groups(_rows_of_plan, [(portables[groups[k][0]], *groups[k][1:]) for k in pending],
+                   executor, what="sweep", on_result=arrived,
+                   weights=[len(groups[k][2]) for k in pending])
+    finally:
+        if out is not None:
+            out.flush(force=True)
+    import pandas as pd
+
     rows = [by_key[key][i] for key, i in order]
-    return pd.DataFrame(rows, columns=["model", *names, *RESULT_COLUMNS])
+    if out is not None:
+        out.finish(rows)
+    if answers is not None:
+        answers.prune()
+    return pd.DataFrame(rows, columns=columns)
 
 
-__all__ = ["OFFLOAD_KEYWORDS", "PLAN_KEYWORDS", "RESULT_COLUMNS", "run_groups", "sweep"]
+__all__ = ["OFFLOAD_KEYWORDS", "PLAN_KEYWORDS", "RESULT_COLUMNS", "SWEEP_KIND", "make_plan", "run_groups", "sweep"]

@@ -1,6 +1,11 @@
 """Models and planning, the first stage: a model config and a named GPU in, a
 :class:`~kvexplore.planning.planner.Plan` out (vLLM's own code, on the meta device).
+
+The planner's names (``plan``, ``Plan`` ...) are imported on first use, so
+that reading a model config, a GPU or a request costs no vLLM import.
 """
+
+import importlib
 
 from kvexplore.planning.gpus import DEFAULT_GPU, GPU, gpus, resolve_gpu
 from kvexplore.planning.models import (
@@ -10,7 +15,18 @@ from kvexplore.planning.models import (
     catalog_names,
     load_model_config,
 )
-from kvexplore.planning.planner import Admission, Plan, catalog, clear_plan_cache, plan
+
+#: The planner's names, imported from :mod:`kvexplore.planning.planner` on first use.
+_PLANNER_NAMES = ("Admission", "Plan", "catalog", "clear_plan_cache", "plan")
+
+
+def __getattr__(name):
+    if name in _PLANNER_NAMES:
+        value = getattr(importlib.import_module("kvexplore.planning.planner"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'kvexplore.planning' has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_GPU",

@@ -13,8 +13,10 @@ capability into one row of this table.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 from kvexplore.errors import KVExploreError
 
@@ -128,6 +130,8 @@ def gpus() -> pd.DataFrame:
     ``sm_count`` and ``cuda_runtime_major``."""
     columns = ("device_name", "compute_capability", "memory_gib", "total_memory_gib",
                "total_memory_source", "sm_count", "cuda_runtime_major")
+    import pandas as pd
+
     return pd.DataFrame([{"gpu": g.name, **{c: getattr(g, c) for c in columns}} for g in _GPUS])
 
 

@@ -98,6 +98,8 @@ def as_choice(name: str, value: Any, choices: tuple[str, ...], *, allow_none: bo
 
 
 def _dtype_text(value: Any) -> Any:
+    if value is None or isinstance(value, str):
+        return value
     import torch
 
     if isinstance(value, torch.dtype):
@@ -155,22 +157,36 @@ def _draft_model(spec: Mapping | None):
         raise KVExploreError(f"speculative_config['model']={spec['model']!r}: {exc}") from None
 
 
-def plan_request(**kwargs: Any) -> tuple[tuple[str, Any], ...]:
+def plan_request(*, vllm_checks: bool = True, **kwargs: Any) -> tuple[tuple[str, Any], ...]:
     """Checked, normalised ``plan()`` keywords (every name of
     :data:`PLAN_DEFAULTS`, in order, then ``draft_model``: the draft config a
-    ``speculative_config`` names, see :func:`_draft_model`) as a hashable tuple."""
+    ``speculative_config`` names, see :func:`_draft_model`) as a hashable tuple.
+
+    ``vllm_checks=False`` skips the two checks that import vLLM (the
+    ``kv_cache_dtype`` among the release's ``CacheDType`` values, the
+    ``attention_backend`` among its ``AttentionBackendEnum``; both are kept as
+    given, text): the key the answer store looks a request up by, which only
+    requests ``plan()`` accepted were stored under."""
     unknown = [k for k in kwargs if k not in PLAN_DEFAULTS]
     if unknown:
         raise KVExploreError(
             f"unknown plan() keyword(s) {unknown}; expected {list(PLAN_DEFAULTS)}"
         )
-    from kvexplore.planning.release import kv_cache_dtypes
-
     r = {**PLAN_DEFAULTS, **kwargs}
-    if r["attention_backend"] is not None:
-        from kvexplore.planning.backends import validate_backend_name
+    if vllm_checks:
+        from kvexplore.planning.release import kv_cache_dtypes
 
-        r["attention_backend"] = validate_backend_name(r["attention_backend"])
+        dtypes = kv_cache_dtypes()
+        if r["attention_backend"] is not None:
+            from kvexplore.planning.backends import validate_backend_name
+
+            r["attention_backend"] = validate_backend_name(r["attention_backend"])
+    else:
+        text = _dtype_text(r["kv_cache_dtype"])
+        dtypes = (text,) if isinstance(text, str) else ()
+        if r["attention_backend"] is not None and not isinstance(r["attention_backend"], str):
+            raise KVExploreError(f"attention_backend={r['attention_backend']!r} is invalid; "
+                                 "expected a backend name")
     out = {
         "tensor_parallel_size": as_int("tensor_parallel_size", r["tensor_parallel_size"]),
         "decode_context_parallel_size": as_int(
@@ -178,7 +194,7 @@ def plan_request(**kwargs: Any) -> tuple[tuple[str, Any], ...]:
         ),
         "block_size": as_int("block_size", r["block_size"], allow_none=True),
         "dtype": as_choice("dtype", r["dtype"], MODEL_DTYPES),
-        "kv_cache_dtype": as_choice("kv_cache_dtype", r["kv_cache_dtype"], kv_cache_dtypes()),
+        "kv_cache_dtype": as_choice("kv_cache_dtype", r["kv_cache_dtype"], dtypes),
         "enable_prefix_caching": _bool_or_none("enable_prefix_caching",
                                                r["enable_prefix_caching"]),
         "mamba_cache_mode": as_choice("mamba_cache_mode", r["mamba_cache_mode"],

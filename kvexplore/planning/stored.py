@@ -1,0 +1,84 @@
+"""A plan's facts from the answer store: a deployment planned before costs no build.
+
+:func:`plan_facts` is ``plan(model, **kwargs).to_dict()`` as JSON values,
+kept in the answer store (:mod:`kvexplore.store`) under :func:`plan_key`: the
+vLLM release, kvexplore's :func:`~kvexplore.store.code_version`, the model
+config's name and content digest, the GPU and the normalised request
+(:func:`~kvexplore.planning.inputs.plan_request` without the checks that
+import vLLM).  A hit reads one file and imports neither vLLM nor torch; a miss
+plans (vLLM's own code) and stores the facts.  The facts read back are the
+facts a fresh plan gives, value for value and in the same order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from kvexplore.errors import KVExploreError
+from kvexplore.planning.gpus import DEFAULT_GPU, resolve_gpu
+from kvexplore.planning.inputs import plan_request
+from kvexplore.planning.models import DEFAULT_MODEL, ModelSource, load_model_config
+from kvexplore.planning.release import installed_release
+from kvexplore.store import answer_store, code_version
+
+#: The store's kind for a plan's facts.
+PLAN_KIND = "plan"
+
+
+def _key_value(value: Any) -> Any:
+    if isinstance(value, ModelSource):
+        return {"name": value.name, "digest": value.digest}
+    return value
+
+
+def plan_key(model: Any = DEFAULT_MODEL, **kwargs: Any) -> dict[str, Any]:
+    """The store key of ``plan(model, **kwargs)``: a JSON object of the vLLM
+    release, :func:`~kvexplore.store.code_version`, the model's name and
+    digest, the GPU's fields and the request; imports no vLLM.  A value
+    ``plan()`` refuses raises its :class:`KVExploreError`."""
+    src = load_model_config(model)
+    gpu = resolve_gpu(kwargs.pop("gpu", DEFAULT_GPU))
+    request = plan_request(vllm_checks=False, **kwargs)
+    return {
+        "vllm": installed_release().version,
+        "kvexplore": code_version(),
+        "model": {"name": src.name, "digest": src.digest},
+        "gpu": dataclasses.asdict(gpu),
+        "request": [[k, _key_value(v)] for k, v in request],
+    }
+
+
+def json_facts(facts: dict[str, Any]) -> dict[str, Any]:
+    """``facts`` as JSON values (what ``json.dumps(..., default=str)`` writes,
+    read back: tuples as lists, other objects as text), order kept."""
+    return json.loads(json.dumps(facts, default=str))
+
+
+def plan_facts(model: Any = DEFAULT_MODEL, *, store: Any = True, **kwargs: Any) -> dict[str, Any]:
+    """``plan(model, **kwargs).to_dict()`` as JSON values (:func:`json_facts`),
+    from the answer store when it holds them (no vLLM import), else planned
+    and stored.  ``store``: ``True`` the user's store, ``False`` none, or a
+    folder (:func:`kvexplore.store.answer_store`; an unwritable folder is a
+    :class:`KVExploreError` before any work).  Refusals are ``plan()``'s."""
+    s = answer_store(store)
+    key = None
+    if s is not None:
+        try:
+            key = plan_key(model, **kwargs)
+        except KVExploreError:
+            key = None  # plan() gives the refusal, checked with vLLM
+        if key is not None:
+            hit = s.get(PLAN_KIND, key)
+            if isinstance(hit, dict):
+                return hit
+    from kvexplore.planning.planner import plan
+
+    facts = json_facts(plan(model, **kwargs).to_dict())
+    if key is not None:
+        s.put(PLAN_KIND, key, facts)
+    return facts
+
+
+__all__ = ["PLAN_KIND", "json_facts", "plan_facts", "plan_key"]

@@ -195,7 +195,7 @@ def test_num_blocks_window_of_a_plan_sized_by_given_memory():
     p = kvexplore.plan(QWEN, gpu="A100", kv_cache_memory_bytes=1 << 30)
     assert p.num_blocks == (1 << 30) // (6 * 544 * 2048)  # by hand: 6 pages of 544 x 2048 B
     small = p.with_num_blocks(4)
-    assert (small.num_blocks, small.block_size, small.inputs["kv_cache_memory_bytes"]) == (4, 544, None)
+    assert (small.num_blocks, small.block_size, small.request.kv_cache_memory_bytes) == (4, 544, None)
     kv = kvexplore.allocate(p, num_blocks=4)
     attn = "language_model.model.layers.3.self_attn.attn"
     assert kv[attn].shape[0] == 4

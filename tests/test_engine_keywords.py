@@ -208,3 +208,25 @@ def test_data_parallel_leaves_a_dense_model_whole_on_each_rank():
 def test_bad_parallel_sizes_are_refused_naming_them(name, value):
     with pytest.raises(KVExploreError, match=f"{name}={value!r} is invalid"):
         kvexplore.plan(QWEN_NEXT, **{name: value})
+
+
+@pytest.mark.release
+def test_data_parallel_plans_as_a_process_first_plan():
+    """vLLM's init_distributed_environment reads the current config's DP size:
+    a process whose first plan has data_parallel_size=2 still plans (one
+    process, one rank), and offload_config takes the same deployment."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import kvexplore\n"
+            f"p = kvexplore.plan({LLAMA!r}, gpu='A100', num_blocks=16, data_parallel_size=2)\n"
+            "r = kvexplore.offload_config(p, data_parallel_size=2)\n"
+            "print(p.parallel_config.data_parallel_size, p.weight_bytes)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(kvexplore.__file__))),
+         os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=900, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-2:] == ["2", str(_llama_bf16_bytes(16))]

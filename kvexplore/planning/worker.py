@@ -90,14 +90,15 @@ def parallel_groups(vc):
     with expert parallelism split, over DP x TP ranks; FusedMoEParallelConfig.make)."""
     from vllm.distributed import parallel_state as ps
 
-    _ensure_distributed()
-    # initialize_model_parallel reads the current config (e.g. whether the
-    # model has experts, which decides the expert-parallel group)
-    ps.destroy_model_parallel()
     pc = vc.parallel_config
-    # the one-process world has one DP rank; this worker's DP group is given
-    # its size after the groups are made
+    # the one-process world has one DP rank (init_distributed_environment and
+    # initialize_model_parallel read the current config's DP size and would
+    # wait for the other ranks); this worker's DP group is given its size
+    # after the groups are made.  initialize_model_parallel also reads
+    # whether the model has experts, which decides the expert-parallel group.
     with patch_attributes([(pc, "data_parallel_size", 1)]):
+        _ensure_distributed()
+        ps.destroy_model_parallel()
         ps.initialize_model_parallel(1, 1)
     pairs = [
         (ps.get_tp_group(), "world_size", pc.tensor_parallel_size),

@@ -9,7 +9,7 @@ Times (medians over ``--repeats``):
 * a sweep of 1,000 capacity rows (goal <= 5 s): 250 utilisations x 4 plans
   (Qwen3.5-0.8B on A100 and H100, TP 1 and 2), plans built before timing;
 * ``prefix_hit_tokens`` for 1,000 prompt lengths on one report;
-* the memory profile of a build (:attr:`kvexplore.Plan.memory_profile`, the
+* the memory profile of a build (:meth:`kvexplore.Plan.memory_profile`, the
   dummy forward traced on the meta device; goal <= 2 s per build);
 * the estimated KV cache memory against public vLLM start-up logs
   (:data:`LOGS`: model, GPU, vLLM version, flags, logged figures), with the
@@ -144,7 +144,7 @@ def main() -> None:
         # (max_num_seqs) no earlier step has profiled
         q = kvexplore.plan(name, gpu="H100", num_blocks=16, max_num_seqs=200)
         t = time.perf_counter()
-        assert q.memory_profile.weights.low > 0
+        assert q.memory_profile().weights.low > 0
         profiles.append((name, time.perf_counter() - t))
     print("memory profile per build (goal <= 2 s): "
           + ", ".join(f"{n} {s:.2f} s" for n, s in profiles))

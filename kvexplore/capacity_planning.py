@@ -75,9 +75,9 @@ def profile_estimates(p: Plan) -> dict[str, tuple[int, int, str]]:
     (what ``torch.cuda.mem_get_info()`` reports, per card,
     :func:`kvexplore.gpus`), ``weight_bytes`` (exact),
     ``activation_peak_bytes``, ``non_torch_bytes``, ``cudagraph_bytes``."""
-    out = {name: (t.low, t.high, t.source) for name, t in p.memory_terms.items()}
-    leaves_out = p.memory_profile.leaves_out
-    if p.inputs.get("kv_cache_memory_bytes") is None and leaves_out:
+    out = {name: (t.low, t.high, t.source) for name, t in p.memory_terms().items()}
+    leaves_out = p.memory_profile().leaves_out
+    if p.request.kv_cache_memory_bytes is None and leaves_out:
         low, high, source = out["activation_peak_bytes"]
         out["activation_peak_bytes"] = (low, high, source + "; leaves out " + ", ".join(leaves_out))
     return out
@@ -442,7 +442,7 @@ def capacity(
     p = _plan_of(model, plan_kwargs)
     util = (p.gpu_memory_utilization if gpu_memory_utilization is None
             else float(gpu_memory_utilization))
-    given_kv = p.inputs.get("kv_cache_memory_bytes")
+    given_kv = p.request.kv_cache_memory_bytes
     if given_kv is None:
         memory = _memory(p, util, given)
     else:
@@ -456,7 +456,7 @@ def capacity(
                 "and gpu_memory_utilization)")}),
         }
     available = memory["kv_cache_memory_range"][0]
-    if p.inputs.get("max_model_len") == -1:
+    if p.request.max_model_len == -1:
         # auto-fit decides max_model_len from the memory: vLLM's own path
         p = p.replace(num_blocks=None, kv_cache_memory_bytes=available)
     answers = _vllm_answers(p, available)

@@ -35,6 +35,7 @@ from kvexplore.fleet import check_output
 from kvexplore.offloading.options import OffloadOptions
 from kvexplore.offloading.sweep import sweep
 from kvexplore.planning.gpus import gpus
+from kvexplore.planning.inputs import PLAN_KEYWORDS, keyword_fields
 from kvexplore.planning.stored import plan_facts, plan_key
 from kvexplore.store import answer_store
 
@@ -45,45 +46,65 @@ if TYPE_CHECKING:
 _OPTION_TYPES = {f.name: f.type for f in dataclasses.fields(OffloadOptions)}
 
 
+def _cli_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def _cli_float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def _cli_int_or_none(text: str) -> int | None:
+    if text.lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer or 'none'") from None
+
+
+#: How a ``PlanRequest`` field's flag text becomes its value, by its ``cli`` metadata.
+_PARSERS = {"int": _cli_int, "float": _cli_float, "int_or_none": _cli_int_or_none, "str": str}
+
+
 def _add_plan_args(p: argparse.ArgumentParser, *, lists: bool = False) -> None:
-    kind = str if lists else int
+    """``MODEL``, ``--gpu`` and one option per ``PlanRequest`` field, made from
+    the field's metadata (flags, help, choices and how its text is read); for
+    a sweep (``lists``), the fields it can vary take comma-separated lists."""
     p.add_argument("model", help="catalog id (see `kvexplore catalog`), config.json or its directory")
     p.add_argument("--gpu", default=None, help="GPU name or compute capability (see `kvexplore gpus`)")
-    p.add_argument("--tp", "--tensor-parallel-size", dest="tensor_parallel_size", type=kind, default=None)
-    p.add_argument("--dcp", "--decode-context-parallel-size", dest="decode_context_parallel_size", type=kind, default=None)
-    p.add_argument("--block-size", dest="block_size", type=str, default=None)
-    p.add_argument("--dtype", default=None)
-    p.add_argument("--kv-cache-dtype", dest="kv_cache_dtype", default=None)
-    p.add_argument("--backend", "--attention-backend", dest="attention_backend", default=None)
-    p.add_argument("--mamba-cache-mode", dest="mamba_cache_mode", default=None)
-    p.add_argument("--mamba-ssm-cache-dtype", dest="mamba_ssm_cache_dtype", default=None)
-    p.add_argument("--max-model-len", dest="max_model_len", type=int, default=None)
-    p.add_argument("--num-blocks", dest="num_blocks", type=int, default=None)
-    p.add_argument("--kv-cache-memory-bytes", dest="kv_cache_memory_bytes", type=int, default=None)
-    p.add_argument("--gpu-memory-utilization", dest="gpu_memory_utilization",
-                   type=str if lists else float, default=None,
-                   help="share of the card vLLM takes (default: the release's) when neither --num-blocks "
-                        "nor --kv-cache-memory-bytes is given")
-    p.add_argument("--enable-extensible-kv-cache", dest="enable_extensible_kv_cache",
-                   action=argparse.BooleanOptionalAction, default=None,
-                   help="vLLM >= 0.34: size the cache after warmup (default: on where supported)")
-    p.add_argument("--kv-cache-layout", dest="kv_cache_layout", default=None)
-    p.add_argument("--max-num-batched-tokens", dest="max_num_batched_tokens", type=kind, default=None,
-                   help="tokens of the dummy run vLLM's memory profile measures")
-    p.add_argument("--max-num-seqs", dest="max_num_seqs", type=kind, default=None)
-    p.add_argument("--no-enable-prefix-caching", dest="enable_prefix_caching", action="store_false", default=None)
-    if not lists:
-        p.add_argument("--speculative-config", "-sc", dest="speculative_config", type=_json_object, default=None,
-                       help='as vLLM takes it, e.g. \'{"method": "mtp", "num_speculative_tokens": 2}\'')
+    for f in keyword_fields():
+        meta = f.metadata
+        flags = meta["flags"] or ("--" + f.name.replace("_", "-"),)
+        kind = meta["cli"]
+        if lists and not meta["sweep"]:
+            continue
+        more: dict = {}
+        if kind == "bool":
+            more["action"] = argparse.BooleanOptionalAction
+        elif kind == "json":
+            more["type"] = _json_object
+        elif lists:
+            more["type"] = str
+        else:
+            more["type"] = _PARSERS[kind]
+            choices = meta["choices"]
+            if choices is not None:
+                more["choices"] = choices() if callable(choices) else choices
+                more["metavar"] = f.name.upper()
+        help_text = meta["help"] + (" (comma-separated)" if lists and kind not in ("bool", "json") else "")
+        if meta["choices"] is not None:
+            help_text += " {%(choices)s}" if "choices" in more else ""
+        p.add_argument(*flags, dest=f.name, default=None, help=help_text, **more)
 
 
-_PLAN_KEYS = (
-    "gpu", "tensor_parallel_size", "decode_context_parallel_size", "block_size", "dtype",
-    "kv_cache_dtype", "attention_backend", "mamba_cache_mode", "mamba_ssm_cache_dtype",
-    "max_model_len", "num_blocks", "kv_cache_memory_bytes", "gpu_memory_utilization",
-    "enable_prefix_caching", "enable_extensible_kv_cache",
-    "kv_cache_layout", "speculative_config", "max_num_batched_tokens", "max_num_seqs",
-)
+_PLAN_KEYS = ("gpu", *PLAN_KEYWORDS)
 
 
 def _json_object(value: str) -> dict:
@@ -97,8 +118,12 @@ def _json_object(value: str) -> dict:
 
 
 def _add_offload_args(p: argparse.ArgumentParser, *, lists: bool = False) -> None:
-    """One flag per ``OffloadOptions`` field (``extra_config`` is ``--extra``)."""
+    """One flag per ``OffloadOptions`` field (``extra_config`` is ``--extra``);
+    a field that is also a ``plan()`` keyword (``data_parallel_size``) has the
+    plan's flag, whose value goes to both."""
     for f in dataclasses.fields(OffloadOptions):
+        if f.name in PLAN_KEYWORDS:
+            continue
         if f.name == "extra_config":
             what = "a JSON object, or a JSON array of them (one row each)" if lists else "a JSON object"
             p.add_argument("--extra", dest=f.name, default=None, help=f"{f.metadata['help']}: {what}")
@@ -152,14 +177,15 @@ def _block_size(value: str):
         raise KVExploreError(f"--block-size {value!r} is invalid; expected an integer or 'none'") from None
 
 
+def _list_item(kind: str):
+    """How one comma-separated item of a sweep's flag becomes a value."""
+    return {"int": int, "float": float, "int_or_none": _block_size, "str": str}[kind]
+
+
 #: How a flag's text (or, for a sweep, each comma-separated item) becomes a value; others stay text.
 _CONVERT = {
-    "tensor_parallel_size": int,
-    "decode_context_parallel_size": int,
-    "block_size": _block_size,
-    "gpu_memory_utilization": float,
-    "max_num_batched_tokens": int,
-    "max_num_seqs": int,
+    **{f.name: _list_item(f.metadata["cli"]) for f in keyword_fields()
+       if f.metadata["cli"] in ("int", "float", "int_or_none")},
     **{name: functools.partial(_option_value, name) for name in _OPTION_TYPES if name != "extra_config"},
 }
 

@@ -132,7 +132,7 @@ def test_ngram_adds_no_layers_and_says_so():
     bare = planned(QWEN, "A100", 1, None)
     assert [i.name for i in p.layers] == [i.name for i in bare.layers]
     assert p.drafter.speculator is None and not p.drafter.adds_layers
-    assert "no draft model, so no KV cache layers are added" in p.derivation["drafter"]
+    assert "no draft model, so no KV cache layers are added" in p.derivation()["drafter"]
 
 
 @pytest.mark.parametrize("model,spec,expected", [

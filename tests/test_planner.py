@@ -21,7 +21,7 @@ def test_worked_example_tp1():
     kinds = p.group_table.kind.value_counts().to_dict()
     assert kinds == {"mamba": 3, "full_attention": 1}
     assert (p.group_table.layers == 6).all()
-    assert p.derivation["block_size"].startswith("544 = 16 x cdiv(1085440, 16 x 2048)  (A100: ")
+    assert p.derivation()["block_size"].startswith("544 = 16 x cdiv(1085440, 16 x 2048)  (A100: ")
     # the Qwen3.5 hook lifts HF mamba_ssm_dtype into the cache config
     assert p.cache_config.mamba_ssm_cache_dtype == "float32"
 
@@ -200,13 +200,14 @@ def test_a_vllm_assertion_names_the_file_function_and_condition():
 
     from kvexplore.planning.failures import vllm_error
     from kvexplore.planning.gpus import resolve_gpu
+    from kvexplore.planning.inputs import PlanRequest
     from kvexplore.planning.models import load_model_config
 
     spec = MambaSpec(shapes=((10,),), dtypes=(torch.float32,), block_size=16, page_size_padded=4)
     with pytest.raises(AssertionError) as info:
         spec.page_size_bytes  # noqa: B018  vLLM asserts here
     err = vllm_error(load_model_config("Qwen/Qwen3.5-0.8B"), resolve_gpu("A100"), info.value,
-                     {"tensor_parallel_size": 2})
+                     PlanRequest(tensor_parallel_size=2))
     text = str(err)
     assert "AssertionError" in text and "tensor_parallel_size=2" in text
     assert "raised in vllm/v1/kv_cache_interface.py: page_size_bytes, which asserts " \

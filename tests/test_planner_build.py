@@ -172,7 +172,7 @@ def test_worked_example(gpu, tp, block, checkpoints):
     gdn = [s for s in p.layer_specs.values() if hasattr(s, "mamba_type")]
     assert len(gdn) == 18
     assert {s.num_prefill_checkpoint_blocks for s in gdn} == {checkpoints}
-    assert ("lcm(16, 64)" in p.derivation["block_size"]) == bool(checkpoints)
+    assert ("lcm(16, 64)" in p.derivation()["block_size"]) == bool(checkpoints)
 
 
 def test_layer_names_are_vllms():
@@ -293,7 +293,7 @@ def test_speculative_tokens_add_mamba_state_slots():
         gdn = [s for s in p.layer_specs.values() if hasattr(s, "mamba_type")]
         assert {s.num_speculative_blocks for s in gdn} == {n}
         assert p.block_size >= base.block_size
-        assert "draft tokens" in p.derivation["num_speculative_blocks"]
+        assert "draft tokens" in p.derivation()["num_speculative_blocks"]
         assert p.replace(num_blocks=4).layer_specs == p.layer_specs
     with pytest.raises(kvexplore.KVExploreError, match="speculative_config"):
         kvexplore.plan("Qwen/Qwen3.5-0.8B", speculative_config="mtp")

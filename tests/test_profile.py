@@ -46,11 +46,11 @@ def test_requested_memory_is_vllms_request_memory(llama_h100):
 def test_weights_equal_what_vllm_logs_as_model_loading(llama_h100):
     # "Model loading took 14.99 GiB memory" (vLLM 0.19.0, H100, Llama-3.1-8B-Instruct)
     assert round(llama_h100.loaded_weight_bytes / GiB, 2) == 14.99
-    assert llama_h100.memory_profile.weights.low == llama_h100.loaded_weight_bytes
+    assert llama_h100.memory_profile().weights.low == llama_h100.loaded_weight_bytes
 
 
 def test_activation_range_brackets_the_logged_peak_and_the_sampler(llama_h100):
-    mp = llama_h100.memory_profile
+    mp = llama_h100.memory_profile()
     # vLLM serve's H100 defaults: 8,192 batched tokens, 1,024 sequences
     assert (mp.max_num_batched_tokens, mp.max_num_seqs) == (8192, 1024)
     fp32_logits = 1024 * 128256 * 4
@@ -62,7 +62,7 @@ def test_activation_range_brackets_the_logged_peak_and_the_sampler(llama_h100):
 
 def test_cudagraph_estimate_scales_with_vllms_capture_sizes(llama_h100):
     sizes = llama_h100.vllm_config.compilation_config.cudagraph_capture_sizes
-    term = llama_h100.memory_profile.cudagraph
+    term = llama_h100.memory_profile().cudagraph
     # FULL_AND_PIECEWISE: two modes, 8-260 MiB first graph, 6-8 MiB each further one
     n = len(sizes)
     assert term.low == 2 * (8 + (n - 1) * 6) << 20
@@ -80,8 +80,8 @@ def test_kv_memory_against_the_logged_run(llama_h100):
 
 
 def test_non_torch_memory_grows_with_tensor_parallelism():
-    one = kvexplore.plan(LLAMA, gpu="H100").memory_profile.non_torch
-    two = kvexplore.plan(LLAMA, gpu="H100", tensor_parallel_size=2).memory_profile.non_torch
+    one = kvexplore.plan(LLAMA, gpu="H100").memory_profile().non_torch
+    two = kvexplore.plan(LLAMA, gpu="H100", tensor_parallel_size=2).memory_profile().non_torch
     assert one.high < two.low  # NCCL buffers at TP >= 2
 
 
@@ -116,7 +116,7 @@ def _vllm_sizing(p, memory):
 def test_default_plan_holds_what_the_memory_profile_leaves():
     p = kvexplore.plan(QWEN, gpu="A100")
     assert p.sized_by_profile
-    t = p.memory_terms
+    t = p.memory_terms()
     overheads = (t["weight_bytes"].high + t["activation_peak_bytes"].high
                  + t["non_torch_bytes"].high + t["cudagraph_bytes"].high)
     requested = -(-t["total_memory_bytes"].low * 92 // 100)  # ceil(total x 0.92)
@@ -129,7 +129,7 @@ def test_default_plan_holds_what_the_memory_profile_leaves():
     assert _vllm_sizing(p, p.kv_cache_memory_bytes) == (p.num_blocks, None)
     r = kvexplore.capacity(p)
     assert (r.kv_cache_memory, r.num_blocks) == (p.kv_cache_memory_bytes, p.num_blocks)
-    assert p.admission.ok and "low end of vLLM's start-up memory profile" in p.derivation["num_blocks"]
+    assert p.admission.ok and "low end of vLLM's start-up memory profile" in p.derivation()["num_blocks"]
 
 
 @pytest.mark.parametrize("util, expect", [(0.92, "admitted"), (0.06, "too short"), (0.02, "no memory")])
@@ -195,7 +195,7 @@ def test_num_blocks_window_of_a_plan_sized_by_given_memory():
     p = kvexplore.plan(QWEN, gpu="A100", kv_cache_memory_bytes=1 << 30)
     assert p.num_blocks == (1 << 30) // (6 * 544 * 2048)  # by hand: 6 pages of 544 x 2048 B
     small = p.with_num_blocks(4)
-    assert (small.num_blocks, small.block_size, small.inputs["kv_cache_memory_bytes"]) == (4, 544, None)
+    assert (small.num_blocks, small.block_size, small.request.kv_cache_memory_bytes) == (4, 544, None)
     kv = kvexplore.allocate(p, num_blocks=4)
     attn = "language_model.model.layers.3.self_attn.attn"
     assert kv[attn].shape[0] == 4

@@ -102,7 +102,7 @@ def test_worked_example_follows_the_release(gpu):
     assert p.mamba_page_size == 1085440
     assert p.mamba_page_size_padded == p.block_size * 2048
     assert p.explain().splitlines()[1].startswith("gpu:")
-    assert f"{p.block_size} = " in p.derivation["block_size"]
+    assert f"{p.block_size} = " in p.derivation()["block_size"]
 
 
 @pytest.mark.parametrize("name", CATALOG)

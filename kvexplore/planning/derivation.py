@@ -42,7 +42,7 @@ def smallest_kernel_block(backend) -> int:
 def _backend_line(p) -> str:
     names = sorted({p.layer_backends[n].get_name() for n in p.layer_backends
                     if n in p.layer_specs and hasattr(p.layer_specs[n], "num_kv_heads")})
-    requested = p.inputs["attention_backend"]
+    requested = p.request.attention_backend
     cap = p.gpu.compute_capability
     how = (f"--attention-backend {requested}, validated for SM {cap}" if requested else
            f"vLLM's first valid backend for SM {cap} "
@@ -59,7 +59,7 @@ def _gdn_line(p, gdn: str) -> str:
 
 
 def _mode_line(p) -> str:
-    asked = p.inputs["mamba_cache_mode"]
+    asked = p.request.mamba_cache_mode
     caching = "on" if p.enable_prefix_caching else "off"
     if asked is None:
         return (f"{p.mamba_cache_mode!r}: vLLM's default for this model with prefix caching "
@@ -126,7 +126,7 @@ def _block_line(p) -> str:
         return _hybrid_block_line(p, terms)
     if p.backend is None:
         return f"{bs} (attention-free: the Mamba block is the scheduler block)"
-    if p.inputs["block_size"] is not None:
+    if p.request.block_size is not None:
         return f"{bs} (--block-size {bs})"
     return (f"{bs} ({p.attention_backend}'s preferred block size on {p.gpu.name}, "
             "Platform.update_block_size_for_backend)")
@@ -226,13 +226,13 @@ def plan_derivation(p, bare=None) -> dict[str, str]:
 
 
 def _num_blocks_line(p) -> str:
-    given = p.inputs
-    if given["num_blocks"] is not None:
+    given = p.request
+    if given.num_blocks is not None:
         return f"{p.num_blocks:,}: given (num_gpu_blocks_override)"
     per_block = f"{p.bytes_per_block:,} B" if p.bytes_per_block else "the bytes"
     how = ("what the extensible KV cache measures after warmup (measure_kv_cache_bytes)"
            if p.extensible_kv_cache else "vLLM's start-up memory profile")
-    source = ("given (kv_cache_memory_bytes)" if given["kv_cache_memory_bytes"] is not None else
+    source = ("given (kv_cache_memory_bytes)" if given.kv_cache_memory_bytes is not None else
               f"the low end of {how} on the {p.gpu.name} at gpu_memory_utilization "
               f"{p.gpu_memory_utilization:g} (capacity() itemises it)")
     return (f"{p.num_blocks:,} = {p.kv_cache_memory_bytes:,} B // {per_block} per block id "

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import json
 import re
 import traceback
 
 from kvexplore.errors import KVExploreError
 from kvexplore.planning.gpus import GPU
-from kvexplore.planning.inputs import PLAN_DEFAULTS
+from kvexplore.planning.inputs import PlanRequest
 from kvexplore.planning.models import ModelSource
 from kvexplore.planning.release import release_name
 
@@ -29,27 +28,26 @@ def vllm_origin(exc: BaseException) -> str:
     return where
 
 
-def vllm_error(src: ModelSource, gpu: GPU, exc: BaseException, r: dict) -> KVExploreError:
-    """vLLM's reason, in one line, with the model, GPU, inputs and the vLLM
-    function that raised named."""
+def vllm_error(src: ModelSource, gpu: GPU, exc: BaseException,
+               request: PlanRequest) -> KVExploreError:
+    """vLLM's reason, in one line, with the model, GPU, the keywords the
+    request sets away from their defaults (:meth:`PlanRequest.given`, but
+    ``num_blocks`` and ``kv_cache_memory_bytes``) and the vLLM function that
+    raised named."""
     msg = " ".join(str(exc).split())
     msg = re.sub(r"\s*For further information visit \S+", "", msg)
     msg = re.sub(r"\s*\[type=value_error, input_value=.*?input_type=\w+\]", "", msg)
     if len(msg) > 900:
         msg = msg[:900] + " ..."
-    shown = {k: v for k, v in r.items() if k != "draft_model"}
-    if r.get("speculative_config"):
-        shown["speculative_config"] = json.loads(r["speculative_config"])
     given = ", ".join(
-        f"{k}={v!r}" for k, v in shown.items()
+        f"{k}={v!r}" for k, v in request.given().items()
         if k not in ("num_blocks", "kv_cache_memory_bytes") and v is not None
-        and PLAN_DEFAULTS.get(k) != v
     )
-    if isinstance(exc, ZeroDivisionError) and r.get("decode_context_parallel_size", 1) > 1:
+    if isinstance(exc, ZeroDivisionError) and request.decode_context_parallel_size > 1:
         msg = (
-            f"{msg}: decode_context_parallel_size={r['decode_context_parallel_size']} "
+            f"{msg}: decode_context_parallel_size={request.decode_context_parallel_size} "
             "shards each rank's attention KV heads, and this model has none to shard "
-            f"at tensor_parallel_size={r['tensor_parallel_size']}; expected "
+            f"at tensor_parallel_size={request.tensor_parallel_size}; expected "
             "decode_context_parallel_size=1"
         )
     origin = vllm_origin(exc)

@@ -1,17 +1,25 @@
-"""The checks every ``plan()`` keyword gets before anything is looked up or built.
+"""The inputs of a plan: :class:`PlanRequest`, the one spelling of ``plan()``'s keywords.
 
-:func:`plan_request` turns ``plan()``'s keywords into one hashable, normalised
-request (a tuple of ``(name, value)`` in signature order): the key of the plan
-cache.  It accepts what vLLM's own engine arguments accept, spelled the ways
-Python users have them (ints and numpy ints, ``torch.bfloat16`` or
-``"bfloat16"``), and refuses the rest with a :class:`KVExploreError` naming
-the argument, the value and what was expected.  vLLM itself checks the
-combinations later (a TP that does not divide the heads, a backend that does
-not suit the model) and its reasons are quoted then.
+Each field of :class:`PlanRequest` is one ``plan()`` keyword, named and
+defaulted as vLLM's engine argument is (``None``: vLLM decides, as an unset
+flag does).  Its metadata carries everything else said about it: the check
+that normalises it (:func:`as_int`, :func:`as_fraction`, :func:`as_choice`,
+...), the help and flags of the command line (:mod:`kvexplore.cli`), whether
+it is an ``EngineArgs`` keyword and whether the model build depends on it.
+``plan()``'s signature, its defaults, its input checks, the plan cache key and
+the command line's options are all read from these fields.
 
->>> dict(plan_request(tensor_parallel_size=2))["tensor_parallel_size"]
+A request is frozen, hashable and picklable: the key of the plan cache.  It
+accepts what vLLM's own engine arguments accept, spelled the ways Python users
+have them (ints and numpy ints, ``torch.bfloat16`` or ``"bfloat16"``), and
+refuses the rest with a :class:`KVExploreError` naming the argument, the value
+and what was expected.  vLLM itself checks the combinations later (a TP that
+does not divide the heads, a backend that does not suit the model) and its
+reasons are quoted then.
+
+>>> PlanRequest(tensor_parallel_size=2).tensor_parallel_size
 2
->>> plan_request(block_size=16.0)
+>>> PlanRequest(block_size=16.0)
 Traceback (most recent call last):
 ...
 kvexplore.errors.KVExploreError: block_size=16.0 is invalid; expected an integer >= 1 or None
@@ -19,39 +27,15 @@ kvexplore.errors.KVExploreError: block_size=16.0 is invalid; expected an integer
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import numbers
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from kvexplore.errors import KVExploreError
-
-#: ``plan()`` keywords with vLLM's engine-argument defaults (``None``: vLLM decides).
-PLAN_DEFAULTS: dict[str, Any] = {
-    "tensor_parallel_size": 1,
-    "decode_context_parallel_size": 1,
-    "block_size": None,
-    "dtype": "auto",
-    "kv_cache_dtype": "auto",
-    "enable_prefix_caching": None,
-    "mamba_cache_mode": None,
-    "mamba_ssm_cache_dtype": "auto",
-    "max_model_len": None,
-    "attention_backend": None,
-    "speculative_config": None,
-    "num_blocks": None,
-    "kv_cache_memory_bytes": None,
-    "gpu_memory_utilization": None,
-    "enable_extensible_kv_cache": None,
-    "kv_cache_layout": None,
-    "max_num_batched_tokens": None,
-    "max_num_seqs": None,
-}
-
-#: ``plan()`` keywords the model build does not depend on (a plan that changes
-#: only these reuses the build).
-MEMORY_KEYWORDS = ("num_blocks", "kv_cache_memory_bytes", "gpu_memory_utilization",
-                   "enable_extensible_kv_cache", "max_model_len")
 
 MAMBA_CACHE_MODES = ("none", "align", "all")
 KV_CACHE_LAYOUTS = ("LBNHC", "LBHNC", "LHBNC", "BLHNC", "BLNHC", "BHLNC", "NHD", "HND")
@@ -97,6 +81,13 @@ def as_choice(name: str, value: Any, choices: tuple[str, ...], *, allow_none: bo
     )
 
 
+def as_bool(name: str, value: Any) -> bool:
+    """``value`` if it is ``True`` or ``False`` (``1``, ``"yes"`` refused)."""
+    if value is True or value is False:
+        return value
+    raise KVExploreError(f"{name}={value!r} is invalid; expected True or False")
+
+
 def _dtype_text(value: Any) -> Any:
     if value is None or isinstance(value, str):
         return value
@@ -113,33 +104,73 @@ def _bool_or_none(name: str, value: Any) -> bool | None:
     raise KVExploreError(f"{name}={value!r} is invalid; expected True, False or None (vLLM decides)")
 
 
-def _max_model_len(value: Any) -> int | None:
+def _int_or_none(name: str, value: Any) -> int | None:
+    return as_int(name, value, allow_none=True)
+
+
+def _fraction_or_none(name: str, value: Any) -> float | None:
+    return None if value is None else as_fraction(name, value)
+
+
+def _max_model_len(name: str, value: Any) -> int | None:
     if value is None:
         return None
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         if int(value) == -1 or int(value) >= 1:
             return int(value)
     raise KVExploreError(
-        f"max_model_len={value!r} is invalid; expected an integer >= 1, -1 (auto-fit to "
+        f"{name}={value!r} is invalid; expected an integer >= 1, -1 (auto-fit to "
         "the KV cache memory, as vLLM does) or None (the model's own length)"
     )
 
 
-def _speculative_config(value: Any) -> str | None:
-    """The config as canonical JSON text (hashable); refused unless a JSON object."""
+def _backend(name: str, value: Any) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, Mapping):
-        raise KVExploreError(
-            f"speculative_config={value!r} is invalid; expected a dict such as "
-            "{'method': 'mtp', 'num_speculative_tokens': 2}"
-        )
-    try:
-        return json.dumps(dict(value), sort_keys=True, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise KVExploreError(
-            f"speculative_config={value!r} is invalid; expected JSON values only ({exc})"
-        ) from None
+    from kvexplore.planning.backends import validate_backend_name
+
+    return validate_backend_name(value)
+
+
+def _kv_cache_dtypes() -> tuple[str, ...]:
+    from kvexplore.planning.release import kv_cache_dtypes
+
+    return kv_cache_dtypes()
+
+
+def _quantization_methods() -> tuple[str, ...]:
+    from kvexplore.planning.release import quantization_methods
+
+    return quantization_methods()
+
+
+def _choice_of(choices: tuple[str, ...] | Callable[[], tuple[str, ...]], *,
+               allow_none: bool = False) -> Callable[[str, Any], Any]:
+    """A check accepting one of ``choices`` (a tuple, or a function giving the
+    installed release's)."""
+    def check(name: str, value: Any):
+        options = choices() if callable(choices) else choices
+        return as_choice(name, value, options, allow_none=allow_none)
+
+    return check
+
+
+def _json_object(example: str) -> Callable[[str, Any], str | None]:
+    """A check accepting ``None`` or a dict of JSON values, kept as canonical
+    JSON text (hashable, picklable, equal for equal dicts)."""
+    def check(name: str, value: Any) -> str | None:
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            raise KVExploreError(f"{name}={value!r} is invalid; expected a dict such as {example}")
+        try:
+            return json.dumps(dict(value), sort_keys=True, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise KVExploreError(
+                f"{name}={value!r} is invalid; expected JSON values only ({exc})"
+            ) from None
+
+    return check
 
 
 def _draft_model(spec: Mapping | None):
@@ -157,93 +188,261 @@ def _draft_model(spec: Mapping | None):
         raise KVExploreError(f"speculative_config['model']={spec['model']!r}: {exc}") from None
 
 
-def plan_request(*, vllm_checks: bool = True, **kwargs: Any) -> tuple[tuple[str, Any], ...]:
-    """Checked, normalised ``plan()`` keywords (every name of
-    :data:`PLAN_DEFAULTS`, in order, then ``draft_model``: the draft config a
-    ``speculative_config`` names, see :func:`_draft_model`) as a hashable tuple.
+def keyword(default: Any, check: Callable[[str, Any], Any], help: str, *,
+            flags: tuple[str, ...] = (), cli: str = "str",
+            choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None,
+            engine: bool = True, build: bool = True, sweep: bool = True):
+    """A :class:`PlanRequest` field: one ``plan()`` keyword.
 
-    ``vllm_checks=False`` skips the two checks that import vLLM (the
-    ``kv_cache_dtype`` among the release's ``CacheDType`` values, the
-    ``attention_backend`` among its ``AttentionBackendEnum``; both are kept as
-    given, text): the key the answer store looks a request up by, which only
-    requests ``plan()`` accepted were stored under."""
+    ``check(name, value)`` returns the normalised value or raises a
+    :class:`KVExploreError` naming both; ``help``, ``flags`` (the command
+    line's option strings; default ``--name-with-dashes``), ``cli`` (how a
+    flag's text is read: ``"int"``, ``"float"``, ``"str"``, ``"bool"`` (a
+    ``--x/--no-x`` pair), ``"json"``, ``"int_or_none"``) and ``choices`` make
+    the command line's option; ``engine``: passed to vLLM's ``EngineArgs``
+    under the same name when not ``None``; ``build``: the model build depends
+    on it (a plan that changes only other keywords reuses the build);
+    ``sweep``: the command line's sweep takes it (a comma-separated list of
+    values, but a ``"bool"`` or ``"json"`` flag's one value, held fixed).
+    """
+    return field(default=default, metadata={
+        "keyword": True, "check": check, "help": help, "flags": flags, "cli": cli,
+        "choices": choices, "engine": engine, "build": build, "sweep": sweep,
+    })
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanRequest:
+    """``plan()``'s keywords, checked and normalised: the key of the plan cache.
+
+    Construct it with keywords (every field has vLLM's default); each value is
+    checked by its field's check and stored normalised (``torch.bfloat16`` as
+    ``"bfloat16"``, ``speculative_config`` and ``hf_overrides`` as canonical
+    JSON text).  ``draft_model`` is not a keyword: the
+    :class:`~kvexplore.planning.models.ModelSource` a ``speculative_config``'s
+    ``model`` names, so the request is keyed by the draft config's content.
+    Refusals: a :class:`KVExploreError` naming the keyword, the value and what
+    was expected; both ``num_blocks`` and ``kv_cache_memory_bytes``; a keyword
+    set away from its default that the installed release's ``EngineArgs`` does
+    not have (:func:`kvexplore.planning.release.require_engine_arguments`).
+    """
+
+    tensor_parallel_size: int = keyword(
+        1, as_int, "ranks each layer is sharded over (vLLM's --tensor-parallel-size)",
+        flags=("--tp", "--tensor-parallel-size"), cli="int")
+    decode_context_parallel_size: int = keyword(
+        1, as_int, "ranks the decode KV cache is split over within TP",
+        flags=("--dcp", "--decode-context-parallel-size"), cli="int")
+    block_size: int | None = keyword(
+        None, _int_or_none, "tokens per KV cache block (default: vLLM aligns it to the backend)",
+        cli="int_or_none")
+    dtype: str = keyword("auto", _choice_of(MODEL_DTYPES), "the model's weights and activations",
+                         choices=MODEL_DTYPES)
+    kv_cache_dtype: str = keyword("auto", _choice_of(_kv_cache_dtypes),
+                                  "the attention KV cache's data type", choices=_kv_cache_dtypes)
+    enable_prefix_caching: bool | None = keyword(
+        None, _bool_or_none, "automatic prefix caching (default: vLLM's for the model)", cli="bool")
+    mamba_cache_mode: str | None = keyword(
+        None, _choice_of(MAMBA_CACHE_MODES, allow_none=True),
+        "which Mamba states the cache keeps (default: vLLM's, from prefix caching)",
+        choices=MAMBA_CACHE_MODES)
+    mamba_ssm_cache_dtype: str = keyword("auto", _choice_of(MAMBA_SSM_DTYPES),
+                                         "the Mamba SSM state's data type", choices=MAMBA_SSM_DTYPES)
+    max_model_len: int | None = keyword(
+        None, _max_model_len, "longest request in tokens (-1: auto-fit to the KV cache)",
+        cli="int", engine=False, build=False)
+    attention_backend: str | None = keyword(
+        None, _backend, "vLLM's AttentionBackendEnum name (default: vLLM's choice for the GPU)",
+        flags=("--backend", "--attention-backend"))
+    speculative_config: str | None = keyword(
+        None, _json_object("{'method': 'mtp', 'num_speculative_tokens': 2}"),
+        'as vLLM takes it, e.g. \'{"method": "mtp", "num_speculative_tokens": 2}\'',
+        flags=("--speculative-config", "-sc"), cli="json", sweep=False)
+    num_blocks: int | None = keyword(
+        None, _int_or_none, "blocks of the cache (vLLM's --num-gpu-blocks-override)",
+        flags=("--num-blocks",), cli="int", engine=False, build=False)
+    kv_cache_memory_bytes: int | None = keyword(
+        None, _int_or_none, "bytes of the cache (instead of the memory profile)",
+        cli="int", engine=False, build=False)
+    gpu_memory_utilization: float | None = keyword(
+        None, _fraction_or_none,
+        "share of the card vLLM takes (default: the release's) when neither --num-blocks "
+        "nor --kv-cache-memory-bytes is given", cli="float", engine=False, build=False)
+    enable_extensible_kv_cache: bool | None = keyword(
+        None, _bool_or_none,
+        "vLLM >= 0.34: size the cache after warmup (default: on where supported)",
+        cli="bool", engine=False, build=False)
+    kv_cache_layout: str | None = keyword(
+        None, _choice_of(KV_CACHE_LAYOUTS, allow_none=True),
+        "the layout VLLM_KV_CACHE_LAYOUT requests (default: the engine core's)",
+        choices=KV_CACHE_LAYOUTS, engine=False)
+    max_num_batched_tokens: int | None = keyword(
+        None, _int_or_none, "tokens of the dummy run vLLM's memory profile measures", cli="int")
+    max_num_seqs: int | None = keyword(
+        None, _int_or_none, "sequences of a batch (vLLM's --max-num-seqs)", cli="int")
+    mamba_block_size: int | None = keyword(
+        None, _int_or_none,
+        "tokens per Mamba block, with prefix caching (vLLM's --mamba-block-size; in 'align' "
+        "mode vLLM sets it to the block size)", cli="int")
+    prefix_match_unit: int | None = keyword(
+        None, _int_or_none,
+        "finest token boundary a prefix-cache hit lands on; every group's block size must be "
+        "a multiple (vLLM's --prefix-match-unit)", cli="int")
+    mamba_cache_dtype: str = keyword(
+        "auto", _choice_of(MAMBA_SSM_DTYPES),
+        "the Mamba conv (and, with mamba_ssm_cache_dtype 'auto', SSM) state's data type "
+        "(vLLM's --mamba-cache-dtype)", choices=MAMBA_SSM_DTYPES)
+    data_parallel_size: int = keyword(
+        1, as_int, "engine replicas; MoE layers are sharded over DP x TP ranks "
+        "(vLLM's --data-parallel-size)", flags=("--dp", "--data-parallel-size"), cli="int")
+    enable_expert_parallel: bool = keyword(
+        False, as_bool, "split the experts of MoE layers over the DP x TP ranks instead of "
+        "sharding each (vLLM's --enable-expert-parallel)", cli="bool")
+    quantization: str | None = keyword(
+        None, _choice_of(_quantization_methods, allow_none=True),
+        "weight quantization method (default: the checkpoint's quantization_config)",
+        choices=_quantization_methods)
+    hf_overrides: str | None = keyword(
+        None, _json_object("{'num_hidden_layers': 8}"),
+        'changes to the model\'s config.json, e.g. \'{"num_hidden_layers": 8}\' (a sweep '
+        'holds it fixed)', cli="json")
+    draft_model: Any = field(default=None, init=False, repr=False, metadata={"keyword": False})
+
+    def __post_init__(self) -> None:
+        for f in keyword_fields():
+            object.__setattr__(self, f.name, f.metadata["check"](f.name, getattr(self, f.name)))
+        spec = json.loads(self.speculative_config) if self.speculative_config else None
+        object.__setattr__(self, "draft_model", _draft_model(spec))
+        if self.num_blocks is not None and self.kv_cache_memory_bytes is not None:
+            raise KVExploreError(
+                f"give num_blocks ({self.num_blocks}) or kv_cache_memory_bytes "
+                f"({self.kv_cache_memory_bytes}), not both"
+            )
+        from kvexplore.planning.release import require_engine_arguments
+
+        require_engine_arguments({f.name: getattr(self, f.name) for f in keyword_fields()
+                                  if f.metadata["engine"]
+                                  and getattr(self, f.name) != f.default})
+
+    def keywords(self) -> dict[str, Any]:
+        """The ``plan()`` keywords this request holds (a new dict; JSON fields
+        as dicts): ``plan(model, gpu=..., **request.keywords())`` plans it again."""
+        return {f.name: _decoded(f, getattr(self, f.name)) for f in keyword_fields()}
+
+    def replace(self, **changes: Any) -> PlanRequest:
+        """A new, checked request with some keywords changed."""
+        return PlanRequest(**{**self.keywords(), **changes})
+
+    def given(self) -> dict[str, Any]:
+        """The keywords set away from their defaults (JSON fields as dicts)."""
+        return {f.name: _decoded(f, getattr(self, f.name)) for f in keyword_fields()
+                if getattr(self, f.name) != f.default}
+
+    def build_request(self) -> PlanRequest:
+        """This request with every keyword the model build does not depend on
+        at its default: the key of the build cache."""
+        out = copy.copy(self)
+        for f in keyword_fields():
+            if not f.metadata["build"]:
+                object.__setattr__(out, f.name, f.default)
+        return out
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        """``EngineArgs`` keywords for this request (what a ``vllm serve``
+        command line with the same flags sets; unset flags are left to vLLM):
+        every engine keyword not ``None``, JSON fields as dicts, and the
+        speculative config's draft ``model`` as its materialised directory."""
+        kw = {f.name: _decoded(f, getattr(self, f.name)) for f in keyword_fields()
+              if f.metadata["engine"] and getattr(self, f.name) is not None}
+        if self.draft_model is not None:
+            kw["speculative_config"]["model"] = str(self.draft_model.config_dir)
+        return kw
+
+
+def check_quantization(src, request: PlanRequest) -> None:
+    """Refuse ``quantization`` for a model whose checkpoint holds no
+    quantization config (``config.json``'s ``quantization_config``, also as
+    ``hf_overrides`` set it, or a ``hf_quant_config.json`` beside it): vLLM
+    then quantizes the loaded weights online, in the quantization method's
+    ``process_weights_after_loading``, which the meta-device build does not
+    run, so the weights per rank (and the memory left to the cache) would be
+    the unquantized ones.  ``src`` is the model's
+    :class:`~kvexplore.planning.models.ModelSource`."""
+    if request.quantization is None:
+        return
+    from kvexplore.planning.models import QUANT_CONFIG_FILE
+
+    config = src.config
+    overrides = json.loads(request.hf_overrides) if request.hf_overrides else {}
+    sections = [config, overrides, config.get("text_config") or {},
+                overrides.get("text_config") or {}]
+    if any(isinstance(c, Mapping) and c.get("quantization_config") for c in sections):
+        return
+    if (src.config_dir / QUANT_CONFIG_FILE).exists():
+        return
+    raise KVExploreError(
+        f"quantization={request.quantization!r} is not plannable for {src.name}: its config has "
+        "no quantization_config, so vLLM would quantize its weights online after loading "
+        "(the method's process_weights_after_loading), which kvexplore's meta-device build does "
+        "not run; expected a quantized checkpoint's method (or hf_overrides with its "
+        "quantization_config), or quantization=None"
+    )
+
+
+def _decoded(f: dataclasses.Field, value: Any) -> Any:
+    return json.loads(value) if f.metadata["cli"] == "json" and value is not None else value
+
+
+#: Keywords whose checks ask the installed vLLM (its ``CacheDType`` values,
+#: ``AttentionBackendEnum`` names, quantization methods).
+VLLM_CHECKED = ("kv_cache_dtype", "attention_backend", "quantization")
+
+
+def store_key(**kwargs: Any) -> tuple[tuple[str, Any], ...]:
+    """``(name, value)`` for every :class:`PlanRequest` field, in order, checked
+    and normalised as :class:`PlanRequest` does except for what needs vLLM:
+    the :data:`VLLM_CHECKED` values are kept as given text and no engine
+    argument's presence is asked.  The key the answer store looks a request
+    up by without importing vLLM; only requests ``plan()`` accepted are
+    stored under it.  Refused: an unknown keyword, a value a check refuses,
+    a vLLM-checked value that is not text or ``None``."""
     unknown = [k for k in kwargs if k not in PLAN_DEFAULTS]
     if unknown:
         raise KVExploreError(
             f"unknown plan() keyword(s) {unknown}; expected {list(PLAN_DEFAULTS)}"
         )
-    r = {**PLAN_DEFAULTS, **kwargs}
-    if vllm_checks:
-        from kvexplore.planning.release import kv_cache_dtypes
-
-        dtypes = kv_cache_dtypes()
-        if r["attention_backend"] is not None:
-            from kvexplore.planning.backends import validate_backend_name
-
-            r["attention_backend"] = validate_backend_name(r["attention_backend"])
-    else:
-        text = _dtype_text(r["kv_cache_dtype"])
-        dtypes = (text,) if isinstance(text, str) else ()
-        if r["attention_backend"] is not None and not isinstance(r["attention_backend"], str):
-            raise KVExploreError(f"attention_backend={r['attention_backend']!r} is invalid; "
-                                 "expected a backend name")
-    out = {
-        "tensor_parallel_size": as_int("tensor_parallel_size", r["tensor_parallel_size"]),
-        "decode_context_parallel_size": as_int(
-            "decode_context_parallel_size", r["decode_context_parallel_size"]
-        ),
-        "block_size": as_int("block_size", r["block_size"], allow_none=True),
-        "dtype": as_choice("dtype", r["dtype"], MODEL_DTYPES),
-        "kv_cache_dtype": as_choice("kv_cache_dtype", r["kv_cache_dtype"], dtypes),
-        "enable_prefix_caching": _bool_or_none("enable_prefix_caching",
-                                               r["enable_prefix_caching"]),
-        "mamba_cache_mode": as_choice("mamba_cache_mode", r["mamba_cache_mode"],
-                                      MAMBA_CACHE_MODES, allow_none=True),
-        "mamba_ssm_cache_dtype": as_choice("mamba_ssm_cache_dtype", r["mamba_ssm_cache_dtype"],
-                                           MAMBA_SSM_DTYPES),
-        "max_model_len": _max_model_len(r["max_model_len"]),
-        "attention_backend": r["attention_backend"],
-        "speculative_config": _speculative_config(r["speculative_config"]),
-        "num_blocks": as_int("num_blocks", r["num_blocks"], allow_none=True),
-        "kv_cache_memory_bytes": as_int("kv_cache_memory_bytes", r["kv_cache_memory_bytes"],
-                                        allow_none=True),
-        "gpu_memory_utilization": (None if r["gpu_memory_utilization"] is None else
-                                   as_fraction("gpu_memory_utilization",
-                                               r["gpu_memory_utilization"])),
-        "enable_extensible_kv_cache": _bool_or_none("enable_extensible_kv_cache",
-                                                    r["enable_extensible_kv_cache"]),
-        "kv_cache_layout": as_choice("kv_cache_layout", r["kv_cache_layout"],
-                                     KV_CACHE_LAYOUTS, allow_none=True),
-        "max_num_batched_tokens": as_int("max_num_batched_tokens", r["max_num_batched_tokens"],
-                                         allow_none=True),
-        "max_num_seqs": as_int("max_num_seqs", r["max_num_seqs"], allow_none=True),
-    }
-    out["draft_model"] = _draft_model(r["speculative_config"])
-    if out["num_blocks"] is not None and out["kv_cache_memory_bytes"] is not None:
-        raise KVExploreError(
-            f"give num_blocks ({out['num_blocks']}) or kv_cache_memory_bytes "
-            f"({out['kv_cache_memory_bytes']}), not both"
-        )
-    return tuple(out.items())
+    out = []
+    for f in _KEYWORD_FIELDS:
+        value = kwargs.get(f.name, f.default)
+        if f.name in VLLM_CHECKED:
+            value = _dtype_text(value)
+            if value is not None and not isinstance(value, str):
+                raise KVExploreError(f"{f.name}={value!r} is invalid; expected a name")
+        else:
+            value = f.metadata["check"](f.name, value)
+        out.append((f.name, value))
+    spec = dict(out)["speculative_config"]
+    out.append(("draft_model", _draft_model(json.loads(spec) if spec else None)))
+    return tuple(out)
 
 
-def engine_kwargs(request: Mapping[str, Any]) -> dict[str, Any]:
-    """``EngineArgs`` keywords for a request (what a ``vllm serve`` command line
-    with the same flags sets; unset flags are left to vLLM)."""
-    kw = {name: request[name] for name in (
-        "tensor_parallel_size", "decode_context_parallel_size", "dtype",
-        "kv_cache_dtype", "mamba_ssm_cache_dtype")}
-    for name in ("block_size", "enable_prefix_caching", "mamba_cache_mode", "attention_backend",
-                 "max_num_batched_tokens", "max_num_seqs"):
-        if request[name] is not None:
-            kw[name] = request[name]
-    if request["speculative_config"] is not None:
-        spec = json.loads(request["speculative_config"])
-        draft = request.get("draft_model")
-        if draft is not None:
-            spec["model"] = str(draft.config_dir)
-        kw["speculative_config"] = spec
-    return kw
+def keyword_fields() -> tuple[dataclasses.Field, ...]:
+    """:class:`PlanRequest`'s fields that are ``plan()`` keywords, in order."""
+    return _KEYWORD_FIELDS
+
+
+_KEYWORD_FIELDS = tuple(f for f in dataclasses.fields(PlanRequest) if f.metadata.get("keyword"))
+
+#: ``plan()``'s keywords besides ``model`` and ``gpu``, in signature order.
+PLAN_KEYWORDS: tuple[str, ...] = tuple(f.name for f in _KEYWORD_FIELDS)
+
+#: ``plan()`` keywords with vLLM's engine-argument defaults (``None``: vLLM decides).
+PLAN_DEFAULTS: dict[str, Any] = {f.name: f.default for f in _KEYWORD_FIELDS}
+
+#: ``plan()`` keywords the model build does not depend on (a plan that changes
+#: only these reuses the build).
+MEMORY_KEYWORDS: tuple[str, ...] = tuple(f.name for f in _KEYWORD_FIELDS
+                                         if not f.metadata["build"])
 
 
 __all__ = [
@@ -253,9 +452,15 @@ __all__ = [
     "MEMORY_KEYWORDS",
     "MODEL_DTYPES",
     "PLAN_DEFAULTS",
+    "PLAN_KEYWORDS",
+    "PlanRequest",
+    "as_bool",
     "as_choice",
     "as_fraction",
     "as_int",
-    "engine_kwargs",
-    "plan_request",
+    "VLLM_CHECKED",
+    "check_quantization",
+    "keyword",
+    "keyword_fields",
+    "store_key",
 ]

@@ -12,7 +12,7 @@ the steps), then runs what depends on memory:
   group's own backends: the kernel block of every group.
 
 Plans and model builds are cached by the normalised inputs
-(:func:`kvexplore.planning.inputs.plan_request`), the model by its config's
+(:class:`kvexplore.planning.inputs.PlanRequest`), the model by its config's
 content.
 
 Worked example: Qwen3.5-0.8B on an A100 and an H100, under vLLM 0.33.0 (the
@@ -27,7 +27,7 @@ both, 0.31.0 and 0.32.0 plan 544 on both).
 >>> p = plan("Qwen/Qwen3.5-0.8B", gpu="H100")
 >>> p.block_size, p.mamba_page_size_padded, len(p.groups)
 (576, 1179648, 4)
->>> p.derivation["block_size"]
+>>> p.derivation()["block_size"]
 '576 = lcm(16, 64) x cdiv(1085440, 64 x 2048)  (H100: FlashInfer GDN prefill -> 64-token checkpoints)'
 """
 
@@ -36,7 +36,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,12 +57,7 @@ from kvexplore.planning.derivation import plan_derivation, smallest_kernel_block
 from kvexplore.planning.drafter import Drafter
 from kvexplore.planning.failures import vllm_error, vllm_origin
 from kvexplore.planning.gpus import DEFAULT_GPU, GPU, resolve_gpu
-from kvexplore.planning.inputs import (
-    MEMORY_KEYWORDS,
-    PLAN_DEFAULTS,
-    engine_kwargs,
-    plan_request,
-)
+from kvexplore.planning.inputs import PLAN_KEYWORDS, PlanRequest, check_quantization
 from kvexplore.planning.models import (
     CROSS,
     FULL,
@@ -192,9 +186,9 @@ class Plan(Displayable):
     """The model: its config folder, Hugging Face id and architecture."""
     gpu: GPU
     """The GPU one worker runs on (:func:`kvexplore.gpus`)."""
-    request: tuple = field(repr=False)
-    """The normalised keyword arguments the plan was made with (``(name, value)`` pairs in
-    ``plan()``'s order; :attr:`inputs` gives them as a dict)."""
+    request: PlanRequest = field(repr=False)
+    """The normalised inputs the plan was made with (:class:`PlanRequest`;
+    :attr:`inputs` gives them as ``plan()`` keywords)."""
     layers: tuple[LayerInfo, ...] = field(repr=False)
     """Every layer that holds KV cache or state on this worker, in vLLM's registration
     order (drafter layers last)."""
@@ -306,16 +300,13 @@ class Plan(Displayable):
     _vllm_config: Any = field(repr=False)
     _kv_cache_config: Any = field(repr=False)
     _build: Any = field(default=None, repr=False)
+    _one_block_bytes: int = field(default=0, repr=False)
 
     # -- inputs ---------------------------------------------------------------
     @property
     def inputs(self) -> dict[str, Any]:
         """The keyword arguments this plan was made with (a new dict)."""
-        out = {"gpu": self.gpu.name,
-               **{k: v for k, v in self.request if k in PLAN_DEFAULTS}}
-        if out["speculative_config"] is not None:
-            out["speculative_config"] = json.loads(out["speculative_config"])
-        return out
+        return {"gpu": self.gpu.name, **self.request.keywords()}
 
     def replace(self, **changes) -> Plan:
         """A new plan with some inputs changed (``plan(**inputs | changes)``)."""
@@ -330,7 +321,7 @@ class Plan(Displayable):
     def sized_by_profile(self) -> bool:
         """True when neither ``num_blocks`` nor ``kv_cache_memory_bytes`` was
         given: the cache holds what vLLM's start-up profile leaves on the GPU."""
-        return self.inputs["num_blocks"] is None and self.inputs["kv_cache_memory_bytes"] is None
+        return self.request.num_blocks is None and self.request.kv_cache_memory_bytes is None
 
     # -- vLLM's objects, as fresh copies ---------------------------------------
     @property
@@ -375,11 +366,12 @@ class Plan(Displayable):
     @property
     def bytes_per_block(self) -> int:
         """Bytes one block id costs across the whole cache (all tensors); for a
-        plan without blocks, what one block of the same layout costs."""
+        plan without blocks, what one block of the same layout costs (the
+        one-block layout :func:`plan` computed with it)."""
         if not self.tensors:
             return 0
         if not self.num_blocks:
-            return self.with_num_blocks(1).bytes_per_block
+            return self._one_block_bytes
         return self.tensors[0].size // self.num_blocks
 
     @property
@@ -418,24 +410,29 @@ class Plan(Displayable):
 
         return weight_term(self._build).low
 
-    @property
     def memory_profile(self):
-        """:func:`kvexplore.planning.profile.profile_build` of this plan's build."""
+        """:func:`kvexplore.planning.profile.profile_build` of this plan's build
+        (traces the model's forward once per build)."""
         from kvexplore.planning.profile import profile_build
 
         return profile_build(self._build)
 
-    @property
     def memory_terms(self):
-        """:func:`kvexplore.planning.profile.memory_terms` of this plan on its GPU."""
+        """:func:`kvexplore.planning.profile.memory_terms` of this plan on its GPU
+        (runs :meth:`memory_profile`)."""
         from kvexplore.planning.profile import memory_terms
 
         return memory_terms(self._build, self.gpu)
 
-    @functools.cached_property
     def derivation(self) -> FrozenDict:
         """How each size and GPU-dependent decision came about, by name (with a
-        drafter, also what it changes against the same plan without one)."""
+        drafter, also what it changes against the same plan without one, which
+        plans that one); computed once per plan."""
+        from kvexplore.memo import per_plan
+
+        return per_plan(self, ("derivation",), self._derivation)
+
+    def _derivation(self) -> FrozenDict:
         bare = None
         if self.drafter is not None:
             try:
@@ -503,14 +500,14 @@ class Plan(Displayable):
         return pd.DataFrame(self.summary_rows(), columns=["quantity", "value"])
 
     def explain(self) -> str:
-        """:attr:`derivation`, one ``name: rule`` line each."""
-        return "\n".join(f"{k}: {v}" for k, v in self.derivation.items())
+        """:meth:`derivation`, one ``name: rule`` line each."""
+        return "\n".join(f"{k}: {v}" for k, v in self.derivation().items())
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary: numbers, groups, derivations and admission."""
         out = {k: jsonable(v) for k, v in self.summary_rows()}
         out["groups"] = [{k: jsonable(v) for k, v in row.items()} for row in self.group_rows()]
-        out["derivation"] = dict(self.derivation)
+        out["derivation"] = dict(self.derivation())
         if self.admission is not None:
             out["admission"] = self.admission.to_dict()
         return out
@@ -570,6 +567,13 @@ def plan(
     kv_cache_layout: str | None = None,
     max_num_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
+    mamba_block_size: int | None = None,
+    prefix_match_unit: int | None = None,
+    mamba_cache_dtype: str = "auto",
+    data_parallel_size: int = 1,
+    enable_expert_parallel: bool = False,
+    quantization: str | None = None,
+    hf_overrides: dict | None = None,
 ) -> Plan:
     """Plan the KV cache the installed vLLM release would build for ``model``
     on one ``gpu`` worker (:attr:`Plan.vllm_version` names the release).
@@ -585,7 +589,17 @@ def plan(
     ``--enable-extensible-kv-cache`` (vLLM 0.34; a connector whose
     ``kv_cache_access`` is ``LEGACY_IPC``, such as ``LMCacheMPConnector``,
     turns it off as ``False`` does), ``--max-num-batched-tokens``,
-    ``--max-num-seqs``: the dummy run vLLM's memory profile measures);
+    ``--max-num-seqs``: the dummy run vLLM's memory profile measures),
+    ``--mamba-block-size`` (prefix caching only; in ``align`` mode vLLM sets
+    it to the block size), ``--prefix-match-unit`` (checked as the engine
+    core's ``resolve_kv_cache_block_sizes`` checks it),
+    ``--mamba-cache-dtype``, ``--data-parallel-size`` and
+    ``--enable-expert-parallel`` (the plan is DP rank 0's worker: MoE layers
+    are sharded or, with expert parallelism, split over DP x TP ranks),
+    ``--quantization`` (a quantized checkpoint's method; vLLM's online
+    quantization of unquantized weights is refused, see
+    :func:`~kvexplore.planning.inputs.check_quantization`) and
+    ``--hf-overrides`` (a dict vLLM applies to the model's config);
     ``None`` lets vLLM decide as ``vllm serve`` does for the GPU, as an unset
     flag does.  ``kv_cache_layout`` is what ``VLLM_KV_CACHE_LAYOUT`` would request
     (``NHD``/``HND`` alias ``LBNHC``/``LBHNC``); ``None`` takes the layout the
@@ -598,43 +612,34 @@ def plan(
     after warmup (:func:`kvexplore.capacity` itemises it).  When the cache cannot hold one request of ``max_model_len`` tokens
     the plan carries vLLM's refusal in :attr:`Plan.admission`.
 
-    Every input is checked before any cache lookup; every error is a
-    :class:`KVExploreError` naming the value and quoting vLLM.
+    The keywords are :class:`~kvexplore.planning.inputs.PlanRequest`'s
+    fields, with its defaults and checks.  Every input is checked before any
+    cache lookup; every error is a :class:`KVExploreError` naming the value
+    and quoting vLLM.
     """
     installed_release()
-    request = plan_request(
-        tensor_parallel_size=tensor_parallel_size,
-        decode_context_parallel_size=decode_context_parallel_size,
-        block_size=block_size, dtype=dtype, kv_cache_dtype=kv_cache_dtype,
-        enable_prefix_caching=enable_prefix_caching, mamba_cache_mode=mamba_cache_mode,
-        mamba_ssm_cache_dtype=mamba_ssm_cache_dtype, max_model_len=max_model_len,
-        attention_backend=attention_backend, speculative_config=speculative_config,
-        num_blocks=num_blocks, kv_cache_memory_bytes=kv_cache_memory_bytes,
-        gpu_memory_utilization=gpu_memory_utilization,
-        enable_extensible_kv_cache=enable_extensible_kv_cache, kv_cache_layout=kv_cache_layout,
-        max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-    )
+    given = locals()
+    request = PlanRequest(**{name: given[name] for name in PLAN_KEYWORDS})
     src = load_model_config(model)
+    check_quantization(src, request)
     return _cached_plan(src, resolve_gpu(gpu), request)
 
 
 @functools.lru_cache(maxsize=1024)
-def _cached_plan(src: ModelSource, gpu: GPU, request: tuple) -> Plan:
-    build_request = tuple((k, v) for k, v in request if k not in MEMORY_KEYWORDS)
-    built = _cached_build(src, gpu, build_request)
-    return _quoting_vllm(src, gpu, dict(request), _plan_from_build, src, gpu, request, built)
+def _cached_plan(src: ModelSource, gpu: GPU, request: PlanRequest) -> Plan:
+    built = _cached_build(src, gpu, request.build_request())
+    return _quoting_vllm(src, gpu, request, _plan_from_build, src, gpu, request, built)
 
 
 @functools.lru_cache(maxsize=64)
-def _cached_build(src: ModelSource, gpu: GPU, build_request: tuple):
+def _cached_build(src: ModelSource, gpu: GPU, build_request: PlanRequest):
     from kvexplore.planning.worker import build_model
 
-    r = dict(build_request)
-    return _quoting_vllm(src, gpu, r, build_model, str(src.config_dir), gpu, engine_kwargs(r),
-                         r["kv_cache_layout"])
+    return _quoting_vllm(src, gpu, build_request, build_model, str(src.config_dir), gpu,
+                         build_request.engine_kwargs(), build_request.kv_cache_layout)
 
 
-def _quoting_vllm(src: ModelSource, gpu: GPU, r: dict, fn, *args):
+def _quoting_vllm(src: ModelSource, gpu: GPU, r: PlanRequest, fn, *args):
     """``fn(*args)``; vLLM's and transformers' errors re-raised by :func:`vllm_error`."""
     try:
         return fn(*args)
@@ -649,7 +654,7 @@ def _quoting_vllm(src: ModelSource, gpu: GPU, r: dict, fn, *args):
 # ---------------------------------------------------------------------------
 
 
-def _plan_vllm_config(src: ModelSource, built, r: dict):
+def _plan_vllm_config(src: ModelSource, built, r: PlanRequest):
     """A copy of the built ``VllmConfig`` (model, cache and scheduler configs
     copied) with this plan's ``max_model_len`` (checked by
     ``ModelConfig.get_and_verify_max_len``), ``num_gpu_blocks_override`` and
@@ -660,17 +665,17 @@ def _plan_vllm_config(src: ModelSource, built, r: dict):
     vc.scheduler_config = copy.copy(vc.scheduler_config)
     if src.served_name is not None:
         vc.model_config.model = src.served_name
-    m = r["max_model_len"]
+    m = r.max_model_len
     if m is not None:
         mc = vc.model_config
         mc.original_max_model_len = m
         mc.max_model_len = mc.get_and_verify_max_len(m)
-    vc.cache_config.num_gpu_blocks_override = r["num_blocks"]
-    vc.cache_config.kv_cache_memory_bytes = r["kv_cache_memory_bytes"]
+    vc.cache_config.num_gpu_blocks_override = r.num_blocks
+    vc.cache_config.kv_cache_memory_bytes = r.kv_cache_memory_bytes
     return vc
 
 
-def _kv_cache_memory(gpu: GPU, built, r: dict, utilization: float,
+def _kv_cache_memory(gpu: GPU, built, r: PlanRequest, utilization: float,
                      extensible: bool) -> int | None:
     """The memory ``get_kv_cache_configs`` sizes the cache from: the given
     ``kv_cache_memory_bytes``; with neither it nor ``num_blocks``, the low end
@@ -680,13 +685,13 @@ def _kv_cache_memory(gpu: GPU, built, r: dict, utilization: float,
     when ``num_blocks`` decides."""
     from kvexplore.planning.profile import kv_cache_memory_range, memory_terms
 
-    if r["num_blocks"] is not None or r["kv_cache_memory_bytes"] is not None:
-        return r["kv_cache_memory_bytes"]
+    if r.num_blocks is not None or r.kv_cache_memory_bytes is not None:
+        return r.kv_cache_memory_bytes
     low, _ = kv_cache_memory_range(memory_terms(built, gpu), utilization, extensible=extensible)
     return max(low, 0)
 
 
-def _sizing(gpu: GPU, vc, r: dict) -> tuple[bool, float]:
+def _sizing(gpu: GPU, vc, r: PlanRequest) -> tuple[bool, float]:
     """``(extensible, utilization)``: whether the release sizes this plan's
     cache with its extensible KV cache (:func:`release.extensible_kv_cache`)
     and the share of the card its worker requests."""
@@ -694,9 +699,9 @@ def _sizing(gpu: GPU, vc, r: dict) -> tuple[bool, float]:
     from kvexplore.planning.emulation import emulate
 
     with emulate(gpu, meta_tensors=False):
-        extensible = release.extensible_kv_cache(vc, r["enable_extensible_kv_cache"])
+        extensible = release.extensible_kv_cache(vc, r.enable_extensible_kv_cache)
     return extensible, release.resolved_gpu_memory_utilization(
-        vc.cache_config, r["gpu_memory_utilization"], extensible)
+        vc.cache_config, r.gpu_memory_utilization, extensible)
 
 
 def _kernel_block_sizes(kv_cache_config, built) -> list[int]:
@@ -813,10 +818,24 @@ def _mla_dims(mc) -> tuple[int, int] | None:
     return (int(rank), int(rope)) if mc.use_mla and rank and rope else None
 
 
-def _plan_from_build(src: ModelSource, gpu: GPU, request: tuple, built) -> Plan:
-    from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity
+def _one_block_bytes(vc, built) -> int:
+    """Bytes one block id costs in a layout that holds no block: the first
+    tensor's size in the layout ``get_kv_cache_configs`` builds with
+    ``num_gpu_blocks_override=1`` (what ``plan(..., num_blocks=1)`` builds)."""
+    one = copy.copy(vc)
+    one.cache_config = copy.copy(vc.cache_config)
+    one.cache_config.num_gpu_blocks_override = 1
+    one.cache_config.kv_cache_memory_bytes = None
+    cfg, _ = kv_cache_config_with_admission(one, built, None)
+    return int(cfg.kv_cache_tensors[0].size)
 
-    r = dict(request)
+
+def _plan_from_build(src: ModelSource, gpu: GPU, r: PlanRequest, built) -> Plan:
+    from vllm.v1.core.kv_cache_utils import (
+        get_kv_cache_capacity,
+        resolve_kv_cache_block_sizes,
+    )
+
     if not built.layer_specs:
         raise KVExploreError(
             f"{src.name} ({src.architecture}) registers no KV-cache layer with {release_name()} "
@@ -826,6 +845,10 @@ def _plan_from_build(src: ModelSource, gpu: GPU, request: tuple, built) -> Plan:
     extensible, utilization = _sizing(gpu, vc, r)
     memory = _kv_cache_memory(gpu, built, r, utilization, extensible)
     cfg, admission = kv_cache_config_with_admission(vc, built, memory)
+    # the engine core's next step: the scheduler and hash block sizes, which
+    # refuse a prefix_match_unit the groups' block sizes do not allow
+    resolve_kv_cache_block_sizes(cfg, vc)
+    one_block = _one_block_bytes(vc, built) if cfg.kv_cache_tensors and not cfg.num_blocks else 0
     kernel_block_sizes = tuple(int(k) for k in _kernel_block_sizes(cfg, built))
     tokens, concurrency = get_kv_cache_capacity(vc, cfg)
     pins = tuple(cdiv(g.kv_cache_spec.max_memory_usage_bytes(vc), g.kv_cache_spec.page_size_bytes)
@@ -841,7 +864,7 @@ def _plan_from_build(src: ModelSource, gpu: GPU, request: tuple, built) -> Plan:
     tensors = tuple(TensorInfo(int(t.size), tuple(t.layers), int(t.layer_stride),
                                int(t.block_stride), int(t.offset)) for t in cfg.kv_cache_tensors)
     return Plan(
-        model=src, gpu=gpu, request=request, layers=layers, layer_specs=specs,
+        model=src, gpu=gpu, request=r, layers=layers, layer_specs=specs,
         layer_classes=built.layer_classes, layer_backends=built.backends,
         groups=_group_infos(cfg, kernel_block_sizes, built), tensors=tensors,
         num_blocks=int(cfg.num_blocks), kv_cache_memory_bytes=memory,
@@ -851,7 +874,7 @@ def _plan_from_build(src: ModelSource, gpu: GPU, request: tuple, built) -> Plan:
         kv_tp_replicas=int(cfg.kv_tp_replicas), drafter=built.drafter, blocks_per_request=pins,
         vllm_version=installed_release().version, extensible_kv_cache=extensible,
         gpu_memory_utilization=utilization,
-        _vllm_config=vc, _kv_cache_config=cfg, _build=built,
+        _vllm_config=vc, _kv_cache_config=cfg, _build=built, _one_block_bytes=one_block,
         **_config_facts(vc, built), **_layout_facts(vc, built),
     )
 

@@ -238,6 +238,37 @@ def kv_cache_dtypes() -> tuple[str, ...]:
     return tuple(get_args(CacheDType))
 
 
+@functools.cache
+def engine_argument_names() -> frozenset[str]:
+    """The fields of the release's ``EngineArgs`` (``vllm/engine/arg_utils.py``)."""
+    import dataclasses
+
+    from vllm.engine.arg_utils import EngineArgs
+
+    return frozenset(f.name for f in dataclasses.fields(EngineArgs))
+
+
+def require_engine_arguments(given: dict[str, Any]) -> None:
+    """Refuse ``given`` engine keywords the release's ``EngineArgs`` has no
+    field for, naming the release, the keyword and its value."""
+    missing = [name for name in given if name not in engine_argument_names()]
+    if missing:
+        shown = ", ".join(f"{name}={given[name]!r}" for name in missing)
+        raise KVExploreError(
+            f"{release_name()} has no engine argument {', '.join(missing)} (its EngineArgs "
+            f"has no such field), so it cannot plan {shown}; leave "
+            f"{'it' if len(missing) == 1 else 'them'} unset with this release"
+        )
+
+
+def quantization_methods() -> tuple[str, ...]:
+    """The ``--quantization`` choices of the release (``QUANTIZATION_METHODS``
+    of ``vllm/model_executor/layers/quantization/__init__.py``)."""
+    from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
+
+    return tuple(QUANTIZATION_METHODS)
+
+
 def capacity_functions():
     """``(module, get_kv_cache_config_builder)``: where the release keeps the
     pool arithmetic ``capacity()`` runs (``_pool_bytes_per_block_from_builder``,
@@ -409,6 +440,7 @@ __all__ = [
     "init_speculator",
     "uses_v2_model_runner",
     "construct",
+    "engine_argument_names",
     "has_v1_model_runner",
     "offloading_has_windows",
     "after_warmup_sizing",
@@ -423,8 +455,10 @@ __all__ = [
     "kv_cache_dtypes",
     "kv_cache_planning",
     "prefill_checkpoint_alignment",
+    "quantization_methods",
     "rejects_single_group_prefix_match_unit",
     "release_name",
+    "require_engine_arguments",
     "runner_kv_cache_spec",
     "triton_flags",
     "window_text",

@@ -4,8 +4,8 @@
 kept in the answer store (:mod:`kvexplore.store`) under :func:`plan_key`: the
 vLLM release, kvexplore's :func:`~kvexplore.store.code_version`, the model
 config's name and content digest, the GPU and the normalised request
-(:func:`~kvexplore.planning.inputs.plan_request` without the checks that
-import vLLM).  A hit reads one file and imports neither vLLM nor torch; a miss
+(:func:`~kvexplore.planning.inputs.store_key`: checked as ``PlanRequest``
+without the checks that import vLLM).  A hit reads one file and imports neither vLLM nor torch; a miss
 plans (vLLM's own code) and stores the facts.  The facts read back are the
 facts a fresh plan gives, value for value and in the same order.
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 from kvexplore.errors import KVExploreError
 from kvexplore.planning.gpus import DEFAULT_GPU, resolve_gpu
-from kvexplore.planning.inputs import plan_request
+from kvexplore.planning.inputs import store_key
 from kvexplore.planning.models import DEFAULT_MODEL, ModelSource, load_model_config
 from kvexplore.planning.release import installed_release
 from kvexplore.store import answer_store, code_version
@@ -40,7 +40,7 @@ def plan_key(model: Any = DEFAULT_MODEL, **kwargs: Any) -> dict[str, Any]:
     ``plan()`` refuses raises its :class:`KVExploreError`."""
     src = load_model_config(model)
     gpu = resolve_gpu(kwargs.pop("gpu", DEFAULT_GPU))
-    request = plan_request(vllm_checks=False, **kwargs)
+    request = store_key(**kwargs)
     return {
         "vllm": installed_release().version,
         "kvexplore": code_version(),

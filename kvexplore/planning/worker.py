@@ -15,8 +15,8 @@ GPU's emulation (:mod:`kvexplore.planning.emulation`):
    ``resolve_kv_cache_layout``, ``get_global_kv_cache_groups``,
    ``adjust_dcp_kv_cache_interleave_size`` and ``validate_block_size``.
 
-Tensor parallelism runs in one process: a single-rank gloo group whose TP and
-DCP coordinators report the requested world sizes (rank 0's view).
+Tensor parallelism runs in one process: a single-rank gloo group whose TP,
+DCP and DP coordinators report the requested world sizes (rank 0's view).
 """
 
 from __future__ import annotations
@@ -85,18 +85,25 @@ def _ensure_distributed() -> None:
 
 @contextlib.contextmanager
 def parallel_groups(vc):
-    """vLLM's model-parallel groups, with rank 0's view of TP and DCP sizes."""
+    """vLLM's model-parallel groups, with rank 0's view of the TP, DCP and DP
+    sizes (a fused MoE layer reads the DP size: its experts are sharded, or
+    with expert parallelism split, over DP x TP ranks; FusedMoEParallelConfig.make)."""
     from vllm.distributed import parallel_state as ps
 
-    _ensure_distributed()
-    # initialize_model_parallel reads the current config (e.g. whether the
-    # model has experts, which decides the expert-parallel group)
-    ps.destroy_model_parallel()
-    ps.initialize_model_parallel(1, 1)
     pc = vc.parallel_config
+    # the one-process world has one DP rank (init_distributed_environment and
+    # initialize_model_parallel read the current config's DP size and would
+    # wait for the other ranks); this worker's DP group is given its size
+    # after the groups are made.  initialize_model_parallel also reads
+    # whether the model has experts, which decides the expert-parallel group.
+    with patch_attributes([(pc, "data_parallel_size", 1)]):
+        _ensure_distributed()
+        ps.destroy_model_parallel()
+        ps.initialize_model_parallel(1, 1)
     pairs = [
         (ps.get_tp_group(), "world_size", pc.tensor_parallel_size),
         (ps.get_dcp_group(), "world_size", pc.decode_context_parallel_size),
+        (ps.get_dp_group(), "world_size", pc.data_parallel_size),
     ]
     with patch_attributes(pairs):
         yield

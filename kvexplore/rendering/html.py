@@ -93,7 +93,7 @@ def plan_html(plan) -> str:
     parts.append(table_html(plan.group_table))
     parts.append(plan_pages_html(plan))
     parts.append("</details><details open><summary>derivation</summary><ul>")
-    for key, why in plan.derivation.items():
+    for key, why in plan.derivation().items():
         parts.append(f"<li><code>{escape(str(key))}</code>: {escape(str(why))}</li>")
     parts.append("</ul></details></div>")
     return "".join(parts)

@@ -127,7 +127,7 @@ def deployment_facts(model: Any = "Qwen/Qwen3.5-0.8B", **plan_kwargs) -> dict[st
     return {
         "vllm": p.vllm_version,
         "plan": plan_facts,
-        "explain": dict(p.derivation),
+        "explain": dict(p.derivation()),
         "layers": {info.name: info.kind for info in p.layers},
         "pages": page_facts(p),
         "registration": registration,

@@ -95,12 +95,16 @@ def _add_plan_args(p: argparse.ArgumentParser, *, lists: bool = False) -> None:
         else:
             more["type"] = _PARSERS[kind]
             choices = meta["choices"]
-            if choices is not None:
-                more["choices"] = choices() if callable(choices) else choices
+            # the installed release's names (a function) are checked by
+            # PlanRequest: asking vLLM for them here would import it on every call
+            if choices is not None and not callable(choices):
+                more["choices"] = choices
                 more["metavar"] = f.name.upper()
         help_text = meta["help"] + (" (comma-separated)" if lists and kind not in ("bool", "json") else "")
-        if meta["choices"] is not None:
-            help_text += " {%(choices)s}" if "choices" in more else ""
+        if "choices" in more:
+            help_text += " {%(choices)s}"
+        elif callable(meta["choices"]):
+            help_text += " (a name the installed vLLM release knows)"
         p.add_argument(*flags, dest=f.name, default=None, help=help_text, **more)
 
 

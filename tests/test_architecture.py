@@ -15,7 +15,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "kvexplore"
 #: Pipeline stages in order; a module may import its own stage and earlier ones.
 STAGES = [
     ("base", ["kvexplore.errors", "kvexplore.layout", "kvexplore.memo", "kvexplore.display",
-              "kvexplore.paths", "kvexplore.version", "kvexplore.store"]),
+              "kvexplore.paths", "kvexplore.version", "kvexplore.store", "kvexplore.lazy"]),
     ("planning", ["kvexplore.planning"]),
     ("fleet", ["kvexplore.fleet"]),
     ("registration", ["kvexplore.registration"]),

@@ -6,21 +6,12 @@ over many settings (``sweep``).
 on first use (they import vLLM); ``sweep`` and ``OffloadOptions`` do not.
 """
 
-import importlib
-
+from kvexplore.lazy import lazy_attributes
 from kvexplore.offloading.options import OffloadOptions
 from kvexplore.offloading.sweep import sweep
 
 #: Names imported from :mod:`kvexplore.offloading.config` on first use.
-_CONFIG_NAMES = ("OffloadConfigError", "OffloadResult", "offload_config")
-
-
-def __getattr__(name):
-    if name in _CONFIG_NAMES:
-        value = getattr(importlib.import_module("kvexplore.offloading.config"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'kvexplore.offloading' has no attribute {name!r}")
-
+__getattr__ = lazy_attributes(__name__, dict.fromkeys(
+    ("OffloadConfigError", "OffloadResult", "offload_config"), "kvexplore.offloading.config"))
 
 __all__ = ["OffloadConfigError", "OffloadOptions", "OffloadResult", "offload_config", "sweep"]

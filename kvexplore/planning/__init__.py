@@ -5,8 +5,7 @@ The planner's names (``plan``, ``Plan`` ...) are imported on first use, so
 that reading a model config, a GPU or a request costs no vLLM import.
 """
 
-import importlib
-
+from kvexplore.lazy import lazy_attributes
 from kvexplore.planning.gpus import DEFAULT_GPU, GPU, gpus, resolve_gpu
 from kvexplore.planning.models import (
     DEFAULT_MODEL,
@@ -17,16 +16,8 @@ from kvexplore.planning.models import (
 )
 
 #: The planner's names, imported from :mod:`kvexplore.planning.planner` on first use.
-_PLANNER_NAMES = ("Admission", "Plan", "catalog", "clear_plan_cache", "plan")
-
-
-def __getattr__(name):
-    if name in _PLANNER_NAMES:
-        value = getattr(importlib.import_module("kvexplore.planning.planner"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'kvexplore.planning' has no attribute {name!r}")
-
+__getattr__ = lazy_attributes(__name__, dict.fromkeys(
+    ("Admission", "Plan", "catalog", "clear_plan_cache", "plan"), "kvexplore.planning.planner"))
 
 __all__ = [
     "DEFAULT_GPU",

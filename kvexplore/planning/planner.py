@@ -49,121 +49,31 @@ from kvexplore.layout import (
     GiB,
     cdiv,
     jsonable,
-    leaf_specs,
-    real_page_bytes,
 )
 from kvexplore.planning.admission import Admission, kv_cache_config_with_admission
 from kvexplore.planning.derivation import plan_derivation, smallest_kernel_block
 from kvexplore.planning.drafter import Drafter
+from kvexplore.planning.facts import (
+    GroupInfo,
+    TensorInfo,
+    config_facts,
+    group_infos,
+    kernel_block_sizes,
+    layer_kind,
+    layout_facts,
+    mixer,
+    spec_dtypes,
+)
 from kvexplore.planning.failures import vllm_error, vllm_origin
 from kvexplore.planning.gpus import DEFAULT_GPU, GPU, resolve_gpu
 from kvexplore.planning.inputs import PLAN_KEYWORDS, PlanRequest, check_quantization
 from kvexplore.planning.models import (
-    CROSS,
-    FULL,
-    MAMBA,
-    MLA,
-    SLIDING,
     LayerInfo,
     ModelSource,
     catalog_names,
     load_model_config,
 )
 from kvexplore.planning.release import installed_release, release_name
-
-# ---------------------------------------------------------------------------
-# Frozen facts
-# ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class GroupInfo:
-    """One KV cache group as the engine core builds it (vLLM's
-    ``KVCacheGroupSpec``), with the kernel block and backend the worker picks.
-
-    ``kv_cache_spec`` is vLLM's spec (a frozen dataclass); for a
-    ``UniformTypeKVCacheSpecs`` group :attr:`spec` is its first layer's.
-    """
-
-    index: int
-    layer_names: tuple[str, ...]
-    kv_cache_spec: Any
-    kernel_block_size: int
-    backend: str | None
-    enable_kv_transfer: bool = True
-    is_eagle_group: bool = False
-
-    @property
-    def spec(self):
-        """The first leaf spec (the group's own for a plain spec)."""
-        return leaf_specs(self.kv_cache_spec)[0]
-
-    @property
-    def kind(self) -> str:
-        """vLLM's ``get_kv_cache_spec_kind`` value (``"mamba"``, ``"full_attention"``, ...)."""
-        from vllm.v1.kv_cache_interface import get_kv_cache_spec_kind
-
-        return get_kv_cache_spec_kind(self.spec).value
-
-    @property
-    def page_bytes(self) -> int:
-        return int(self.spec.page_size_bytes)
-
-    @property
-    def real_page_bytes(self) -> int:
-        return real_page_bytes(self.spec)
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    """One ``KVCacheTensor``: placement of ``layers`` in the backing allocation
-    (layer ``l``'s page of block ``b`` at ``offset + l * layer_stride + b *
-    block_stride`` bytes)."""
-
-    size: int
-    layers: tuple[str, ...]
-    layer_stride: int
-    block_stride: int
-    offset: int = 0
-
-
-def _spec_dtypes(spec) -> str:
-    dtypes = getattr(spec, "dtypes", None)
-    if dtypes is not None:
-        return "/".join(str(d).removeprefix("torch.") for d in dtypes)
-    return str(getattr(spec, "dtype", "")).removeprefix("torch.")
-
-
-def _mixer(spec) -> str | None:
-    """A Mamba spec's ``mamba_type`` in lower case (``"short_conv"``), else None."""
-    mamba_type = getattr(spec, "mamba_type", None)
-    return str(getattr(mamba_type, "name", mamba_type)).lower() if mamba_type else None
-
-
-def layer_kind(spec) -> str:
-    """The kind of a layer's ``KVCacheSpec``: ``mamba``, ``mla_attention``,
-    ``cross_attention``, ``sliding_window``, ``full_attention``, or vLLM's own
-    spec-kind name for the rarer specs."""
-    from vllm.v1.kv_cache_interface import (
-        CrossAttentionSpec,
-        FullAttentionSpec,
-        MambaSpec,
-        MLAAttentionSpec,
-        SlidingWindowSpec,
-        get_kv_cache_spec_kind,
-    )
-
-    for cls, kind in (
-        (MambaSpec, MAMBA),
-        (MLAAttentionSpec, MLA),
-        (CrossAttentionSpec, CROSS),
-        (SlidingWindowSpec, SLIDING),
-        (FullAttentionSpec, FULL),
-    ):
-        if isinstance(spec, cls):
-            return kind
-    return get_kv_cache_spec_kind(spec).value
-
 
 # ---------------------------------------------------------------------------
 # The Plan
@@ -452,7 +362,7 @@ class Plan(Displayable):
                 "kernel_block_size": g.kernel_block_size, "page_bytes": page,
                 "real_page_bytes": real, "padding_bytes": page - real,
                 "padding_share": (page - real) / page if page else 0.0,
-                "dtype": _spec_dtypes(g.spec), "backend": g.backend or "",
+                "dtype": spec_dtypes(g.spec), "backend": g.backend or "",
                 "first_layer": g.layer_names[0] if g.layer_names else "",
             })
         return rows
@@ -704,120 +614,6 @@ def _sizing(gpu: GPU, vc, r: PlanRequest) -> tuple[bool, float]:
         vc.cache_config, r.gpu_memory_utilization, extensible)
 
 
-def _kernel_block_sizes(kv_cache_config, built) -> list[int]:
-    """``prepare_kernel_block_sizes`` with every group's own layer backends."""
-    from types import SimpleNamespace
-
-    from vllm.v1.worker.utils import prepare_kernel_block_sizes
-
-    from kvexplore.planning.emulation import emulate
-
-    attn_groups = []
-    for g in kv_cache_config.kv_cache_groups:
-        by_backend: dict = {}
-        for name in g.layer_names:
-            backend = built.backends.get(name)
-            if backend is not None and backend not in by_backend:
-                by_backend[backend] = SimpleNamespace(
-                    backend=backend, kv_cache_spec=built.layer_specs[name]
-                )
-        attn_groups.append(list(by_backend.values()))
-    with emulate(built.gpu, meta_tensors=False):
-        return prepare_kernel_block_sizes(kv_cache_config, attn_groups)
-
-
-def _attention_page_per_token(vc, backend) -> int:
-    """Bytes of one token of one attention layer, as ``_align_hybrid_block_size``
-    computes it (``customize_spec`` of a 1-token ``FullAttentionSpec``; MLA:
-    a 1-token ``MLAAttentionSpec``)."""
-    from vllm.config.vllm import set_current_vllm_config
-    from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
-    from vllm.v1.kv_cache_interface import (
-        FullAttentionSpec,
-        MLAAttentionSpec,
-        get_kv_quant_mode,
-    )
-
-    mc, pc, cc = vc.model_config, vc.parallel_config, vc.cache_config
-    dtype = kv_cache_dtype_str_to_dtype(cc.cache_dtype, mc)
-    quant = get_kv_quant_mode(cc.cache_dtype)
-    if mc.use_mla:
-        return MLAAttentionSpec(
-            block_size=1, num_kv_heads=mc.get_num_kv_heads(pc), head_size=mc.get_head_size(),
-            dtype=dtype, cache_dtype_str=cc.cache_dtype, kv_quant_mode=quant,
-        ).page_size_bytes
-    spec = FullAttentionSpec(
-        block_size=1, num_kv_heads=mc.get_num_kv_heads(pc), head_size=mc.get_head_size(),
-        dtype=dtype, kv_quant_mode=quant,
-    )
-    with set_current_vllm_config(vc):
-        return backend.customize_spec(spec).page_size_bytes
-
-
-def _group_infos(cfg, kernel_block_sizes, built) -> tuple[GroupInfo, ...]:
-    out = []
-    for gid, g in enumerate(cfg.kv_cache_groups):
-        backend = built.backends.get(g.layer_names[0]) if g.layer_names else None
-        out.append(GroupInfo(
-            index=gid, layer_names=tuple(g.layer_names), kv_cache_spec=g.kv_cache_spec,
-            kernel_block_size=int(kernel_block_sizes[gid]),
-            backend=backend.get_name() if backend is not None else None,
-            enable_kv_transfer=bool(g.enable_kv_transfer), is_eagle_group=bool(g.is_eagle_group),
-        ))
-    return tuple(out)
-
-
-def _layout_facts(vc, built) -> dict[str, Any]:
-    """The cache's page sizes and the attention backend, read from the build."""
-    from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec
-
-    specs = built.layer_specs
-    backend = next((built.backends[n] for n, s in specs.items()
-                    if isinstance(s, AttentionSpec) and n in built.backends), None)
-    mamba = next((s for s in specs.values() if isinstance(s, MambaSpec)), None)
-    return {
-        "backend": backend,
-        "mamba_page_size": (dataclasses.replace(mamba, page_size_padded=None).page_size_bytes
-                            if mamba else None),
-        "attention_page_bytes_per_token": (_attention_page_per_token(vc, backend)
-                                           if backend else None),
-    }
-
-
-def _config_facts(vc, built) -> dict[str, Any]:
-    """What the plan reads of vLLM's configs, once."""
-    mc, cc, pc = vc.model_config, vc.cache_config, vc.parallel_config
-    return {
-        "tensor_parallel_size": int(pc.tensor_parallel_size),
-        "decode_context_parallel_size": int(pc.decode_context_parallel_size),
-        "kv_cache_dtype": str(cc.cache_dtype),
-        "model_dtype": str(mc.dtype).removeprefix("torch."),
-        "mamba_ssm_cache_dtype": str(cc.mamba_ssm_cache_dtype),
-        "mamba_cache_mode": str(cc.mamba_cache_mode),
-        "enable_prefix_caching": bool(cc.enable_prefix_caching),
-        "mamba_page_size_padded": cc.mamba_page_size_padded,
-        "kv_cache_layout": cc.get_resolved_kv_cache_layout(),
-        "kv_cache_layout_name": str(cc.kv_cache_layout),
-        "prefix_match_unit": cc.prefix_match_unit,
-        "block_size": int(cc.block_size),
-        "max_model_len": int(mc.max_model_len),
-        "model_max_model_len": int(built.vllm_config.model_config.max_model_len),
-        "served_model": str(mc.model),
-        "use_mla": bool(mc.use_mla),
-        "total_num_kv_heads": int(mc.get_total_num_kv_heads()),
-        "num_kv_heads": int(mc.get_num_kv_heads(pc)),
-        "head_size": int(mc.get_head_size()),
-        "mla_dims": _mla_dims(mc),
-    }
-
-
-def _mla_dims(mc) -> tuple[int, int] | None:
-    """``(kv_lora_rank, qk_rope_head_dim)`` of an MLA model's text config."""
-    hf = mc.hf_text_config
-    rank, rope = getattr(hf, "kv_lora_rank", None), getattr(hf, "qk_rope_head_dim", None)
-    return (int(rank), int(rope)) if mc.use_mla and rank and rope else None
-
-
 def _one_block_bytes(vc, built) -> int:
     """Bytes one block id costs in a layout that holds no block: the first
     tensor's size in the layout ``get_kv_cache_configs`` builds with
@@ -849,7 +645,7 @@ def _plan_from_build(src: ModelSource, gpu: GPU, r: PlanRequest, built) -> Plan:
     # refuse a prefix_match_unit the groups' block sizes do not allow
     resolve_kv_cache_block_sizes(cfg, vc)
     one_block = _one_block_bytes(vc, built) if cfg.kv_cache_tensors and not cfg.num_blocks else 0
-    kernel_block_sizes = tuple(int(k) for k in _kernel_block_sizes(cfg, built))
+    kernels = tuple(int(k) for k in kernel_block_sizes(cfg, built))
     tokens, concurrency = get_kv_cache_capacity(vc, cfg)
     pins = tuple(cdiv(g.kv_cache_spec.max_memory_usage_bytes(vc), g.kv_cache_spec.page_size_bytes)
                  for g in cfg.kv_cache_groups)
@@ -858,7 +654,7 @@ def _plan_from_build(src: ModelSource, gpu: GPU, r: PlanRequest, built) -> Plan:
     draft_names = set(built.drafter.layer_names) if built.drafter is not None else set()
     layers = tuple(
         LayerInfo(i, name, layer_kind(spec), getattr(spec, "sliding_window", None),
-                  _mixer(spec), bool(getattr(spec, "is_draft", False)) or name in draft_names)
+                  mixer(spec), bool(getattr(spec, "is_draft", False)) or name in draft_names)
         for i, (name, spec) in enumerate(specs.items())
     )
     tensors = tuple(TensorInfo(int(t.size), tuple(t.layers), int(t.layer_stride),
@@ -866,16 +662,16 @@ def _plan_from_build(src: ModelSource, gpu: GPU, r: PlanRequest, built) -> Plan:
     return Plan(
         model=src, gpu=gpu, request=r, layers=layers, layer_specs=specs,
         layer_classes=built.layer_classes, layer_backends=built.backends,
-        groups=_group_infos(cfg, kernel_block_sizes, built), tensors=tensors,
+        groups=group_infos(cfg, kernels, built), tensors=tensors,
         num_blocks=int(cfg.num_blocks), kv_cache_memory_bytes=memory,
-        kernel_block_sizes=kernel_block_sizes,
+        kernel_block_sizes=kernels,
         admission=admission, decisions=built.decisions, weight_bytes=built.weight_bytes,
         kv_cache_size_tokens=int(tokens), max_concurrency=float(concurrency),
         kv_tp_replicas=int(cfg.kv_tp_replicas), drafter=built.drafter, blocks_per_request=pins,
         vllm_version=installed_release().version, extensible_kv_cache=extensible,
         gpu_memory_utilization=utilization,
         _vllm_config=vc, _kv_cache_config=cfg, _build=built, _one_block_bytes=one_block,
-        **_config_facts(vc, built), **_layout_facts(vc, built),
+        **config_facts(vc, built), **layout_facts(vc, built),
     )
 
 

@@ -427,7 +427,8 @@ def capacity(
     (:func:`kvexplore.offloading.sizing.host_sizing`, with
     ``offload_extra_config`` as ``kv_connector_extra_config``).  Refuses
     ``num_blocks`` with a model (the cache is sized from memory) and a
-    utilization that leaves no KV cache memory.
+    utilization that leaves no KV cache memory, and pipeline parallelism
+    (the cache is sized over every stage's worker: :func:`kvexplore.plan`).
     """
     if gpu_memory_utilization is not None:
         as_fraction("gpu_memory_utilization", gpu_memory_utilization)
@@ -440,6 +441,12 @@ def capacity(
     if gpu_memory_utilization is not None and not isinstance(model, Plan):
         plan_kwargs = {**plan_kwargs, "gpu_memory_utilization": gpu_memory_utilization}
     p = _plan_of(model, plan_kwargs)
+    if p.pipeline_parallel_size > 1:
+        raise KVExploreError(
+            f"capacity() answers for one worker's memory, but pipeline_parallel_size="
+            f"{p.pipeline_parallel_size} sizes every stage's cache to the fewest blocks of any "
+            "stage; expected pipeline_parallel_size=1 (plan() gives that num_blocks)"
+        )
     util = (p.gpu_memory_utilization if gpu_memory_utilization is None
             else float(gpu_memory_utilization))
     given_kv = p.request.kv_cache_memory_bytes

@@ -16,9 +16,9 @@ from kvexplore import KVExploreError
 from kvexplore.cli import build_parser
 from kvexplore.planning import release
 from kvexplore.planning.inputs import (
-    MEMORY_KEYWORDS,
     PLAN_DEFAULTS,
     PLAN_KEYWORDS,
+    POST_BUILD_KEYWORDS,
     PlanRequest,
     keyword_fields,
 )
@@ -73,14 +73,15 @@ def test_request_is_frozen_hashable_and_picklable():
     assert r.replace(block_size=32).block_size == 32 and r.replace(block_size=32) != r
 
 
-def test_build_request_drops_only_the_memory_keywords():
+def test_build_request_drops_only_the_memory_keywords_and_the_stage():
     r = PlanRequest(num_blocks=8, max_model_len=4096, gpu_memory_utilization=0.5, block_size=32)
     b = r.build_request()
-    assert {name: getattr(b, name) for name in MEMORY_KEYWORDS} == {
-        name: PLAN_DEFAULTS[name] for name in MEMORY_KEYWORDS}
+    assert {name: getattr(b, name) for name in POST_BUILD_KEYWORDS} == {
+        name: PLAN_DEFAULTS[name] for name in POST_BUILD_KEYWORDS}
     assert b.block_size == 32
-    assert set(MEMORY_KEYWORDS) == {"max_model_len", "num_blocks", "kv_cache_memory_bytes",
-                                    "gpu_memory_utilization", "enable_extensible_kv_cache"}
+    assert set(POST_BUILD_KEYWORDS) == {"max_model_len", "num_blocks", "kv_cache_memory_bytes",
+                                    "gpu_memory_utilization", "enable_extensible_kv_cache",
+                                    "pipeline_parallel_rank"}
     assert b == PlanRequest(block_size=32)
 
 

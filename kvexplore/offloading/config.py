@@ -223,8 +223,12 @@ def offload_config(plan: Plan, options: OffloadOptions | None = None, **kwargs: 
     TP and DCP come from ``plan``; the rest is an
     :class:`~kvexplore.offloading.options.OffloadOptions` (``options``), its
     fields given as keywords overriding it (:data:`OFFLOAD_KEYWORDS`);
-    ``VLLM_DP_RANK_LOCAL`` takes its default.  With PP > 1 the plan's
-    ``KVCacheConfig`` still lists every layer (one stage's share is not modelled).
+    ``VLLM_DP_RANK_LOCAL`` takes its default.  A plan of one pipeline stage
+    (``plan(..., pipeline_parallel_size=N)``) gives the PP size and its
+    worker's layers; a different ``pipeline_parallel_size`` option is refused.
+    With a plan of one stage and ``pipeline_parallel_size > 1`` as an option,
+    the plan's ``KVCacheConfig`` lists every layer (as one stage's worker
+    would not).
 
     Raises :class:`OffloadConfigError` (a ``ValueError``, with ``code``) where
     vLLM raises or asserts, with the same facts, and ``KVExploreError`` for
@@ -239,6 +243,14 @@ def offload_config(plan: Plan, options: OffloadOptions | None = None, **kwargs: 
         )
     else:
         o = options.replace(**kwargs)
+    stages = getattr(plan, "pipeline_parallel_size", 1)
+    if stages > 1 and o.pipeline_parallel_size != stages:
+        if o.pipeline_parallel_size != 1:
+            raise KVExploreError(
+                f"pipeline_parallel_size={o.pipeline_parallel_size} differs from the plan's "
+                f"{stages} stages; expected {stages} (or leave it to the plan)"
+            )
+        o = o.replace(pipeline_parallel_size=stages)
     d = derive(plan, o)
     return OffloadResult(plan, o, d, build_config(plan, o, d))
 

@@ -90,12 +90,17 @@ class Admission:
         return f"refused by {self.release} at start-up: {self.message}"
 
 
-def kv_cache_config_with_admission(vc, built, kv_cache_memory_bytes: int | None):
-    """``get_kv_cache_configs`` as the engine core calls it on the build's
-    specs and groups, keeping the verdict of its admission check
-    (:class:`Admission`) instead of raising it.  Without
-    ``kv_cache_memory_bytes`` the config's ``num_gpu_blocks_override``
-    decides the block count.  Returns ``(KVCacheConfig, Admission | None)``."""
+def kv_cache_config_with_admission(vc, stages: tuple, memory: list, rank: int = 0):
+    """``get_kv_cache_configs`` as the engine core calls it on every pipeline
+    stage's worker (``stages``: one build each, one without pipeline
+    parallelism, with the global groups; ``memory``: each worker's KV cache
+    bytes), keeping the verdict of its admission check (:class:`Admission`)
+    instead of raising it.  A memory of ``None`` lets the config's
+    ``num_gpu_blocks_override`` decide the block count.
+
+    Returns ``(KVCacheConfig of stage rank, Admission | None)``: the verdict
+    of the first worker vLLM would refuse, else stage ``rank``'s.  Every
+    worker's config has the fewest blocks of any (vLLM sizes them alike)."""
     kcp = release.kv_cache_planning()
     seen: list[Admission] = []
     original = kcp._check_enough_kv_cache_memory
@@ -112,14 +117,15 @@ def kv_cache_config_with_admission(vc, built, kv_cache_memory_bytes: int | None)
             )
         )
 
-    specs = dict(built.layer_specs)
-    memory = kv_cache_memory_bytes or 1  # num_gpu_blocks_override decides
-    with emulate(built.gpu, meta_tensors=False), patch_attributes(
+    workers = [dict(b.layer_specs) for b in stages]
+    memory = [m or 1 for m in memory]  # 1: num_gpu_blocks_override decides
+    with emulate(stages[rank].gpu, meta_tensors=False), patch_attributes(
         [(kcp, "_check_enough_kv_cache_memory", check)]
     ):
-        cfg = release.kv_cache_config(vc, specs, memory, built.groups)
+        cfg = release.kv_cache_configs(vc, workers, memory, stages[rank].groups)[rank]
     cfg.kv_cache_layout = vc.cache_config.kv_cache_layout
-    admission = seen[0] if seen else None
+    refused = [a for a in seen if not a.ok]
+    admission = refused[0] if refused else (seen[min(rank, len(seen) - 1)] if seen else None)
     if admission is not None and vc.model_config.max_model_len != before:
         admission = dataclasses.replace(admission, auto_fit_from=before)
     return cfg, admission

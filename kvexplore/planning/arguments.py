@@ -120,11 +120,6 @@ NOT_CACHE_ARGUMENTS: dict[str, str] = _each({
 #: change) the KV cache's layout, size or admission but are not ``plan()``
 #: keywords: name -> what they change and why ``plan()`` does not take them.
 UNPLANNED_CACHE_ARGUMENTS: dict[str, str] = _each({
-    ("pipeline_parallel_size",):
-        "each stage's worker registers only its own layers (PPMissingLayer for the others) "
-        "and the engine core sizes one num_blocks over every stage's worker "
-        "(get_kv_cache_configs over all workers' specs and memory); a plan is one worker, so "
-        "it would need a stage keyword and every stage's build, which plan() does not do",
     ("prefill_context_parallel_size",):
         "shards each request's KV over PCP ranks (as decode_context_parallel_size does); "
         "offload_config takes it for the connector, plan() does not shard by it",

@@ -235,6 +235,13 @@ def _num_blocks_line(p) -> str:
     source = ("given (kv_cache_memory_bytes)" if given.kv_cache_memory_bytes is not None else
               f"the low end of {how} on the {p.gpu.name} at gpu_memory_utilization "
               f"{p.gpu_memory_utilization:g} (capacity() itemises it)")
+    if p.pipeline_parallel_size > 1:
+        own = p.kv_cache_memory_bytes // p.bytes_per_block if p.bytes_per_block else 0
+        return (f"{p.num_blocks:,} = the fewest of the {p.pipeline_parallel_size} pipeline "
+                "stages' workers, each its KV cache memory // its bytes per block id "
+                f"(get_kv_cache_configs); stage {p.pipeline_parallel_rank}: "
+                f"{p.kv_cache_memory_bytes:,} B // {per_block} per block id = {own:,}; "
+                f"KV cache memory: {source}")
     return (f"{p.num_blocks:,} = {p.kv_cache_memory_bytes:,} B // {per_block} per block id "
             f"(get_kv_cache_configs); KV cache memory: {source}")
 

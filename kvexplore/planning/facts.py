@@ -193,6 +193,8 @@ def config_facts(vc, built) -> dict[str, Any]:
     return {
         "tensor_parallel_size": int(pc.tensor_parallel_size),
         "decode_context_parallel_size": int(pc.decode_context_parallel_size),
+        "pipeline_parallel_size": int(pc.pipeline_parallel_size),
+        "pipeline_parallel_rank": int(built.pipeline_rank),
         "kv_cache_dtype": str(cc.cache_dtype),
         "model_dtype": str(mc.dtype).removeprefix("torch."),
         "mamba_ssm_cache_dtype": str(cc.mamba_ssm_cache_dtype),

@@ -108,6 +108,10 @@ def _int_or_none(name: str, value: Any) -> int | None:
     return as_int(name, value, allow_none=True)
 
 
+def _index(name: str, value: Any) -> int:
+    return as_int(name, value, minimum=0)
+
+
 def _fraction_or_none(name: str, value: Any) -> float | None:
     return None if value is None else as_fraction(name, value)
 
@@ -292,6 +296,12 @@ class PlanRequest:
         "auto", _choice_of(MAMBA_SSM_DTYPES),
         "the Mamba conv (and, with mamba_ssm_cache_dtype 'auto', SSM) state's data type "
         "(vLLM's --mamba-cache-dtype)", choices=MAMBA_SSM_DTYPES)
+    pipeline_parallel_size: int = keyword(
+        1, as_int, "pipeline stages; each stage's worker registers only its layers "
+        "(vLLM's --pipeline-parallel-size)", flags=("--pp", "--pipeline-parallel-size"), cli="int")
+    pipeline_parallel_rank: int = keyword(
+        0, _index, "the pipeline stage whose worker the plan shows (0 to "
+        "pipeline_parallel_size - 1)", cli="int", engine=False, build=False)
     data_parallel_size: int = keyword(
         1, as_int, "engine replicas; MoE layers are sharded over DP x TP ranks "
         "(vLLM's --data-parallel-size)", flags=("--dp", "--data-parallel-size"), cli="int")
@@ -317,6 +327,18 @@ class PlanRequest:
             raise KVExploreError(
                 f"give num_blocks ({self.num_blocks}) or kv_cache_memory_bytes "
                 f"({self.kv_cache_memory_bytes}), not both"
+            )
+        if not 0 <= self.pipeline_parallel_rank < self.pipeline_parallel_size:
+            raise KVExploreError(
+                f"pipeline_parallel_rank={self.pipeline_parallel_rank} is not a stage of "
+                f"pipeline_parallel_size={self.pipeline_parallel_size}; expected 0 to "
+                f"{self.pipeline_parallel_size - 1}"
+            )
+        if self.pipeline_parallel_size > 1 and self.speculative_config:
+            raise KVExploreError(
+                f"speculative_config with pipeline_parallel_size={self.pipeline_parallel_size} "
+                "is not planned: kvexplore builds a drafter only without pipeline parallelism; "
+                "expected pipeline_parallel_size=1"
             )
         from kvexplore.planning.release import require_engine_arguments
 
@@ -440,8 +462,9 @@ PLAN_KEYWORDS: tuple[str, ...] = tuple(f.name for f in _KEYWORD_FIELDS)
 PLAN_DEFAULTS: dict[str, Any] = {f.name: f.default for f in _KEYWORD_FIELDS}
 
 #: ``plan()`` keywords the model build does not depend on (a plan that changes
-#: only these reuses the build).
-MEMORY_KEYWORDS: tuple[str, ...] = tuple(f.name for f in _KEYWORD_FIELDS
+#: only these reuses the build): the memory and admission keywords, and the
+#: pipeline stage shown (every stage is built).
+POST_BUILD_KEYWORDS: tuple[str, ...] = tuple(f.name for f in _KEYWORD_FIELDS
                                          if not f.metadata["build"])
 
 
@@ -449,7 +472,7 @@ __all__ = [
     "KV_CACHE_LAYOUTS",
     "MAMBA_CACHE_MODES",
     "MAMBA_SSM_DTYPES",
-    "MEMORY_KEYWORDS",
+    "POST_BUILD_KEYWORDS",
     "MODEL_DTYPES",
     "PLAN_DEFAULTS",
     "PLAN_KEYWORDS",

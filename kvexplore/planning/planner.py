@@ -132,6 +132,12 @@ class Plan(Displayable):
     """``ParallelConfig.tensor_parallel_size``."""
     decode_context_parallel_size: int
     """``ParallelConfig.decode_context_parallel_size``."""
+    pipeline_parallel_size: int
+    """``ParallelConfig.pipeline_parallel_size``."""
+    pipeline_parallel_rank: int
+    """The pipeline stage whose worker this plan is (0 without pipeline
+    parallelism): :attr:`layers`, :attr:`groups` and :attr:`tensors` are that
+    worker's."""
     kv_cache_dtype: str
     """``CacheConfig.cache_dtype`` (``auto``: the model dtype)."""
     model_dtype: str
@@ -382,6 +388,9 @@ class Plan(Displayable):
             ("gpu", str(self.gpu)),
             ("tensor_parallel_size", self.tensor_parallel_size),
             ("decode_context_parallel_size", self.decode_context_parallel_size),
+            *([("pipeline_parallel_size", self.pipeline_parallel_size),
+               ("pipeline_parallel_rank", self.pipeline_parallel_rank)]
+              if self.pipeline_parallel_size > 1 else []),
             ("attention_backend", self.attention_backend or "none (attention-free)"),
             ("kv_cache_dtype", self.kv_cache_dtype),
             ("mamba_ssm_cache_dtype", self.mamba_ssm_cache_dtype),
@@ -427,7 +436,9 @@ class Plan(Displayable):
         return (
             f"Plan({self.model.name!r}, gpu={self.gpu.name}, "
             f"tp={self.tensor_parallel_size}, dcp={self.decode_context_parallel_size}, "
-            f"backend={self.attention_backend}, block_size={self.block_size}{pad}, "
+            + (f"pp={self.pipeline_parallel_size} (stage {self.pipeline_parallel_rank}), "
+               if self.pipeline_parallel_size > 1 else "")
+            + f"backend={self.attention_backend}, block_size={self.block_size}{pad}, "
             f"groups={len(self.groups)}, kernel_block_sizes={list(self.kernel_block_sizes)}, "
             f"num_blocks={self.num_blocks})"
         )
@@ -480,6 +491,8 @@ def plan(
     mamba_block_size: int | None = None,
     prefix_match_unit: int | None = None,
     mamba_cache_dtype: str = "auto",
+    pipeline_parallel_size: int = 1,
+    pipeline_parallel_rank: int = 0,
     data_parallel_size: int = 1,
     enable_expert_parallel: bool = False,
     quantization: str | None = None,
@@ -503,7 +516,11 @@ def plan(
     ``--mamba-block-size`` (prefix caching only; in ``align`` mode vLLM sets
     it to the block size), ``--prefix-match-unit`` (checked as the engine
     core's ``resolve_kv_cache_block_sizes`` checks it),
-    ``--mamba-cache-dtype``, ``--data-parallel-size`` and
+    ``--mamba-cache-dtype``, ``--pipeline-parallel-size`` (the plan is the
+    worker of stage ``pipeline_parallel_rank``: its layers, vLLM's groups
+    over every stage's layers projected onto them, and the fewest blocks any
+    stage's memory holds, as ``get_kv_cache_configs`` gives each worker),
+    ``--data-parallel-size`` and
     ``--enable-expert-parallel`` (the plan is DP rank 0's worker: MoE layers
     are sharded or, with expert parallelism, split over DP x TP ranks),
     ``--quantization`` (a quantized checkpoint's method; vLLM's online
@@ -537,15 +554,16 @@ def plan(
 
 @functools.lru_cache(maxsize=1024)
 def _cached_plan(src: ModelSource, gpu: GPU, request: PlanRequest) -> Plan:
-    built = _cached_build(src, gpu, request.build_request())
-    return _quoting_vllm(src, gpu, request, _plan_from_build, src, gpu, request, built)
+    stages = _cached_build(src, gpu, request.build_request())
+    return _quoting_vllm(src, gpu, request, _plan_from_build, src, gpu, request, stages)
 
 
 @functools.lru_cache(maxsize=64)
-def _cached_build(src: ModelSource, gpu: GPU, build_request: PlanRequest):
-    from kvexplore.planning.worker import build_model
+def _cached_build(src: ModelSource, gpu: GPU, build_request: PlanRequest) -> tuple:
+    """Every pipeline stage's build (:func:`kvexplore.planning.worker.build_stages`)."""
+    from kvexplore.planning.worker import build_stages
 
-    return _quoting_vllm(src, gpu, build_request, build_model, str(src.config_dir), gpu,
+    return _quoting_vllm(src, gpu, build_request, build_stages, str(src.config_dir), gpu,
                          build_request.engine_kwargs(), build_request.kv_cache_layout)
 
 
@@ -614,7 +632,7 @@ def _sizing(gpu: GPU, vc, r: PlanRequest) -> tuple[bool, float]:
         vc.cache_config, r.gpu_memory_utilization, extensible)
 
 
-def _one_block_bytes(vc, built) -> int:
+def _one_block_bytes(vc, stages: tuple, rank: int) -> int:
     """Bytes one block id costs in a layout that holds no block: the first
     tensor's size in the layout ``get_kv_cache_configs`` builds with
     ``num_gpu_blocks_override=1`` (what ``plan(..., num_blocks=1)`` builds)."""
@@ -622,29 +640,35 @@ def _one_block_bytes(vc, built) -> int:
     one.cache_config = copy.copy(vc.cache_config)
     one.cache_config.num_gpu_blocks_override = 1
     one.cache_config.kv_cache_memory_bytes = None
-    cfg, _ = kv_cache_config_with_admission(one, built, None)
+    cfg, _ = kv_cache_config_with_admission(one, stages, [None] * len(stages), rank)
     return int(cfg.kv_cache_tensors[0].size)
 
 
-def _plan_from_build(src: ModelSource, gpu: GPU, r: PlanRequest, built) -> Plan:
+def _plan_from_build(src: ModelSource, gpu: GPU, r: PlanRequest, stages: tuple) -> Plan:
+    """The plan of pipeline stage ``r.pipeline_parallel_rank``'s worker (the
+    only one without pipeline parallelism): the engine core sizes every
+    stage's cache from its own memory and gives each the fewest blocks."""
     from vllm.v1.core.kv_cache_utils import (
         get_kv_cache_capacity,
         resolve_kv_cache_block_sizes,
     )
 
+    built = stages[r.pipeline_parallel_rank]
     if not built.layer_specs:
         raise KVExploreError(
             f"{src.name} ({src.architecture}) registers no KV-cache layer with {release_name()} "
             "(e.g. num_hidden_layers=0); expected at least one attention or state layer"
         )
+    rank = r.pipeline_parallel_rank
     vc = _plan_vllm_config(src, built, r)
     extensible, utilization = _sizing(gpu, vc, r)
-    memory = _kv_cache_memory(gpu, built, r, utilization, extensible)
-    cfg, admission = kv_cache_config_with_admission(vc, built, memory)
+    memories = [_kv_cache_memory(gpu, b, r, utilization, extensible) for b in stages]
+    memory = memories[rank]
+    cfg, admission = kv_cache_config_with_admission(vc, stages, memories, rank)
     # the engine core's next step: the scheduler and hash block sizes, which
     # refuse a prefix_match_unit the groups' block sizes do not allow
     resolve_kv_cache_block_sizes(cfg, vc)
-    one_block = _one_block_bytes(vc, built) if cfg.kv_cache_tensors and not cfg.num_blocks else 0
+    one_block = _one_block_bytes(vc, stages, rank) if cfg.kv_cache_tensors and not cfg.num_blocks else 0
     kernels = tuple(int(k) for k in kernel_block_sizes(cfg, built))
     tokens, concurrency = get_kv_cache_capacity(vc, cfg)
     pins = tuple(cdiv(g.kv_cache_spec.max_memory_usage_bytes(vc), g.kv_cache_spec.page_size_bytes)

@@ -126,18 +126,24 @@ def _native_ops(model) -> list:
 
 
 def _traced_forward(built, tokens: int, seqs: int) -> tuple[int, int, str | None]:
-    """``(forward peak, logits peak, why not traced)`` of the dummy run."""
+    """``(forward peak, logits peak, why not traced)`` of the dummy run of
+    ``built``'s pipeline stage: a stage after the first starts from the
+    model's ``make_empty_intermediate_tensors`` (allocated inside the
+    measured forward, as ``_dummy_run`` keeps them), and only the last stage
+    computes logits (``profile_run`` samples on the last rank only)."""
     from vllm.config import set_current_vllm_config
     from vllm.forward_context import set_forward_context
 
     from kvexplore.planning.worker import parallel_groups
 
     vc, model = built.vllm_config, built.model
+    stages = int(vc.parallel_config.pipeline_parallel_size)
+    first, last = built.pipeline_rank == 0, built.pipeline_rank == stages - 1
     ctx = vc.compilation_config.static_forward_context
     with contextlib.ExitStack() as stack:
         stack.enter_context(emulate(built.gpu))
         stack.enter_context(set_current_vllm_config(vc))
-        stack.enter_context(parallel_groups(vc))
+        stack.enter_context(parallel_groups(vc, built.pipeline_rank))
         stack.enter_context(patch_attributes(_native_ops(model)))
         ctx.update(built.forward_context)
         stack.callback(ctx.clear)
@@ -147,9 +153,14 @@ def _traced_forward(built, tokens: int, seqs: int) -> tuple[int, int, str | None
             forward, logits = LiveBytes(), LiveBytes()
             with set_forward_context(None, vc), torch.inference_mode():
                 with forward:
-                    hidden = model(input_ids=ids, positions=positions)
-                with logits:
-                    model.compute_logits(hidden[:seqs])
+                    stage = {} if first else {"intermediate_tensors":
+                                              model.make_empty_intermediate_tensors(
+                                                  batch_size=tokens, dtype=vc.model_config.dtype,
+                                                  device="meta")}
+                    hidden = model(input_ids=ids, positions=positions, **stage)
+                if last:
+                    with logits:
+                        model.compute_logits(hidden[:seqs])
             return forward.peak, logits.peak, None
         except Exception as exc:  # a model whose forward cannot run on meta tensors
             return 0, 0, f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
@@ -176,6 +187,14 @@ def _activation(built, forward: int, logits: int, why: str | None) -> Term:
     vc = built.vllm_config
     mc, sc = vc.model_config, vc.scheduler_config
     tokens, seqs = int(sc.max_num_batched_tokens), int(sc.max_num_seqs)
+    traced = (f"forward of {tokens} tokens traced on meta tensors: {forward / GiB:.2f} GiB peak"
+              if why is None else f"forward not traced ({why})")
+    stages = int(vc.parallel_config.pipeline_parallel_size)
+    if built.pipeline_rank < stages - 1:
+        return Term(forward, forward, (
+            f"ESTIMATE {forward / GiB:.2f} GiB: {traced}; no sampler on pipeline stage "
+            f"{built.pipeline_rank} of {stages} (gpu_model_runner profile_run samples on the "
+            "last rank only)"))
     vocab, hidden = mc.get_vocab_size(), mc.get_hidden_size()
     elem = mc.dtype.itemsize
     if not logits:
@@ -184,8 +203,6 @@ def _activation(built, forward: int, logits: int, why: str | None) -> Term:
     kept = tokens * hidden * elem
     low = max(forward, logits + SAMPLER_FP32_COPIES[0] * fp32)
     high = max(forward, kept + logits + SAMPLER_FP32_COPIES[1] * fp32)
-    traced = (f"forward of {tokens} tokens traced on meta tensors: {forward / GiB:.2f} GiB peak"
-              if why is None else f"forward not traced ({why})")
     return Term(low, high, (
         f"ESTIMATE {low / GiB:.2f}-{high / GiB:.2f} GiB = max(forward, sampler): {traced}; "
         f"sampler over {seqs} max_num_seqs x {vocab} vocab: logits {logits / GiB:.2f} GiB + "

@@ -131,22 +131,23 @@ def kv_cache_planning():
     return module
 
 
-def global_kv_cache_groups(vc, specs: dict) -> list | None:
-    """The engine core's groups for one worker's ``specs``
-    (``get_global_kv_cache_groups``) where the release groups layers before
+def global_kv_cache_groups(vc, workers: list[dict]) -> list | None:
+    """The engine core's groups over ``workers`` (one spec dict per worker:
+    ``get_global_kv_cache_groups``) where the release groups layers before
     ``get_kv_cache_configs``; ``None`` where ``get_kv_cache_configs`` groups
     them itself."""
     fn = getattr(kv_cache_planning(), "get_global_kv_cache_groups", None)
-    return None if fn is None else fn(vc, [specs])
+    return None if fn is None else fn(vc, workers)
 
 
-def kv_cache_config(vc, specs: dict, memory: int, groups: list | None):
-    """``get_kv_cache_configs`` for one worker, called as the release's engine
-    core calls it (with the global groups where it takes them)."""
+def kv_cache_configs(vc, workers: list[dict], memory: list[int], groups: list | None) -> list:
+    """``get_kv_cache_configs`` over ``workers`` (one spec dict and one memory
+    per worker), called as the release's engine core calls it (with the
+    global groups where it takes them): one ``KVCacheConfig`` per worker."""
     fn = kv_cache_planning().get_kv_cache_configs
     if groups is None:
-        return fn(vc, [specs], [memory])[0]
-    return fn(vc, [specs], [memory], list(groups))[0]
+        return fn(vc, workers, memory)
+    return fn(vc, workers, memory, list(groups))
 
 
 def finish_groups(vc, groups: list | None) -> None:
@@ -451,7 +452,7 @@ __all__ = [
     "global_kv_cache_groups",
     "in_window",
     "installed_release",
-    "kv_cache_config",
+    "kv_cache_configs",
     "kv_cache_dtypes",
     "kv_cache_planning",
     "prefill_checkpoint_alignment",

@@ -22,6 +22,7 @@ DCP and DP coordinators report the requested world sizes (rank 0's view).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import socket
 import threading
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ class BuiltModel:
     groups: tuple | None
     decisions: FrozenDict
     weight_bytes: int
+    pipeline_rank: int = 0
     drafter: Drafter | None = None
     model: Any = field(default=None, repr=False)
     forward_context: FrozenDict = field(default_factory=FrozenDict, repr=False)
@@ -84,10 +86,15 @@ def _ensure_distributed() -> None:
 
 
 @contextlib.contextmanager
-def parallel_groups(vc):
-    """vLLM's model-parallel groups, with rank 0's view of the TP, DCP and DP
-    sizes (a fused MoE layer reads the DP size: its experts are sharded, or
-    with expert parallelism split, over DP x TP ranks; FusedMoEParallelConfig.make)."""
+def parallel_groups(vc, pipeline_rank: int = 0):
+    """vLLM's model-parallel groups, with the view of the worker at TP rank 0
+    of pipeline stage ``pipeline_rank``: the TP, DCP, DP and PP sizes as
+    configured (a fused MoE layer reads the DP size: its experts are sharded,
+    or with expert parallelism split, over DP x TP ranks;
+    FusedMoEParallelConfig.make), and the PP group's rank, which decides the
+    layers the stage builds (``make_layers`` / ``get_pp_indices``,
+    ``vllm/model_executor/models/utils.py``) and whether it holds the
+    embedding and the head (``is_first_rank`` / ``is_last_rank``)."""
     from vllm.distributed import parallel_state as ps
 
     pc = vc.parallel_config
@@ -100,10 +107,16 @@ def parallel_groups(vc):
         _ensure_distributed()
         ps.destroy_model_parallel()
         ps.initialize_model_parallel(1, 1)
+    pp = ps.get_pp_group()
+    stages = int(pc.pipeline_parallel_size)
     pairs = [
         (ps.get_tp_group(), "world_size", pc.tensor_parallel_size),
         (ps.get_dcp_group(), "world_size", pc.decode_context_parallel_size),
         (ps.get_dp_group(), "world_size", pc.data_parallel_size),
+        (pp, "world_size", stages),
+        (pp, "ranks", list(range(stages))),
+        (pp, "rank", pipeline_rank),
+        (pp, "rank_in_group", pipeline_rank),
     ]
     with patch_attributes(pairs):
         yield
@@ -149,9 +162,10 @@ def _alignment_recorder(platform, record: dict) -> list:
     return [(cls, "_align_hybrid_block_size", staticmethod(align))]
 
 
-def _resolved_groups(vc, specs: dict, kv_cache_layout: str | None) -> list | None:
+def _resolved_groups(vc, workers: list[dict], kv_cache_layout: str | None) -> list | None:
     """Step 5 of the module docstring: the engine core's layout and, where the
-    release groups layers before sizing the cache, its global groups."""
+    release groups layers before sizing the cache, its global groups over
+    ``workers`` (one spec dict per worker)."""
     import vllm.envs as envs
     from vllm.distributed.kv_transfer.kv_connector.utils import (
         get_current_attn_backends,
@@ -164,8 +178,8 @@ def _resolved_groups(vc, specs: dict, kv_cache_layout: str | None) -> list | Non
     supported = [layout.name for layout in
                  get_supported_kv_cache_layouts(get_current_attn_backends(vc))]
     with patch_attributes([(envs, "VLLM_KV_CACHE_LAYOUT", kv_cache_layout)]):
-        resolve_kv_cache_layout(vc, [supported], specs.values())
-    groups = release.global_kv_cache_groups(vc, specs)
+        resolve_kv_cache_layout(vc, [supported], [s for w in workers for s in w.values()])
+    groups = release.global_kv_cache_groups(vc, workers)
     release.finish_groups(vc, groups)
     return groups
 
@@ -206,16 +220,19 @@ def _build_layers(vc):
 
 
 def build_model(
-    model_dir: str, gpu: GPU, engine_kwargs: dict, kv_cache_layout: str | None
+    model_dir: str, gpu: GPU, engine_kwargs: dict, kv_cache_layout: str | None,
+    pipeline_rank: int = 0,
 ) -> BuiltModel:
-    """Build the model on the meta device as vLLM's worker would on ``gpu``."""
+    """Build pipeline stage ``pipeline_rank`` of the model on the meta device
+    as vLLM's worker would on ``gpu``; ``groups`` are this stage's own (the
+    engine core's over every stage come from :func:`build_stages`)."""
     from vllm.config import set_current_vllm_config
     from vllm.platforms import current_platform
 
     record: dict = {}
     with emulate(gpu):
         vc = _engine_config(model_dir, engine_kwargs)
-        with set_current_vllm_config(vc), parallel_groups(vc):
+        with set_current_vllm_config(vc), parallel_groups(vc, pipeline_rank):
             model, weight_bytes = _build_layers(vc)
             drafter = build_drafter(vc, model)
             with patch_attributes(_alignment_recorder(current_platform, record)):
@@ -225,7 +242,7 @@ def build_model(
             ctx = vc.compilation_config.static_forward_context
             backends = {name: ctx[name].get_attn_backend() for name in specs
                         if hasattr(ctx[name], "get_attn_backend")}
-            groups = _resolved_groups(vc, specs, kv_cache_layout)
+            groups = _resolved_groups(vc, [specs], kv_cache_layout)
             decisions = _layer_decisions(vc, model, specs, record)
             classes = {name: type(ctx[name]).__name__ for name in specs}
             forward_context = FrozenDict(ctx)
@@ -239,10 +256,34 @@ def build_model(
         groups=None if groups is None else tuple(groups),
         decisions=FrozenDict(decisions),
         weight_bytes=weight_bytes,
+        pipeline_rank=pipeline_rank,
         drafter=drafter,
         model=model,
         forward_context=forward_context,
     )
 
 
-__all__ = ["BuiltModel", "build_model", "parallel_groups"]
+def build_stages(
+    model_dir: str, gpu: GPU, engine_kwargs: dict, kv_cache_layout: str | None
+) -> tuple[BuiltModel, ...]:
+    """Every pipeline stage's worker, built by :func:`build_model` (one
+    without pipeline parallelism), each with the engine core's global groups:
+    ``get_global_kv_cache_groups`` over every stage's specs, which the engine
+    core projects onto each worker (``get_kv_cache_configs``)."""
+    from vllm.config import set_current_vllm_config
+
+    stages = int(engine_kwargs.get("pipeline_parallel_size", 1))
+    built = [build_model(model_dir, gpu, engine_kwargs, kv_cache_layout, rank)
+             for rank in range(stages)]
+    if stages == 1:
+        return (built[0],)
+    vc = built[0].vllm_config
+    with emulate(gpu, meta_tensors=False), set_current_vllm_config(vc):
+        groups = release.global_kv_cache_groups(vc, [dict(b.layer_specs) for b in built])
+        for b in built:
+            release.finish_groups(b.vllm_config, groups)
+    groups = None if groups is None else tuple(groups)
+    return tuple(dataclasses.replace(b, groups=groups) for b in built)
+
+
+__all__ = ["BuiltModel", "build_model", "build_stages", "parallel_groups"]

@@ -52,8 +52,11 @@ MAX_EDIT_COORDS = 16
 
 
 def plan_head(plan) -> str:
-    """``'Qwen/Qwen3.5-0.8B on A100, tp=1'``: how every title and label starts."""
-    return f"{plan.model.name} on {plan.gpu.name}, tp={plan.tensor_parallel_size}"
+    """``'Qwen/Qwen3.5-0.8B on A100, tp=1'``: how every title and label starts
+    (``', pp=2 stage 1'`` added for one stage of a pipeline)."""
+    stage = (f", pp={plan.pipeline_parallel_size} stage {plan.pipeline_parallel_rank}"
+             if plan.pipeline_parallel_size > 1 else "")
+    return f"{plan.model.name} on {plan.gpu.name}, tp={plan.tensor_parallel_size}{stage}"
 
 
 def resolve_layer(plan, layer) -> tuple[int, Any]:

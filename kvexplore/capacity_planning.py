@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -636,7 +637,24 @@ def _capacity_key(model: Any, kwargs: dict) -> dict | None:
         return None
 
 
-def capacity_sweep(models: Iterable[Any], *, executor=None, store: Any = True,
+#: The column an output file of :func:`capacity_sweep` adds after
+#: :data:`CAPACITY_COLUMNS`: which row it is (:func:`_file_key`).
+FILE_KEY_COLUMN = "capacity_key"
+
+
+def _file_key(key: dict | None) -> str | None:
+    """The :data:`FILE_KEY_COLUMN` of a row whose :func:`_capacity_key` is
+    ``key``: the SHA-256 of its model (name and config digest), GPU, plan
+    request and capacity keywords, i.e. the store key less the vLLM release
+    and kvexplore's code version (as a sweep's file keys rows by their
+    inputs); None when ``key`` is None (the row is computed again)."""
+    if key is None:
+        return None
+    plan = {k: v for k, v in key["plan"].items() if k not in ("vllm", "kvexplore")}
+    return hashlib.sha256(canonical({"plan": plan, "capacity": key["capacity"]}).encode()).hexdigest()
+
+
+def capacity_sweep(models: Iterable[Any], *, executor=None, output=None, store: Any = True,
                    **kwargs) -> pd.DataFrame:
     """One :func:`capacity` summary row per model or plan, in order
     (:data:`CAPACITY_COLUMNS`; a refused deployment is a row with its reason
@@ -648,11 +666,20 @@ def capacity_sweep(models: Iterable[Any], *, executor=None, store: Any = True,
     possible, which builds each deployment once
     (:func:`kvexplore.fleet.run_groups`).  ``store`` (default ``True``: the
     user's answer store; ``False``: none; or a folder): rows answered before
-    are read back, rows computed are stored (:mod:`kvexplore.store`)."""
-    from kvexplore.fleet import check_executor, run_groups
+    are read back, rows computed are stored (:mod:`kvexplore.store`).
+    ``output`` (a ``.parquet`` or ``.csv`` path, checked before any work, a
+    :class:`KVExploreError` naming it when it cannot be written): the rows
+    are written as they come (:class:`kvexplore.fleet.RowFile`), with
+    :data:`FILE_KEY_COLUMN` after :data:`CAPACITY_COLUMNS`; a re-run with the
+    same file takes the rows already there (same model, plan and capacity
+    keywords, :func:`_file_key`) and computes only the others, and always
+    the rows whose key cannot be computed (a refused input)."""
+    from kvexplore.fleet import RowFile, check_executor, run_groups
     from kvexplore.store import answer_store
 
     check_executor(executor)  # a closed executor is refused before any work
+    out = (RowFile(output, [*CAPACITY_COLUMNS, FILE_KEY_COLUMN], [FILE_KEY_COLUMN])
+           if output is not None else None)
     answers = answer_store(store)
     tasks = []
     for m in models:
@@ -663,13 +690,23 @@ def capacity_sweep(models: Iterable[Any], *, executor=None, store: Any = True,
             tasks.append((m, kwargs))
     rows: list = [None] * len(tasks)
     keys: list = [None] * len(tasks)
+    file_keys: list = [None] * len(tasks)
     pending = []
     for i, task in enumerate(tasks):
-        if answers is not None:
+        if answers is not None or out is not None:
             keys[i] = _capacity_key(*task)
-            hit = answers.get(CAPACITY_KIND, keys[i]) if keys[i] is not None else None
+            file_keys[i] = _file_key(keys[i])
+        if out is not None:
+            found = out.find({FILE_KEY_COLUMN: file_keys[i]})
+            if found is not None:
+                rows[i] = {c: found[c] for c in CAPACITY_COLUMNS}
+                continue
+        if answers is not None and keys[i] is not None:
+            hit = answers.get(CAPACITY_KIND, keys[i])
             if isinstance(hit, dict) and list(hit) == list(CAPACITY_COLUMNS):
                 rows[i] = hit
+                if out is not None:
+                    out.add([{**hit, FILE_KEY_COLUMN: file_keys[i]}])
                 continue
         pending.append(i)
 
@@ -678,9 +715,17 @@ def capacity_sweep(models: Iterable[Any], *, executor=None, store: Any = True,
         rows[i] = row
         if answers is not None and keys[i] is not None:
             answers.put(CAPACITY_KIND, keys[i], row)
+        if out is not None:
+            out.add([{**row, FILE_KEY_COLUMN: file_keys[i]}])
 
-    run_groups(capacity_row, [tasks[i] for i in pending], executor, what="capacity",
-               on_result=arrived)
+    try:
+        run_groups(capacity_row, [tasks[i] for i in pending], executor, what="capacity",
+                   on_result=arrived)
+    finally:
+        if out is not None:
+            out.flush(force=True)
+    if out is not None:
+        out.finish([{**r, FILE_KEY_COLUMN: k} for r, k in zip(rows, file_keys, strict=True)])
     if answers is not None:
         answers.prune()
     return pd.DataFrame(rows, columns=list(CAPACITY_COLUMNS))
@@ -688,6 +733,7 @@ def capacity_sweep(models: Iterable[Any], *, executor=None, store: Any = True,
 
 __all__ = [
     "CAPACITY_COLUMNS",
+    "FILE_KEY_COLUMN",
     "CapacityReport",
     "capacity",
     "capacity_row",

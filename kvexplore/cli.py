@@ -13,9 +13,9 @@
 arguments and the fields of ``OffloadOptions``.  ``--verbose`` shows vLLM's
 INFO logs; vLLM's logs always go to stderr, so stdout holds only the answer.
 Every failure prints one line to stderr and exits with status 2.
-``plan --json`` and ``sweep`` answer a deployment planned before from the
-answer store (:mod:`kvexplore.store`) without building it (``plan --json``
-without importing vLLM); ``--no-cache`` skips the store.
+``plan`` and ``sweep`` answer a deployment planned before from the answer
+store (:mod:`kvexplore.store`) without building it (``plan``, text or
+``--json``, without importing vLLM); ``--no-cache`` skips the store.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from kvexplore.offloading.options import OffloadOptions
 from kvexplore.offloading.sweep import sweep
 from kvexplore.planning.gpus import gpus
 from kvexplore.planning.inputs import PLAN_KEYWORDS, keyword_fields
-from kvexplore.planning.stored import plan_facts, plan_key
+from kvexplore.planning.stored import plan_answer, plan_key, stored_plan
 from kvexplore.store import answer_store
 
 if TYPE_CHECKING:
@@ -287,31 +287,36 @@ def cmd_versions(ns) -> None:
 
 
 def plan_from_store(ns) -> bool:
-    """``plan --json`` answered from the answer store, before vLLM is
-    imported: True when the store held the plan's facts (printed)."""
-    if not ns.json or ns.no_cache:
+    """``plan`` (``--json`` or text) answered from the answer store, before
+    vLLM is imported: True when the store held what it prints (the facts,
+    or the text :func:`cmd_plan` printed), now printed the same way."""
+    if ns.no_cache:
         return False
     kwargs = _kwargs(ns, _PLAN_KEYS)
     try:
         key = plan_key(ns.model, **kwargs)
     except KVExploreError:
         return False  # the full path gives plan()'s own refusal
-    facts = answer_store(True).get("plan", key)
-    if not isinstance(facts, dict):
+    answer = stored_plan(answer_store(True), key)
+    if answer is None:
         return False
-    _print_json(facts)
+    if ns.json:
+        _print_json(answer["facts"])
+    elif answer["text"] is not None:
+        print(answer["text"])
+    else:
+        return False  # stored without its text: cmd_plan plans and stores it
     return True
 
 
 def cmd_plan(ns) -> None:
     kwargs = _kwargs(ns, _PLAN_KEYS)
+    # what a hit in the store prints (plan_from_store): the same JSON values or text
+    answer = plan_answer(ns.model, store=not ns.no_cache, text=not ns.json, **kwargs)
     if ns.json:
-        # the same JSON values a hit in the store prints (plan_from_store)
-        _print_json(plan_facts(ns.model, store=not ns.no_cache, **kwargs))
+        _print_json(answer["facts"])
     else:
-        from kvexplore.planning.planner import plan
-
-        print(plan(ns.model, **kwargs).text())
+        print(answer["text"])
 
 
 def cmd_offload(ns) -> None:

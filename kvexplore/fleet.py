@@ -331,10 +331,13 @@ class RowFile:
     Opening it checks the file before any work (:func:`check_output`) and
     reads the rows already there (:attr:`existing`, by :func:`row_key` of
     ``key_columns``); a file that cannot be read, or that holds other columns,
-    is a :class:`KVExploreError` naming it.  :meth:`add` and :meth:`flush`
-    rewrite the whole file atomically, at most every :data:`FLUSH_SECONDS`;
-    :meth:`finish` writes the sweep's rows in order, then the rows of the file
-    that belong to no task of this sweep."""
+    is a :class:`KVExploreError` naming it.  A row whose ``key_columns`` are
+    all missing (None) has no key: it is never in :attr:`existing` nor found
+    by :meth:`find` (its task runs again), and it stands for itself (all its
+    columns) when rows are merged.  :meth:`add` and :meth:`flush` rewrite the
+    whole file atomically, at most every :data:`FLUSH_SECONDS`; :meth:`finish`
+    writes the sweep's rows in order, then the rows of the file that belong to
+    no task of this sweep."""
 
     def __init__(self, path: str | os.PathLike, columns: Sequence[str],
                  key_columns: Sequence[str], flag: str = "output"):
@@ -344,6 +347,7 @@ class RowFile:
         self.columns = list(columns)
         self.key_columns = list(key_columns)
         self.existing: dict[str, dict] = {}
+        self._kept: dict[str, dict] = {}  # every row of the file, by identity
         self._rows: dict[str, dict] = {}
         self._last = 0.0
         if self.path.exists() and self.path.stat().st_size > 0:
@@ -361,13 +365,38 @@ class RowFile:
                     f"{self.columns} (another path, or remove the file)"
                 )
             for r in rows:
-                self.existing[row_key(r, self.key_columns)] = r
-        self._rows = dict(self.existing)
+                self._kept[self.identity(r)] = r
+                if self.keyed(r):
+                    self.existing[row_key(r, self.key_columns)] = r
+        self._rows = dict(self._kept)
+
+    @property
+    def rows(self) -> list[dict]:
+        """Every row the file held when it was opened, in its order."""
+        return list(self._kept.values())
+
+    def keyed(self, row: dict) -> bool:
+        """Whether ``row`` has a key: one of ``key_columns`` is not None."""
+        return any(row.get(c) is not None for c in self.key_columns)
+
+    def identity(self, row: dict) -> str:
+        """Which row of the file ``row`` replaces: its :func:`row_key`, or
+        for a row with no key, all its columns."""
+        if self.keyed(row):
+            return row_key(row, self.key_columns)
+        return "\0" + row_key(row, self.columns)
+
+    def find(self, inputs: dict) -> dict | None:
+        """The row of the file whose key columns equal ``inputs``'s; None
+        when there is none or ``inputs`` has no key (its task must run)."""
+        if not self.keyed(inputs):
+            return None
+        return self.existing.get(row_key(inputs, self.key_columns))
 
     def add(self, rows: list[dict]) -> None:
         """Rows that arrived: kept, written at the next :meth:`flush`."""
         for r in rows:
-            self._rows[row_key(r, self.key_columns)] = r
+            self._rows[self.identity(r)] = r
         self.flush()
 
     def flush(self, force: bool = False) -> None:
@@ -379,8 +408,8 @@ class RowFile:
 
     def finish(self, rows: list[dict]) -> None:
         """Write ``rows`` (the sweep's, in order), then the file's other rows."""
-        mine = {row_key(r, self.key_columns) for r in rows}
-        self._write([*rows, *(r for k, r in self.existing.items() if k not in mine)])
+        mine = {self.identity(r) for r in rows}
+        self._write([*rows, *(r for k, r in self._kept.items() if k not in mine)])
 
     def _write(self, rows: list[dict]) -> None:
         self._last = time.monotonic()

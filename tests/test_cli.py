@@ -1,6 +1,7 @@
 """The CLI mirrors the Python API and fails with one clear line."""
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -146,3 +147,50 @@ def test_capacity_weight_bytes_and_extra(capsys):
     assert data["weight_bytes"] == 4 << 30
     # the offloaded block of 1,088 tokens is two 544-token GPU blocks
     assert (data["host"]["blocks_per_chunk"], data["host"]["span_tokens"]) == (2, 1088)
+
+
+# -- a text plan from the answer store ---------------------------------------------
+
+PLAN_TEXT_ARGS = ("plan", "Qwen/Qwen3.5-0.8B", "--gpu", "H100", "--num-blocks", "16")
+
+#: ``python -m kvexplore ARGS`` that reports, at exit, whether vLLM or torch was imported.
+_MAIN_REPORTING_IMPORTS = (
+    "import atexit, runpy, sys; "
+    "atexit.register(lambda: print('imported', 'vllm' in sys.modules, 'torch' in sys.modules, "
+    "file=sys.stderr)); sys.argv[0] = 'kvexplore'; runpy.run_module('kvexplore', run_name='__main__')"
+)
+
+
+def test_a_repeated_text_plan_prints_the_same_text_without_vllm(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "KVEXPLORE_STORE_DIR": str(tmp_path / "answers")}
+    first = subprocess.run([sys.executable, "-c", _MAIN_REPORTING_IMPORTS, *PLAN_TEXT_ARGS],
+                           cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
+    second = subprocess.run([sys.executable, "-c", _MAIN_REPORTING_IMPORTS, *PLAN_TEXT_ARGS],
+                            cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
+    assert first.returncode == second.returncode == 0, (first.stderr, second.stderr)
+    assert first.stderr.splitlines()[-1] == "imported True True"  # planned with vLLM
+    assert "KV cache groups:" in first.stdout and "derivation:" in first.stdout
+    assert second.stdout == first.stdout  # character for character
+    assert second.stderr.splitlines()[-1] == "imported False False", second.stderr
+
+
+def test_text_plan_reads_the_store_and_no_cache_skips_it(capsys):
+    import kvexplore
+    from kvexplore.planning.stored import PLAN_KIND, plan_key, stored_plan
+    from kvexplore.store import AnswerStore
+
+    assert main(list(PLAN_TEXT_ARGS)) == 0
+    fresh = capsys.readouterr().out
+    assert fresh == kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="H100", num_blocks=16).text() + "\n"
+    store = AnswerStore.open()
+    key = plan_key("Qwen/Qwen3.5-0.8B", gpu="H100", num_blocks=16)
+    answer = stored_plan(store, key)
+    assert answer["text"] == fresh[:-1]
+    store.put(PLAN_KIND, key, {**answer, "text": "the stored text"})
+    assert main(list(PLAN_TEXT_ARGS)) == 0
+    assert capsys.readouterr().out == "the stored text\n"  # read back, not planned
+    assert main([*PLAN_TEXT_ARGS, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == answer["facts"]  # one payload, both forms
+    assert main([*PLAN_TEXT_ARGS, "--no-cache"]) == 0
+    assert capsys.readouterr().out == fresh  # the store is neither read ...
+    assert stored_plan(store, key)["text"] == "the stored text"  # ... nor written

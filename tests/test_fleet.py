@@ -262,7 +262,7 @@ def test_stored_plan_facts_equal_a_fresh_plan(tmp_path):
     entry[2].write_text('{"key": ')
     with pytest.warns(UserWarning, match="corrupt"):
         assert plan_facts(QWEN, store=tmp_path, gpu="A100", num_blocks=64) == fresh
-    assert json.loads(entry[2].read_text())["value"] == fresh
+    assert json.loads(entry[2].read_text())["value"]["facts"] == fresh
 
 
 def test_a_store_key_names_release_code_model_gpu_and_request():

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from kvexplore.errors import KVExploreError
-from kvexplore.fleet import RowFile, check_executor, row_key, run_groups
+from kvexplore.fleet import RowFile, check_executor, run_groups
 from kvexplore.layout import jsonable
 from kvexplore.offloading.options import OffloadOptions
 from kvexplore.planning.inputs import PLAN_DEFAULTS
@@ -217,7 +217,7 @@ def sweep(model: Any = "Qwen/Qwen3.5-0.8B", *, executor=None, output=None, store
         inputs = [{"model": model_names[index], **{n: _cell(n, v) for n, v in given.items()}}
                   for given in combos]
         if out is not None:
-            found = [out.existing.get(row_key(r, out.key_columns)) for r in inputs]
+            found = [out.find(r) for r in inputs]
             if all(r is not None for r in found):
                 by_key[k] = found
                 continue

@@ -1,0 +1,139 @@
+"""capacity_sweep(output=...): rows written as they come, resumed by their key,
+and the output refused before any work when it cannot be written."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+import kvexplore.capacity_planning as cp
+from kvexplore import KVExploreError
+from kvexplore.capacity_planning import (
+    CAPACITY_COLUMNS,
+    FILE_KEY_COLUMN,
+    _capacity_key,
+    _file_key,
+    capacity_sweep,
+)
+from kvexplore.fleet import RowFile
+
+QWEN = "Qwen/Qwen3.5-0.8B"
+GRANITE = "ibm-granite/granite-4.0-h-350m"
+UNKNOWN = "no-such-org/no-such-model-here"
+GiB = 1 << 30
+
+#: Three rows: two small deployments and a model no catalog or hub holds (its
+#: row is a refusal whose key cannot be computed).
+MODELS = [QWEN, UNKNOWN, GRANITE]
+KWARGS = dict(gpu="A100", max_model_len=8192, kv_cache_memory_bytes=GiB)
+FILE_COLUMNS = [*CAPACITY_COLUMNS, FILE_KEY_COLUMN]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted():
+    return capacity_sweep(MODELS, store=False, **KWARGS)
+
+
+def _counting(monkeypatch, stop_after: int | None = None) -> list:
+    """Patch ``capacity_row`` to record the models it is asked for; after
+    ``stop_after`` rows it raises ``KeyboardInterrupt`` (the user stops the sweep)."""
+    calls = []
+    real = cp.capacity_row
+
+    def counting(model, kwargs):
+        if stop_after is not None and len(calls) >= stop_after:
+            raise KeyboardInterrupt
+        calls.append(model)
+        return real(model, kwargs)
+
+    monkeypatch.setattr(cp, "capacity_row", counting)
+    return calls
+
+
+def _file_rows(path) -> list[dict]:
+    return RowFile(path, FILE_COLUMNS, [FILE_KEY_COLUMN]).rows
+
+
+def test_the_file_key_names_model_plan_and_capacity_keywords():
+    key = _file_key(_capacity_key(QWEN, KWARGS))
+    assert key == _file_key(_capacity_key(QWEN, dict(KWARGS)))
+    assert key == _file_key(_capacity_key(QWEN, {**KWARGS, "tensor_parallel_size": 1}))  # a default
+    for other in (_capacity_key(GRANITE, KWARGS),
+                  _capacity_key(QWEN, {**KWARGS, "gpu": "H100"}),
+                  _capacity_key(QWEN, {**KWARGS, "kv_cache_memory_bytes": 2 * GiB}),
+                  _capacity_key(QWEN, {**KWARGS, "cpu_bytes_to_use": GiB})):
+        assert _file_key(other) not in (None, key)
+    # a key that cannot be computed is None: the row is computed again
+    assert _capacity_key(UNKNOWN, KWARGS) is None and _file_key(None) is None
+    assert _capacity_key(QWEN, {**KWARGS, "tensor_parallel_size": "two"}) is None
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv"])
+def test_an_interrupted_capacity_sweep_resumes_from_its_file(monkeypatch, tmp_path, suffix,
+                                                             uninterrupted):
+    out = tmp_path / f"capacity{suffix}"
+    _counting(monkeypatch, stop_after=1)
+    with pytest.raises(KeyboardInterrupt):
+        capacity_sweep(MODELS, output=out, store=False, **KWARGS)
+    monkeypatch.undo()
+    [first] = _file_rows(out)  # the row computed before the stop
+    assert first["model"] == QWEN and first[FILE_KEY_COLUMN] == _file_key(_capacity_key(QWEN, KWARGS))
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]  # no temporary file left
+
+    calls = _counting(monkeypatch)
+    resumed = capacity_sweep(MODELS, output=out, store=False, **KWARGS)
+    assert calls == [UNKNOWN, GRANITE]  # Qwen's row came from the file
+    pd.testing.assert_frame_equal(resumed, uninterrupted)
+    assert pd.isna(resumed.error[0]) and UNKNOWN in resumed.error[1]
+
+    # the file holds each row once, in order, with its key (None: no key)
+    rows = _file_rows(out)
+    pd.testing.assert_frame_equal(pd.DataFrame(rows, columns=FILE_COLUMNS)[list(CAPACITY_COLUMNS)],
+                                  uninterrupted)
+    assert [r[FILE_KEY_COLUMN] for r in rows] == [_file_key(_capacity_key(m, KWARGS)) for m in MODELS]
+
+    # a third run computes only the row with no key, and writes it once
+    calls.clear()
+    again = capacity_sweep(MODELS, output=out, store=False, **KWARGS)
+    assert calls == [UNKNOWN]
+    pd.testing.assert_frame_equal(again, uninterrupted)
+    assert len(_file_rows(out)) == 3
+
+
+def test_other_keywords_are_other_rows_of_the_same_file(monkeypatch, tmp_path, uninterrupted):
+    out = tmp_path / "capacity.parquet"
+    capacity_sweep([QWEN], output=out, store=False, **KWARGS)
+    calls = _counting(monkeypatch)
+    bigger = capacity_sweep([QWEN], output=out, store=False, **{**KWARGS, "kv_cache_memory_bytes": 2 * GiB})
+    assert calls == [QWEN]  # another deployment: not the row in the file
+    assert bigger.num_blocks[0] > uninterrupted.num_blocks[0]
+    assert [r["num_blocks"] for r in _file_rows(out)] == [bigger.num_blocks[0], uninterrupted.num_blocks[0]]
+
+
+def test_rows_from_the_store_are_written_to_the_file(monkeypatch, tmp_path, uninterrupted):
+    answers = tmp_path / "answers"
+    capacity_sweep(MODELS, store=answers, **KWARGS)
+    calls = _counting(monkeypatch)
+    out = tmp_path / "capacity.csv"
+    df = capacity_sweep(MODELS, output=out, store=answers, **KWARGS)
+    assert calls == [UNKNOWN]  # the stored rows need no build
+    pd.testing.assert_frame_equal(df, uninterrupted)
+    assert [r["model"] for r in _file_rows(out)] == [QWEN, UNKNOWN, GRANITE]
+
+
+def test_an_unwritable_output_is_refused_before_any_work(monkeypatch, tmp_path):
+    monkeypatch.setattr(cp, "capacity_row", lambda *a: pytest.fail("a row was computed"))
+    monkeypatch.setattr(cp, "capacity", lambda *a, **k: pytest.fail("a deployment was built"))
+    monkeypatch.setattr(cp, "_capacity_key", lambda *a: pytest.fail("a key was computed"))
+    sweep_file = tmp_path / "sweep.csv"
+    sweep_file.write_text("model,gpu\nx,A100\n")
+    for bad, why in ((tmp_path / "missing" / "x.parquet", "does not exist"),
+                     (tmp_path / "x.txt", "expected one of"),
+                     (tmp_path, "it is a folder"),
+                     ("/sys/kvexplore-capacity.csv", "folder is not writable"),
+                     (sweep_file, "holds columns \\['model', 'gpu'\\]")):
+        with pytest.raises(KVExploreError, match=why) as info:
+            capacity_sweep(MODELS, output=bad, store=tmp_path / "answers", **KWARGS)
+        assert str(bad) in str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep.csv"]  # no store, no file
+    assert sweep_file.read_text() == "model,gpu\nx,A100\n"

@@ -49,7 +49,6 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
@@ -59,7 +58,7 @@ from kvexplore.errors import KVExploreError
 from kvexplore.layout import FrozenDict, cdiv, check_int, jsonable
 from kvexplore.memo import per_plan
 from kvexplore.planning import release
-from kvexplore.planning.admission import blocks_and_admission
+from kvexplore.planning.admission import blocks_and_admission, largest_max_model_len
 from kvexplore.planning.gpus import DEFAULT_GPU
 from kvexplore.planning.inputs import PLAN_DEFAULTS, as_fraction
 from kvexplore.planning.models import load_model_config
@@ -334,7 +333,7 @@ def _vllm_answers(p: Plan, available: int) -> dict[str, Any]:
     computed once per plan."""
     from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity
 
-    kcp, _ = release.capacity_functions()
+    release.capacity_functions()  # refuses a release without the pool arithmetic
     f = per_plan(p, ("capacity",), lambda: _plan_facts(p))
     vc, cc, groups = f.vc, f.vc.cache_config, list(f.cfg.kv_cache_groups)
     mml = vc.model_config.max_model_len
@@ -342,12 +341,8 @@ def _vllm_answers(p: Plan, available: int) -> dict[str, Any]:
     cfg = dataclasses.replace(f.cfg, num_blocks=num_blocks)
     tokens, concurrency = get_kv_cache_capacity(vc, cfg)
     message, check_memory = admission.message, admission.available_bytes
-    builder = SimpleNamespace(_get_pool_bytes_per_block=lambda _vc, _groups: f.pool_bytes)
     probe = _with_max_model_len(vc, max(p.model_max_model_len, mml))
-    largest = (
-        kcp._estimate_max_model_len_from_groups(builder, probe, groups, check_memory)
-        if check_memory > 0 else 0
-    )
+    largest = largest_max_model_len(probe, groups, f.pool_bytes, check_memory)
     return {
         "bytes_per_block": f.pool_bytes, "num_blocks": int(num_blocks), "max_model_len": int(mml),
         "model_max_model_len": p.model_max_model_len, "kv_cache_size_tokens": int(tokens),

@@ -131,6 +131,27 @@ def kv_cache_config_with_admission(vc, stages: tuple, memory: list, rank: int = 
     return cfg, admission
 
 
+def _known_pool(pool_bytes: int) -> SimpleNamespace:
+    """A stand-in for vLLM's config builder that answers the pool's bytes per
+    block id (``_get_pool_bytes_per_block``), the one thing the admission
+    arithmetic asks it: the known value spares a probe block on every step of
+    the estimate's search."""
+    return SimpleNamespace(_get_pool_bytes_per_block=lambda _vc, _groups: pool_bytes)
+
+
+def largest_max_model_len(vc, groups: list, pool_bytes: int, check_bytes: int) -> int:
+    """The longest request ``check_bytes`` of KV cache memory admits
+    (``_estimate_max_model_len_from_groups``, the search vLLM's refusal
+    quotes), up to ``vc``'s ``max_model_len``; 0 without memory.  ``groups``
+    and ``pool_bytes`` as for :func:`blocks_and_admission`; ``check_bytes``
+    is the memory less the null block (:attr:`Admission.available_bytes`)."""
+    if check_bytes <= 0:
+        return 0
+    kcp = release.kv_cache_planning()
+    return int(kcp._estimate_max_model_len_from_groups(
+        _known_pool(pool_bytes), vc, groups, check_bytes))
+
+
 def blocks_and_admission(vc, groups: list, pool_bytes: int,
                          available_bytes: int) -> tuple[int, Admission]:
     """``(num_blocks, Admission)`` for ``available_bytes`` of KV cache memory, as
@@ -142,9 +163,7 @@ def blocks_and_admission(vc, groups: list, pool_bytes: int,
     ``KVCacheGroupSpec`` list) for ``vc``'s ``max_model_len``.  ``pool_bytes``
     is the pool's bytes per block id (``_pool_bytes_per_block_from_builder``)."""
     kcp = release.kv_cache_planning()
-    # the pool arithmetic asks the builder first: answering with the known
-    # value spares a probe block on every step of the estimate's search
-    builder = SimpleNamespace(_get_pool_bytes_per_block=lambda _vc, _groups: pool_bytes)
+    builder = _known_pool(pool_bytes)
     needed = kcp._max_memory_usage_bytes_from_groups(builder, vc, groups)
     check_memory = available_bytes - pool_bytes
     return available_bytes // pool_bytes, Admission(
@@ -157,4 +176,5 @@ def blocks_and_admission(vc, groups: list, pool_bytes: int,
     )
 
 
-__all__ = ["Admission", "blocks_and_admission", "kv_cache_config_with_admission"]
+__all__ = ["Admission", "blocks_and_admission", "kv_cache_config_with_admission",
+           "largest_max_model_len"]

@@ -79,14 +79,12 @@ def test_rows_equal_offload_config():
         extra_config=[{"canonical_layout": True}, {}],
     )
     for row in df.itertuples():
+        # PP is a plan keyword: the row is stage 0's worker, with its PP size
         p = kvexplore.plan(
-            "deepseek-ai/DeepSeek-V3", tensor_parallel_size=row.tensor_parallel_size
-        , gpu="A100")
-        r = offload_config(
-            p,
-            pipeline_parallel_size=row.pipeline_parallel_size,
-            extra_config=json.loads(row.extra_config),
-        )
+            "deepseek-ai/DeepSeek-V3", tensor_parallel_size=row.tensor_parallel_size,
+            pipeline_parallel_size=row.pipeline_parallel_size, gpu="A100")
+        r = offload_config(p, extra_config=json.loads(row.extra_config))
+        assert r.config.parallel.pp_size == row.pipeline_parallel_size
         c = r.config
         assert pd.isna(row.error)
         assert row.tokens_per_block == tuple(g.tokens_per_block for g in c.groups)
@@ -123,7 +121,8 @@ def test_plans_are_reused(monkeypatch):
         use_v2_model_runner=[False, True],
     )
     assert len(df) == 12
-    assert len(calls) == 2  # one plan per TP, shared by six rows each
+    # one plan per (TP, PP) (PP is a plan keyword), shared by the two runner rows each
+    assert len(calls) == 6
 
 
 def test_scalars_are_fixed_and_ranges_are_axes():

@@ -97,6 +97,29 @@ def test_groups_tensors_and_blocks_are_vllms_over_every_stage(name, pp):
     assert {p.num_blocks for p in stages} == {min(MEMORY // b for b in per_block)}
 
 
+def test_the_drafter_lives_on_the_last_stage():
+    from vllm.v1.core import kv_cache_planning as kcp
+
+    spec = {"method": "mtp", "num_speculative_tokens": 2}
+    stages = _stages("Qwen/Qwen3.5-0.8B", 2, speculative_config=spec)
+    whole = plan("Qwen/Qwen3.5-0.8B", gpu="H100", kv_cache_memory_bytes=MEMORY,
+                 speculative_config=spec)
+    draft = [info.name for info in whole.layers if info.is_draft]
+    assert draft  # the MTP layer of the whole model
+    # Model Runner V2 builds the speculator on the last pipeline rank only
+    assert stages[0].drafter is None
+    assert not any(info.is_draft for info in stages[0].layers)
+    assert [info.name for info in stages[1].layers if info.is_draft] == draft
+    workers = [dict(p.layer_specs) for p in stages]
+    vc = stages[0].vllm_config
+    configs = kcp.get_kv_cache_configs(vc, workers, [MEMORY] * 2,
+                                       kcp.get_global_kv_cache_groups(vc, workers))
+    for p, ref in zip(stages, configs, strict=True):
+        assert p.num_blocks == ref.num_blocks
+        assert [list(g.layer_names) for g in p.kv_cache_config.kv_cache_groups] == \
+            [list(g.layer_names) for g in ref.kv_cache_groups]
+
+
 def test_two_stages_of_qwen_halve_each_group_and_double_the_blocks():
     whole = plan("Qwen/Qwen3.5-0.8B", gpu="H100", kv_cache_memory_bytes=MEMORY)
     first, last = _stages("Qwen/Qwen3.5-0.8B", 2)
@@ -168,8 +191,6 @@ def test_a_stage_registers_and_edits_its_own_layers():
     ({"pipeline_parallel_rank": 1}, "pipeline_parallel_size=1"),
     ({"pipeline_parallel_size": 2, "pipeline_parallel_rank": -1}, "pipeline_parallel_rank=-1"),
     ({"pipeline_parallel_size": 0}, "pipeline_parallel_size=0"),
-    ({"pipeline_parallel_size": 2,
-      "speculative_config": {"method": "mtp", "num_speculative_tokens": 1}}, "speculative_config"),
 ])
 def test_bad_stages_are_refused_by_name(kw, match):
     with pytest.raises(KVExploreError, match=match):

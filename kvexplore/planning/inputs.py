@@ -334,12 +334,6 @@ class PlanRequest:
                 f"pipeline_parallel_size={self.pipeline_parallel_size}; expected 0 to "
                 f"{self.pipeline_parallel_size - 1}"
             )
-        if self.pipeline_parallel_size > 1 and self.speculative_config:
-            raise KVExploreError(
-                f"speculative_config with pipeline_parallel_size={self.pipeline_parallel_size} "
-                "is not planned: kvexplore builds a drafter only without pipeline parallelism; "
-                "expected pipeline_parallel_size=1"
-            )
         from kvexplore.planning.release import require_engine_arguments
 
         require_engine_arguments({f.name: getattr(self, f.name) for f in keyword_fields()

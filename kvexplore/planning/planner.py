@@ -519,7 +519,8 @@ def plan(
     ``--mamba-cache-dtype``, ``--pipeline-parallel-size`` (the plan is the
     worker of stage ``pipeline_parallel_rank``: its layers, vLLM's groups
     over every stage's layers projected onto them, and the fewest blocks any
-    stage's memory holds, as ``get_kv_cache_configs`` gives each worker),
+    stage's memory holds, as ``get_kv_cache_configs`` gives each worker;
+    a drafter is built on the last stage only),
     ``--data-parallel-size`` and
     ``--enable-expert-parallel`` (the plan is DP rank 0's worker: MoE layers
     are sharded or, with expert parallelism, split over DP x TP ranks),

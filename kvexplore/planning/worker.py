@@ -234,7 +234,10 @@ def build_model(
         vc = _engine_config(model_dir, engine_kwargs)
         with set_current_vllm_config(vc), parallel_groups(vc, pipeline_rank):
             model, weight_bytes = _build_layers(vc)
-            drafter = build_drafter(vc, model)
+            # the runner builds the speculator on the last pipeline stage only
+            # (Model Runner V2: GPUModelRunner.__init__, is_last_pp_rank)
+            last = pipeline_rank == vc.parallel_config.pipeline_parallel_size - 1
+            drafter = build_drafter(vc, model) if last else None
             with patch_attributes(_alignment_recorder(current_platform, record)):
                 current_platform.update_block_size_for_backend(vc)
             specs = draft_specs(_runner_specs(vc), drafter,

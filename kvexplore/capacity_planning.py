@@ -641,8 +641,9 @@ def _file_key(key: dict | None) -> str | None:
     """The :data:`FILE_KEY_COLUMN` of a row whose :func:`_capacity_key` is
     ``key``: the SHA-256 of its model (name and config digest), GPU, plan
     request and capacity keywords, i.e. the store key less the vLLM release
-    and kvexplore's code version (as a sweep's file keys rows by their
-    inputs); None when ``key`` is None (the row is computed again)."""
+    (the file's ``vllm`` column, :data:`kvexplore.fleet.RELEASE_COLUMN`, which
+    the file resumes by too) and kvexplore's code version; None when ``key``
+    is None (the row is computed again)."""
     if key is None:
         return None
     plan = {k: v for k, v in key["plan"].items() if k not in ("vllm", "kvexplore")}
@@ -665,10 +666,13 @@ def capacity_sweep(models: Iterable[Any], *, executor=None, output=None, store: 
     ``output`` (a ``.parquet`` or ``.csv`` path, checked before any work, a
     :class:`KVExploreError` naming it when it cannot be written): the rows
     are written as they come (:class:`kvexplore.fleet.RowFile`), with
-    :data:`FILE_KEY_COLUMN` after :data:`CAPACITY_COLUMNS`; a re-run with the
-    same file takes the rows already there (same model, plan and capacity
-    keywords, :func:`_file_key`) and computes only the others, and always
-    the rows whose key cannot be computed (a refused input)."""
+    :data:`FILE_KEY_COLUMN` and ``vllm`` (the installed vLLM release) after
+    :data:`CAPACITY_COLUMNS`; a re-run with the same file takes the rows the
+    installed release wrote there (same model, plan and capacity keywords,
+    :func:`_file_key`) and computes only the others, and always the rows
+    whose key cannot be computed (a refused input).  Rows another release
+    wrote are computed again and kept in the file beside this release's (the
+    returned frame holds this release's only)."""
     from kvexplore.fleet import RowFile, check_executor, run_groups
     from kvexplore.store import answer_store
 

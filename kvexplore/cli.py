@@ -13,9 +13,10 @@
 arguments and the fields of ``OffloadOptions``.  ``--verbose`` shows vLLM's
 INFO logs; vLLM's logs always go to stderr, so stdout holds only the answer.
 Every failure prints one line to stderr and exits with status 2.
-``plan`` and ``sweep`` answer a deployment planned before from the answer
-store (:mod:`kvexplore.store`) without building it (``plan``, text or
-``--json``, without importing vLLM); ``--no-cache`` skips the store.
+``plan``, ``offload``, ``capacity`` and ``sweep`` answer a deployment
+planned before from the answer store (:mod:`kvexplore.store`) without
+building it (``plan``, ``offload`` and ``capacity``, text or ``--json``,
+without importing vLLM or torch); ``--no-cache`` skips the store.
 """
 
 from __future__ import annotations
@@ -36,8 +37,15 @@ from kvexplore.offloading.options import OffloadOptions
 from kvexplore.offloading.sweep import sweep
 from kvexplore.planning.gpus import gpus
 from kvexplore.planning.inputs import PLAN_KEYWORDS, keyword_fields
-from kvexplore.planning.stored import plan_answer, plan_key, stored_plan
-from kvexplore.store import answer_store
+from kvexplore.planning.stored import (
+    answer_key,
+    json_facts,
+    plan_answer,
+    plan_key,
+    stored_answer,
+    stored_plan,
+)
+from kvexplore.store import AnswerStore, answer_store
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -222,11 +230,15 @@ def _split(value: str, conv) -> list:
     return out
 
 
-def _print_table(df: pd.DataFrame) -> None:
+def _table_text(df: pd.DataFrame) -> str:
     import pandas as pd
 
     with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.width", 200):
-        print(df.to_string(index=False))
+        return df.to_string(index=False)
+
+
+def _print_table(df: pd.DataFrame) -> None:
+    print(_table_text(df))
 
 
 def _print_json(data) -> None:
@@ -319,18 +331,106 @@ def cmd_plan(ns) -> None:
         print(answer["text"])
 
 
+#: The answer store's kind of ``kvexplore offload``'s answer (its facts and text).
+OFFLOAD_KIND = "offload"
+
+#: The answer store's kind of ``kvexplore capacity``'s answer (its facts and text).
+CAPACITY_KIND = "capacity"
+
+
+def _offload_key(ns) -> dict:
+    """The store key of ``offload``: the plan's (:func:`plan_key`) and every
+    ``OffloadOptions`` field, defaults filled in (:func:`answer_key`)."""
+    options = OffloadOptions.from_kwargs(**_kwargs(ns, OffloadOptions.names())).as_dict()
+    return answer_key(ns.model, {"offload": options}, **_kwargs(ns, _PLAN_KEYS))
+
+
+def _capacity_kwargs(ns) -> dict:
+    """``capacity()``'s keywords the flags give (the plan's and its own)."""
+    kwargs = _kwargs(ns, (*_PLAN_KEYS, *_CAPACITY_BYTES))
+    if ns.offload_extra_config is not None:
+        kwargs["offload_extra_config"] = _extra(ns.offload_extra_config)
+    return kwargs
+
+
+def _prompt_lengths(ns) -> list[int]:
+    return _split(ns.prompt_tokens, int) if ns.prompt_tokens else []
+
+
+def _capacity_key(ns) -> dict:
+    """The store key of ``capacity``: the plan's (:func:`plan_key`), the
+    capacity keywords given and the ``--prompt-tokens`` lengths (:func:`answer_key`)."""
+    kwargs = _capacity_kwargs(ns)
+    planned = {k: v for k, v in kwargs.items() if k in _PLAN_KEYS}
+    own = {k: v for k, v in kwargs.items() if k not in planned}
+    return answer_key(ns.model, {"capacity": own, "prompt_tokens": _prompt_lengths(ns)}, **planned)
+
+
+#: The commands answered from the store by :func:`answer_from_store`: kind, key.
+_STORED_COMMANDS = {"offload": (OFFLOAD_KIND, _offload_key), "capacity": (CAPACITY_KIND, _capacity_key)}
+
+
+def _store_and_key(ns) -> tuple[AnswerStore, dict] | tuple[None, None]:
+    """The user's answer store and ``ns``'s key there; ``(None, None)`` with
+    ``--no-cache`` or when the key cannot be made (a value the command
+    refuses: the full path gives the refusal).  An unwritable store is a
+    :class:`KVExploreError` before any work."""
+    if ns.no_cache:
+        return None, None
+    store = answer_store(True)
+    try:
+        return store, _STORED_COMMANDS[ns.command][1](ns)
+    except KVExploreError:
+        return None, None
+
+
+def _print_answer(answer: dict, as_json: bool) -> None:
+    """A stored or computed payload as the command prints it: the facts as
+    JSON, or the text."""
+    if as_json:
+        _print_json(answer["facts"])
+    else:
+        print(answer["text"])
+
+
+def answer_from_store(ns) -> bool:
+    """``offload`` or ``capacity`` (``--json`` or text) answered from the
+    answer store before vLLM is imported: True when the store held the
+    payload the command stored (:func:`_answered`), now printed the same way."""
+    store, key = _store_and_key(ns)
+    if key is None:
+        return False
+    answer = stored_answer(store, _STORED_COMMANDS[ns.command][0], key)
+    if answer is None:
+        return False
+    _print_answer(answer, ns.json)
+    return True
+
+
+def _answered(ns, compute) -> None:
+    """Print ``compute()``'s payload (``{"facts": JSON values, "text": the
+    text form}``) and store it under the command's key, unless ``--no-cache``:
+    both forms are kept, so either flag is answered from the store next time."""
+    store, key = _store_and_key(ns)  # an unwritable store fails before the work
+    answer = compute()
+    answer = {"facts": json_facts(answer["facts"]), "text": answer["text"]}
+    if key is not None:
+        store.put(_STORED_COMMANDS[ns.command][0], key, answer)
+    _print_answer(answer, ns.json)
+
+
 def cmd_offload(ns) -> None:
     from kvexplore.offloading.config import offload_config
     from kvexplore.planning.planner import plan
 
     options = _kwargs(ns, OffloadOptions.names())  # before planning: a bad flag fails fast
-    result = offload_config(plan(ns.model, **_kwargs(ns, _PLAN_KEYS)), **options)
-    if ns.json:
-        _print_json(result.to_dict())
-    else:
-        _print_table(result.table())
-        print()
-        print(result.explain())
+
+    def compute() -> dict:
+        result = offload_config(plan(ns.model, **_kwargs(ns, _PLAN_KEYS)), **options)
+        return {"facts": result.to_dict(),
+                "text": _table_text(result.table()) + "\n\n" + result.explain()}
+
+    _answered(ns, compute)
 
 
 def cmd_sweep(ns) -> None:
@@ -365,24 +465,22 @@ _CAPACITY_BYTES = {
 def cmd_capacity(ns) -> None:
     from kvexplore.capacity_planning import capacity
 
-    kwargs = _kwargs(ns, (*_PLAN_KEYS, *_CAPACITY_BYTES))
-    if ns.offload_extra_config is not None:
-        kwargs["offload_extra_config"] = _extra(ns.offload_extra_config)
-    r = capacity(ns.model, **kwargs)
-    lengths = _split(ns.prompt_tokens, int) if ns.prompt_tokens else []
-    for n in lengths:
-        # validated here so that a bad length fails before any output
-        r.prefix_hit_tokens(n)
-    if ns.json:
-        out = r.to_dict()
+    kwargs = _capacity_kwargs(ns)
+
+    def compute() -> dict:
+        r = capacity(ns.model, **kwargs)
+        lengths = _prompt_lengths(ns)
+        for n in lengths:
+            # validated here so that a bad length fails before any output
+            r.prefix_hit_tokens(n)
+        facts = r.to_dict()
+        text = r.text()
         if lengths:
-            out["prefix_hits"] = {str(n): r.prefix_hit_tokens(n) for n in lengths}
-        _print_json(out)
-        return
-    print(r.text())
-    if lengths:
-        print()
-        _print_table(r.prefix_table(lengths))
+            facts["prefix_hits"] = {str(n): r.prefix_hit_tokens(n) for n in lengths}
+            text += "\n\n" + _table_text(r.prefix_table(lengths))
+        return {"facts": facts, "text": text}
+
+    _answered(ns, compute)
 
 
 def _finish(p: argparse.ArgumentParser, func) -> None:
@@ -416,6 +514,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_plan_args(o)
     _add_offload_args(o)
     _finish(o, cmd_offload)
+    o.set_defaults(answer_from_store=answer_from_store)
     s = sub.add_parser("sweep", help="plans and offloading configs over comma-separated axes")
     _add_plan_args(s, lists=True)
     _add_offload_args(s, lists=True)
@@ -432,6 +531,7 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--prompt-tokens", dest="prompt_tokens", default=None,
                    help="comma-separated prompt lengths: tokens a repeat reuses")
     _finish(k, cmd_capacity)
+    k.set_defaults(answer_from_store=answer_from_store)
     v = sub.add_parser("versions", help="one deployment across vLLM releases, side by side")
     _add_plan_args(v)
     v.add_argument("--vllm", default="0.33.0,0.34.0", help="comma-separated releases of the window")

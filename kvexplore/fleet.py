@@ -7,8 +7,9 @@ batched so a worker plans neighbouring tasks (the same model, then the same
 build inputs) one after the other and reuses its build; results come back in
 task order, and each batch's results are handed to ``on_result`` as it
 arrives.  :class:`RowFile` keeps a sweep's rows in a Parquet or CSV file,
-rewritten atomically (temporary file + ``os.replace``) as rows arrive, so a
-re-run with the same file skips the rows already there.  Only kvexplore's
+rewritten atomically (temporary file + ``os.replace``) as rows arrive, every
+row stamped with the installed vLLM release (:data:`RELEASE_COLUMN`), so a
+re-run with the same file skips the rows that release wrote there.  Only kvexplore's
 functions and plain Python values travel to the workers, never vLLM objects.
 """
 
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from kvexplore.errors import KVExploreError
+from kvexplore.planning.release import installed_release
 from kvexplore.store import canonical
 
 #: Seconds between two rewrites of a :class:`RowFile` while rows arrive.
@@ -36,6 +38,10 @@ BATCHES_PER_WORKER = 4
 
 #: Output formats, by file suffix.
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
+
+#: The column :class:`RowFile` adds to every row it writes: the installed vLLM
+#: release (:func:`kvexplore.planning.release.installed_release`) that computed it.
+RELEASE_COLUMN = "vllm"
 
 
 # ---------------------------------------------------------------------------
@@ -328,16 +334,23 @@ class RowFile:
     """A sweep's rows in ``path`` (``.parquet`` or ``.csv``), for writing as
     they come and resuming.
 
-    Opening it checks the file before any work (:func:`check_output`) and
-    reads the rows already there (:attr:`existing`, by :func:`row_key` of
-    ``key_columns``); a file that cannot be read, or that holds other columns,
-    is a :class:`KVExploreError` naming it.  A row whose ``key_columns`` are
-    all missing (None) has no key: it is never in :attr:`existing` nor found
-    by :meth:`find` (its task runs again), and it stands for itself (all its
-    columns) when rows are merged.  :meth:`add` and :meth:`flush` rewrite the
-    whole file atomically, at most every :data:`FLUSH_SECONDS`; :meth:`finish`
-    writes the sweep's rows in order, then the rows of the file that belong to
-    no task of this sweep."""
+    The file's columns are ``columns`` and, last unless ``columns`` places it,
+    :data:`RELEASE_COLUMN`: every row written carries the installed vLLM
+    release (:attr:`release`, read from the package metadata without
+    importing vLLM).  Opening it checks the file before any work
+    (:func:`check_output`) and reads the rows already there; those the
+    installed release wrote are :attr:`existing` (by :func:`row_key` of
+    ``key_columns``), those of another release are kept in the file but never
+    found, so their tasks run again and the file ends up holding both
+    releases' rows side by side.  A file that cannot be read, or that holds
+    other columns, is a :class:`KVExploreError` naming it.  A row whose
+    ``key_columns`` are all missing (None) has no key: it is never in
+    :attr:`existing` nor found by :meth:`find` (its task runs again), and it
+    stands for itself (all its columns) when rows are merged.  :meth:`add` and
+    :meth:`flush` rewrite the whole file atomically, at most every
+    :data:`FLUSH_SECONDS`; :meth:`finish` writes the sweep's rows in order,
+    then the rows of the file that belong to no task of this sweep under this
+    release (other inputs, other releases)."""
 
     def __init__(self, path: str | os.PathLike, columns: Sequence[str],
                  key_columns: Sequence[str], flag: str = "output"):
@@ -345,7 +358,11 @@ class RowFile:
         self.flag = flag
         self.format = output_format(self.path, flag)
         self.columns = list(columns)
+        if RELEASE_COLUMN not in self.columns:
+            self.columns.append(RELEASE_COLUMN)
         self.key_columns = list(key_columns)
+        #: The installed vLLM release, stamped on every row written.
+        self.release = installed_release().version
         self.existing: dict[str, dict] = {}
         self._kept: dict[str, dict] = {}  # every row of the file, by identity
         self._rows: dict[str, dict] = {}
@@ -366,7 +383,7 @@ class RowFile:
                 )
             for r in rows:
                 self._kept[self.identity(r)] = r
-                if self.keyed(r):
+                if self.keyed(r) and r.get(RELEASE_COLUMN) == self.release:
                     self.existing[row_key(r, self.key_columns)] = r
         self._rows = dict(self._kept)
 
@@ -380,22 +397,29 @@ class RowFile:
         return any(row.get(c) is not None for c in self.key_columns)
 
     def identity(self, row: dict) -> str:
-        """Which row of the file ``row`` replaces: its :func:`row_key`, or
-        for a row with no key, all its columns."""
+        """Which row of the file ``row`` replaces: its :func:`row_key` and
+        release, or for a row with no key, all its columns."""
         if self.keyed(row):
-            return row_key(row, self.key_columns)
+            return row_key(row, [*self.key_columns, RELEASE_COLUMN])
         return "\0" + row_key(row, self.columns)
 
+    def stamped(self, row: dict) -> dict:
+        """``row`` with :data:`RELEASE_COLUMN` set to :attr:`release`."""
+        return {**row, RELEASE_COLUMN: self.release}
+
     def find(self, inputs: dict) -> dict | None:
-        """The row of the file whose key columns equal ``inputs``'s; None
-        when there is none or ``inputs`` has no key (its task must run)."""
+        """The row of the file, written by the installed release, whose key
+        columns equal ``inputs``'s; None when there is none or ``inputs`` has
+        no key (its task must run)."""
         if not self.keyed(inputs):
             return None
         return self.existing.get(row_key(inputs, self.key_columns))
 
     def add(self, rows: list[dict]) -> None:
-        """Rows that arrived: kept, written at the next :meth:`flush`."""
+        """Rows that arrived (stamped with :attr:`release`): kept, written at
+        the next :meth:`flush`."""
         for r in rows:
+            r = self.stamped(r)
             self._rows[self.identity(r)] = r
         self.flush()
 
@@ -407,7 +431,10 @@ class RowFile:
         self._write(list(self._rows.values()))
 
     def finish(self, rows: list[dict]) -> None:
-        """Write ``rows`` (the sweep's, in order), then the file's other rows."""
+        """Write ``rows`` (the sweep's, in order, stamped with
+        :attr:`release`), then the file's other rows (other inputs, other
+        releases)."""
+        rows = [self.stamped(r) for r in rows]
         mine = {self.identity(r) for r in rows}
         self._write([*rows, *(r for k, r in self._kept.items() if k not in mine)])
 
@@ -441,6 +468,7 @@ __all__ = [
     "BATCHES_PER_WORKER",
     "FLUSH_SECONDS",
     "FORMATS",
+    "RELEASE_COLUMN",
     "RowFile",
     "batches",
     "check_executor",

@@ -15,7 +15,8 @@ from kvexplore.capacity_planning import (
     _file_key,
     capacity_sweep,
 )
-from kvexplore.fleet import RowFile
+from kvexplore.fleet import RELEASE_COLUMN, RowFile
+from kvexplore.planning.release import Release, installed_release
 
 QWEN = "Qwen/Qwen3.5-0.8B"
 GRANITE = "ibm-granite/granite-4.0-h-350m"
@@ -78,6 +79,7 @@ def test_an_interrupted_capacity_sweep_resumes_from_its_file(monkeypatch, tmp_pa
     monkeypatch.undo()
     [first] = _file_rows(out)  # the row computed before the stop
     assert first["model"] == QWEN and first[FILE_KEY_COLUMN] == _file_key(_capacity_key(QWEN, KWARGS))
+    assert first[RELEASE_COLUMN] == installed_release().version
     assert [p.name for p in tmp_path.iterdir()] == [out.name]  # no temporary file left
 
     calls = _counting(monkeypatch)
@@ -108,6 +110,27 @@ def test_other_keywords_are_other_rows_of_the_same_file(monkeypatch, tmp_path, u
     assert calls == [QWEN]  # another deployment: not the row in the file
     assert bigger.num_blocks[0] > uninterrupted.num_blocks[0]
     assert [r["num_blocks"] for r in _file_rows(out)] == [bigger.num_blocks[0], uninterrupted.num_blocks[0]]
+
+
+def test_rows_of_another_vllm_release_are_computed_again_and_kept(monkeypatch, tmp_path):
+    import kvexplore.fleet as fleet
+
+    out = tmp_path / "capacity.csv"
+    here = installed_release().version
+    monkeypatch.setattr(fleet, "installed_release", lambda: Release("0.32.0"))
+    capacity_sweep([QWEN], output=out, store=False, **KWARGS)  # a file another release wrote
+    monkeypatch.undo()
+    calls = _counting(monkeypatch)
+    df = capacity_sweep([QWEN], output=out, store=False, **KWARGS)
+    assert calls == [QWEN]  # not resumed from the other release's row
+    assert len(df) == 1
+    rows = _file_rows(out)
+    assert [r[RELEASE_COLUMN] for r in rows] == [here, "0.32.0"]  # both kept, this release first
+    assert rows[0][FILE_KEY_COLUMN] == rows[1][FILE_KEY_COLUMN]
+    calls.clear()
+    capacity_sweep([QWEN], output=out, store=False, **KWARGS)
+    assert calls == []  # this release's row is resumed
+    assert len(_file_rows(out)) == 2
 
 
 def test_rows_from_the_store_are_written_to_the_file(monkeypatch, tmp_path, uninterrupted):

@@ -194,3 +194,73 @@ def test_text_plan_reads_the_store_and_no_cache_skips_it(capsys):
     assert main([*PLAN_TEXT_ARGS, "--no-cache"]) == 0
     assert capsys.readouterr().out == fresh  # the store is neither read ...
     assert stored_plan(store, key)["text"] == "the stored text"  # ... nor written
+
+
+# -- offload and capacity from the answer store ------------------------------------
+
+#: A small deployment per command, and the same with one of its own options changed.
+STORED_COMMANDS = {
+    "offload": (("offload", "Qwen/Qwen3.5-0.8B", "--gpu", "H100", "--num-blocks", "16",
+                 "--extra", '{"block_size": 1152}'),
+                ("--extra", '{"block_size": 2304}')),
+    "capacity": (("capacity", "Qwen/Qwen3.5-0.8B", "--gpu", "H100", "--max-model-len", "8192",
+                  "--kv-cache-memory-bytes", str(1 << 30), "--prompt-tokens", "100,1000"),
+                 ("--gpu-memory-utilization", "0.8")),
+}
+
+
+def _run_reporting_imports(args, env) -> tuple[str, str]:
+    """stdout, and whether vLLM and torch were imported (``"imported BOOL BOOL"``)."""
+    r = subprocess.run([sys.executable, "-c", _MAIN_REPORTING_IMPORTS, *args],
+                       cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr
+    return r.stdout, r.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize("command", sorted(STORED_COMMANDS))
+def test_a_repeated_command_prints_the_same_answer_without_vllm(tmp_path, command):
+    args, changed = STORED_COMMANDS[command]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "KVEXPLORE_STORE_DIR": str(tmp_path / "answers")}
+    first, imported = _run_reporting_imports(args, env)
+    assert imported == "imported True True"  # computed with vLLM
+    second, imported = _run_reporting_imports(args, env)
+    assert second == first  # character for character
+    assert imported == "imported False False"
+    # one payload holds both forms: --json is answered from the same entry
+    facts, imported = _run_reporting_imports((*args, "--json"), env)
+    assert imported == "imported False False"
+    assert json.loads(facts)["prefix_hits" if command == "capacity" else "reasons"]
+    # another value of the command's own option is another answer
+    other, imported = _run_reporting_imports((*args, *changed), env)
+    assert imported == "imported True True"
+    if command == "offload":
+        assert other != first
+
+
+@pytest.mark.parametrize("command", sorted(STORED_COMMANDS))
+def test_a_command_reads_the_store_and_no_cache_skips_it(capsys, command):
+    from kvexplore.cli import CAPACITY_KIND, OFFLOAD_KIND, _capacity_key, _offload_key
+    from kvexplore.planning.stored import stored_answer
+    from kvexplore.store import AnswerStore
+
+    args, changed = STORED_COMMANDS[command]
+    kind, key_of = {"offload": (OFFLOAD_KIND, _offload_key),
+                    "capacity": (CAPACITY_KIND, _capacity_key)}[command]
+    assert main(list(args)) == 0
+    fresh = capsys.readouterr().out
+    store = AnswerStore.open()
+    key = key_of(build_parser().parse_args(list(args)))
+    answer = stored_answer(store, kind, key)
+    assert answer["text"] + "\n" == fresh
+    assert key != key_of(build_parser().parse_args([*args, *changed]))
+    store.put(kind, key, {**answer, "text": "the stored text"})
+    assert main(list(args)) == 0
+    assert capsys.readouterr().out == "the stored text\n"  # read back, not computed
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == answer["facts"]
+    assert main([*args, "--no-cache"]) == 0
+    assert capsys.readouterr().out == fresh  # the store is neither read ...
+    assert stored_answer(store, kind, key)["text"] == "the stored text"  # ... nor written
+    assert main([*args, "--json", "--no-cache"]) == 0
+    assert json.loads(capsys.readouterr().out) == answer["facts"]
+    assert len(store.entries()) == 1

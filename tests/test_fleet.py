@@ -187,6 +187,30 @@ def test_an_interrupted_sweep_resumes_from_its_file(monkeypatch, tmp_path, seque
                                   sequential)
 
 
+def test_rows_of_another_vllm_release_are_planned_again_and_kept(monkeypatch, tmp_path):
+    import kvexplore.fleet as fleet
+    from kvexplore.fleet import RELEASE_COLUMN
+    from kvexplore.planning.release import Release, installed_release
+
+    out = tmp_path / "rows.parquet"
+    axes = dict(gpu="A100", num_blocks=64, block_size=[None, 1024])
+    here = installed_release().version
+    monkeypatch.setattr(fleet, "installed_release", lambda: Release("0.32.0"))
+    old = sweep(QWEN, output=out, store=False, **axes)  # a file another release wrote
+    monkeypatch.undo()
+    calls = _counting(monkeypatch)
+    df = sweep(QWEN, output=out, store=False, **axes)
+    assert len(calls) == 2  # both plans again: the other release's rows are not resumed
+    pd.testing.assert_frame_equal(df, old)
+    assert RELEASE_COLUMN not in df.columns
+    rows = RowFile(out, list(df.columns), ["model", *axes]).rows
+    assert [r[RELEASE_COLUMN] for r in rows] == [here, here, "0.32.0", "0.32.0"]
+    calls.clear()
+    sweep(QWEN, output=out, store=False, **axes)
+    assert calls == []  # this release's rows are resumed
+    assert len(RowFile(out, list(df.columns), ["model", *axes]).rows) == 4
+
+
 def test_the_file_holds_the_rows_a_dask_sweep_returns(client, tmp_path, sequential):
     out = tmp_path / "rows.parquet"
     df = sweep(QWEN, executor=client, output=out, store=False, **AXES)
@@ -200,7 +224,7 @@ def test_the_file_holds_the_rows_a_dask_sweep_returns(client, tmp_path, sequenti
         monkey.undo()
     assert calls == []  # every row was in the file
     pd.testing.assert_frame_equal(again, sequential)
-    assert pd.read_parquet(out).shape == sequential.shape
+    assert pd.read_parquet(out).shape == (len(sequential), len(sequential.columns) + 1)  # + vllm
 
 
 def test_an_unusable_output_is_refused_before_any_work(monkeypatch, tmp_path):

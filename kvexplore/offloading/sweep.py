@@ -174,9 +174,13 @@ def sweep(model: Any = "Qwen/Qwen3.5-0.8B", *, executor=None, output=None, store
     ``False``: none; or a folder): the rows of a plan answered before are read
     back, not built; rows built are stored.  ``output`` (a ``.parquet`` or
     ``.csv`` path, checked before any work): the rows are written as they
-    come (:class:`kvexplore.fleet.RowFile`); when the file already holds rows
-    of this sweep (an interrupted run, a lost worker), those are kept and
-    only the missing plans run.
+    come (:class:`kvexplore.fleet.RowFile`), each with the installed vLLM
+    release in a ``vllm`` column after the others; when the file already
+    holds rows of this sweep written under the installed release (an
+    interrupted run, a lost worker), those are kept and only the missing
+    plans run.  Rows another release wrote are not taken: their plans run
+    again, and the file keeps both releases' rows (the returned frame holds
+    this release's only, without the ``vllm`` column).
 
     Columns: ``model``, one per keyword given, then :data:`RESULT_COLUMNS`
     (per-group values are tuples in ``groups`` order; ``error`` is missing,

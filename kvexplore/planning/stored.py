@@ -11,12 +11,17 @@ without the checks that import vLLM).  A hit reads one file and imports neither 
 plans (vLLM's own code) and stores the facts.  The facts read back are the
 facts a fresh plan gives, value for value and in the same order, and the
 text is the text it prints, character for character.
+
+An answer computed from a plan and options of its own (``kvexplore offload``,
+``kvexplore capacity``) is kept the same way, one payload of facts and text,
+under :func:`answer_key`: :func:`plan_key` and those options.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from kvexplore.display import text_form
@@ -25,7 +30,7 @@ from kvexplore.planning.gpus import DEFAULT_GPU, resolve_gpu
 from kvexplore.planning.inputs import store_key
 from kvexplore.planning.models import DEFAULT_MODEL, ModelSource, load_model_config
 from kvexplore.planning.release import installed_release
-from kvexplore.store import AnswerStore, answer_store, code_version
+from kvexplore.store import AnswerStore, answer_store, canonical, code_version
 
 #: The store's kind for a plan's facts.
 PLAN_KIND = "plan"
@@ -54,6 +59,16 @@ def plan_key(model: Any = DEFAULT_MODEL, **kwargs: Any) -> dict[str, Any]:
     }
 
 
+def answer_key(model: Any, options: Mapping[str, Any], **plan_kwargs: Any) -> dict[str, Any]:
+    """The store key of an answer computed from ``plan(model, **plan_kwargs)``
+    and ``options`` (everything else the answer depends on: a command's own
+    flags): :func:`plan_key`'s fields and ``"options"``, ``options`` as
+    canonical JSON values (:func:`~kvexplore.store.canonical`: tuples as
+    lists, other objects as text); imports no vLLM.  A value ``plan()``
+    refuses raises its :class:`KVExploreError`."""
+    return {**plan_key(model, **plan_kwargs), "options": json.loads(canonical(dict(options)))}
+
+
 def json_facts(facts: dict[str, Any]) -> dict[str, Any]:
     """``facts`` as JSON values (what ``json.dumps(..., default=str)`` writes,
     read back: tuples as lists, other objects as text), order kept."""
@@ -72,6 +87,14 @@ def stored_plan(store: AnswerStore, key: Any) -> dict[str, Any] | None:
     """The payload :func:`plan_answer` stored under ``key`` in ``store``
     (``{"facts": ..., "text": ... or None}``), or None; imports no vLLM."""
     return _stored_answer(store.get(PLAN_KIND, key))
+
+
+def stored_answer(store: AnswerStore, kind: str, key: Any) -> dict[str, Any] | None:
+    """The payload ``{"facts": ..., "text": ...}`` stored under ``(kind,
+    key)`` in ``store`` (``text`` a string), or None when there is none or it
+    is not such a payload; imports no vLLM."""
+    hit = _stored_answer(store.get(kind, key))
+    return hit if hit is not None and isinstance(hit["text"], str) else None
 
 
 def plan_answer(model: Any = DEFAULT_MODEL, *, store: Any = True, text: bool = False,
@@ -118,4 +141,13 @@ def plan_facts(model: Any = DEFAULT_MODEL, *, store: Any = True, **kwargs: Any) 
     return plan_answer(model, store=store, **kwargs)["facts"]
 
 
-__all__ = ["PLAN_KIND", "json_facts", "plan_answer", "plan_facts", "plan_key", "stored_plan"]
+__all__ = [
+    "PLAN_KIND",
+    "answer_key",
+    "json_facts",
+    "plan_answer",
+    "plan_facts",
+    "plan_key",
+    "stored_answer",
+    "stored_plan",
+]

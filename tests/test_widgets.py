@@ -70,6 +70,19 @@ def test_tp_that_does_not_divide_heads_then_recovers(ex):
     assert s.panels["page_map"].ok
 
 
+def test_a_pipeline_stage_from_the_controls(ex):
+    ex.controls["pipeline_parallel_size"].value = 2
+    ex.controls["pipeline_parallel_rank"].value = 1
+    s = ex.state
+    assert s.error is None
+    assert (s.plan.pipeline_parallel_size, s.plan.pipeline_parallel_rank) == (2, 1)
+    # stage 1 of Qwen3.5-0.8B holds layers 12-23 only
+    assert {int(info.name.split(".")[3]) for info in s.plan.layers} == set(range(12, 24))
+    ex.controls["pipeline_parallel_rank"].value = 2
+    assert s.plan is None and "pipeline_parallel_rank=2" in s.error
+    assert "pipeline_parallel_rank=2" in ex.panels["status"].value
+
+
 def test_missing_and_non_json_config(ex, tmp_path):
     ex.controls["model"].value = str(tmp_path / "missing" / "config.json")
     assert "does not exist; expected a config.json file" in ex.state.error

@@ -51,6 +51,8 @@ CONTROL_DEFAULTS: dict[str, Any] = {
     "gpu": DEFAULT_GPU,
     "tensor_parallel_size": 1,
     "decode_context_parallel_size": 1,
+    "pipeline_parallel_size": 1,
+    "pipeline_parallel_rank": 0,
     "block_size": "auto",
     "kv_cache_dtype": "auto",
     "dtype": "auto",
@@ -124,7 +126,7 @@ def _control_int(name: str, value: Any, *, auto: bool = False) -> int | None:
     """``'544'`` -> 544; ``'auto'``/``''``/None -> None when ``auto``."""
     if auto and (value is None or (isinstance(value, str) and value.strip().lower() in ("", "auto"))):
         return None
-    minimum = 0 if name in ("layer", "block") else 1
+    minimum = 0 if name in ("layer", "block", "pipeline_parallel_rank") else 1
     parsed: int | None = None
     if isinstance(value, int) and not isinstance(value, bool):
         parsed = value
@@ -200,6 +202,10 @@ class ExplorerState:
             "decode_context_parallel_size": _control_int(
                 "decode_context_parallel_size", c["decode_context_parallel_size"]
             ),
+            "pipeline_parallel_size": _control_int("pipeline_parallel_size",
+                                                   c["pipeline_parallel_size"]),
+            "pipeline_parallel_rank": _control_int("pipeline_parallel_rank",
+                                                   c["pipeline_parallel_rank"]),
             "block_size": _control_int("block_size", c["block_size"], auto=True),
             "kv_cache_dtype": c["kv_cache_dtype"],
             "dtype": c["dtype"],

@@ -49,6 +49,8 @@ _LABELS = {
     "model": "model",
     "tensor_parallel_size": "TP",
     "decode_context_parallel_size": "DCP",
+    "pipeline_parallel_size": "PP",
+    "pipeline_parallel_rank": "PP stage",
     "block_size": "block size",
     "kv_cache_dtype": "kv-cache dtype",
     "dtype": "model dtype",
@@ -68,8 +70,8 @@ _LABELS = {
 def _control(name: str, value: Any, label: str, options: dict, **kwargs) -> widgets.Widget:
     """``IntText`` for a number, free-text ``Combobox`` for the models and
     the block size, else a ``Dropdown`` that also offers ``value``."""
-    if name in ("tensor_parallel_size", "decode_context_parallel_size", "layer", "block",
-                "num_speculative_tokens"):
+    if name in ("tensor_parallel_size", "decode_context_parallel_size", "pipeline_parallel_size",
+                "pipeline_parallel_rank", "layer", "block", "num_speculative_tokens"):
         return widgets.IntText(value=int(value), description=label, **kwargs)
     if name in ("model", "block_size", "draft_model"):
         extra = {"placeholder": "none"} if name == "draft_model" else {}
@@ -150,8 +152,10 @@ class Explorer(widgets.VBox):
         ctl = self.controls
         rows = [
             widgets.HBox([ctl["model"], ctl["gpu"], ctl["registration"]]),
-            widgets.HBox([ctl["tensor_parallel_size"], ctl["decode_context_parallel_size"], ctl["block_size"]]),
-            widgets.HBox([ctl["attention_backend"], ctl["kv_cache_dtype"], ctl["dtype"]]),
+            widgets.HBox([ctl["tensor_parallel_size"], ctl["decode_context_parallel_size"],
+                          ctl["pipeline_parallel_size"], ctl["pipeline_parallel_rank"]]),
+            widgets.HBox([ctl["block_size"], ctl["attention_backend"], ctl["kv_cache_dtype"],
+                          ctl["dtype"]]),
             widgets.HBox([ctl["mamba_cache_mode"], ctl["enable_prefix_caching"], ctl["layer"], ctl["block"]]),
             widgets.HBox([ctl["speculative_method"], ctl["num_speculative_tokens"], ctl["draft_model"]]),
         ]

@@ -17,6 +17,8 @@ GPU's emulation (:mod:`kvexplore.planning.emulation`):
 
 Tensor parallelism runs in one process: a single-rank gloo group whose TP,
 DCP and DP coordinators report the requested world sizes (rank 0's view).
+Pipeline parallelism builds every stage in turn (:func:`build_stages`), the
+PP coordinator reporting that stage's rank.
 """
 
 from __future__ import annotations

@@ -129,7 +129,7 @@ def _traced_forward(built, tokens: int, seqs: int) -> tuple[int, int, str | None
     """``(forward peak, logits peak, why not traced)`` of the dummy run of
     ``built``'s pipeline stage: a stage after the first starts from the
     model's ``make_empty_intermediate_tensors`` (allocated inside the
-    measured forward, as ``_dummy_run`` keeps them), and only the last stage
+    traced forward, as ``_dummy_run`` keeps them), and only the last stage
     computes logits (``profile_run`` samples on the last rank only)."""
     from vllm.config import set_current_vllm_config
     from vllm.forward_context import set_forward_context

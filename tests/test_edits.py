@@ -42,11 +42,12 @@ def qwen_unified():
 
 
 def test_registry_order_and_names():
+    # LMCache 0.5.6's _EDITS, in its order
     assert [r.name for r in DEFAULT_EDITS] == [
-        "mamba-page-view",
-        "subpaged-attention-view",
         "mamba-unified-view",
+        "mamba-page-view",
         "subpaged-mla-attention-view",
+        "subpaged-attention-view",
     ]
 
 

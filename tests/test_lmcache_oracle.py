@@ -1,56 +1,61 @@
-"""Differential oracle: LMCache 0.5.6's own KV-cache-group edits against kvexplore's.
+"""Differential oracle: every LMCache release's own KV-cache-group edits against kvexplore's.
 
-LMCache's ``validate_kv_cache_groups`` and ``apply_kv_cache_group_edits``
-(``lmcache.integration.vllm.kv_cache_group_edits``) run on exactly what its
-vLLM connector hands them (``LMCacheMPConnector.register_kv_caches``): the
-plan's ``KVCacheConfig``, the caches :func:`kvexplore.allocate` registers and
-the layout hints of LMCache's ``vllm_layout_hints(vllm_config)``.  kvexplore's
-functions of the same names run on the same inputs, and the two must agree:
+For each LMCache release kvexplore knows (0.4.7 to 0.5.6, and the 0.5.7rc2
+pre-release), that release's own ``validate_kv_cache_groups``, its layout
+hints (``lmcache.integration.vllm.utils.vllm_layout_hints``), its rules one
+layer at a time and its ``apply_kv_cache_group_edits`` run on exactly what its
+vLLM connector hands them: the plan's ``KVCacheConfig`` and the caches
+:func:`kvexplore.allocate` registers.  kvexplore's functions of the same names,
+asked for that release (``lmcache=``), run on the same inputs, and the two must
+agree:
 
-* verdict by verdict: one refuses exactly when the other does, validation
-  rejects the same groups, and a rule's refusal names the same layer and rule;
+* verdict by verdict: validation refuses the same groups, the hint is the
+  same (or both refuse the layout), each layer's first matching rule is the
+  same and refuses exactly when LMCache's does;
 * view by view: every layer's value is the same object where neither edits it,
-  and where one does, both hold a view of the same storage with the same
-  shape, strides, storage offset, dtype and device, made by the same rule.
+  and where one does, both hold views of the same storage with the same
+  shape, strides, storage offset and dtype;
+* the whole apply: refused by both or neither, kvexplore's refusal naming the
+  layer and rule LMCache's raised at.
 
 Cases: every bundled model on A100 and H100, TP 1 and 2, both registrations,
 on the default attention backend and on FLASHINFER (kernel pages smaller than
-the logical block), and a few hybrids under each other KV-cache layout vLLM
-resolves; then registrations derived from these that LMCache's rules refuse,
-leave alone or re-view beyond what a catalog plan registers.
+the logical block), a few hybrids under each other KV-cache layout vLLM
+resolves, and registrations derived from these that reach every rule and
+refusal of every release: (K, V) plane pairs as vLLM-Ascend registers them
+(interleaved kernel pages in one pool, as 0.30 does; each plane dense, as up
+to 0.29), Mamba states carved as separate slices, states one page into their
+buffer.
 
 LMCache is never a dependency of kvexplore (its own requirements conflict
-with vLLM's): the ``lmcache`` fixture installs the wheel ``--no-deps`` into
-kvexplore's cache folder once and puts it on ``sys.path`` for these tests
-only.  Without the package index the tests fail, saying so.
+with vLLM's): ``tests/lmcache_oracle.py`` installs each wheel ``--no-deps``
+into kvexplore's cache folder once and runs it in a process of its own.
+Without the package index the tests fail, saying so.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
-import os
 import re
-import shutil
-import subprocess
-import sys
-import tempfile
-import types
-from pathlib import Path
 
 import pytest
 import torch
-from vllm.v1.kv_cache_interface import KVCacheSpecKind
+from lmcache_oracle import OracleUnavailable, case_of, kvexplore_outcome, run_oracles
+from vllm.v1.kv_cache_interface import (
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    KVCacheSpecKind,
+    MambaSpec,
+)
 
 from kvexplore import allocate, plan
+from kvexplore.editing.lmcache_releases import LMCACHE_RELEASES, lmcache_releases
 from kvexplore.editing.registered import spec_kind
-from kvexplore.editing.rules import DEFAULT_EDITS, apply_kv_cache_group_edits
-from kvexplore.editing.validation import check_kv_cache_groups, validate_kv_cache_groups
 from kvexplore.errors import KVExploreError
-from kvexplore.paths import cache_dir
 from kvexplore.planning.models import catalog_names
 
-LMCACHE_VERSION = "0.5.6"
+RELEASES = lmcache_releases()
 NUM_BLOCKS = 4
 GPUS = ("A100", "H100")
 TENSOR_PARALLEL = (1, 2)
@@ -81,11 +86,10 @@ LAYOUT_MODELS = (
 
 
 def _case(name, gpu, tp, backend, layout=None):
-    label = "-".join(filter(None, (name, gpu, f"tp{tp}", backend or "default", layout)))
-    return pytest.param(name, gpu, tp, backend, layout, id=label)
+    return (name, gpu, tp, backend, layout)
 
 
-CASES = [
+CATALOG = [
     _case(name, gpu, tp, backend)
     for backend in BACKENDS
     for gpu in GPUS
@@ -101,85 +105,13 @@ CASES = [
 ]
 
 
-# ---------------------------------------------------------------- the oracle
-
-
-def _install(target: Path) -> None:
-    """``pip install --no-deps --target`` LMCache into ``target``, atomically:
-    into a temporary sibling first, then renamed into place; a failed or
-    concurrent install leaves no half-made ``target``."""
-    if target.is_dir():
-        return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
-        command = [
-            sys.executable, "-m", "pip", "install", "--quiet",
-            "--disable-pip-version-check", "--no-deps", "--target", str(staging),
-            f"lmcache=={LMCACHE_VERSION}",
-        ]  # fmt: skip
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=900)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"`{' '.join(command)}` did not finish in 900 s", pytrace=False)
-        if done.returncode:
-            pytest.fail(
-                f"LMCache {LMCACHE_VERSION}, the oracle of these tests, could not be "
-                f"installed: `{' '.join(command)}` exited {done.returncode}:\n"
-                f"{(done.stderr or done.stdout)[-3000:]}\nThese tests need the package "
-                f"index (or a pip configuration naming a mirror with lmcache=={LMCACHE_VERSION}).",
-                pytrace=False,
-            )
-        try:
-            os.replace(staging, target)
-        except OSError:
-            if not target.is_dir():  # not a concurrent install that got there first
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-@pytest.fixture(scope="session")
-def lmcache():
-    """LMCache's edit module, its vLLM layout hints and its rule registry, from
-    ``<cache>/oracles/lmcache-<version>``; ``sys.path``, ``sys.modules`` and the
-    log level variable are restored afterwards."""
-    target = cache_dir() / "oracles" / f"lmcache-{LMCACHE_VERSION}"
-    _install(target)
-    saved_path, saved_level = list(sys.path), os.environ.get("LMCACHE_LOG_LEVEL")
-    sys.path.insert(0, str(target))
-    os.environ["LMCACHE_LOG_LEVEL"] = "ERROR"  # LMCache logs at INFO on import
-    try:
-        from lmcache.integration.vllm import kv_cache_group_edits as edits
-        from lmcache.integration.vllm.utils import vllm_layout_hints
-    except Exception as exc:
-        sys.path[:] = saved_path
-        pytest.fail(f"LMCache installed in {target} does not import: {exc!r}", pytrace=False)
-    finally:
-        if saved_level is None:
-            os.environ.pop("LMCACHE_LOG_LEVEL", None)
-        else:
-            os.environ["LMCACHE_LOG_LEVEL"] = saved_level
-    for name in list(logging.root.manager.loggerDict):
-        if name.startswith("lmcache"):
-            logging.getLogger(name).setLevel(logging.ERROR)
-    assert Path(edits.__file__).is_relative_to(target), edits.__file__
-    yield types.SimpleNamespace(
-        apply=edits.apply_kv_cache_group_edits,
-        validate=edits.validate_kv_cache_groups,
-        rules=edits._EDITS,
-        layout_hints=vllm_layout_hints,
-    )
-    sys.path[:] = saved_path
-    for name in [m for m in sys.modules if m == "lmcache" or m.startswith("lmcache.")]:
-        del sys.modules[name]
-
-
 # ------------------------------------------------------------------- inputs
 
 
 @functools.cache
-def planned(name: str, gpu: str, tp: int, backend: str | None, layout: str | None = None):
+def planned(
+    name: str, gpu: str, tp: int, backend: str | None, layout: str | None = None
+):
     return plan(
         name,
         gpu=gpu,
@@ -191,172 +123,20 @@ def planned(name: str, gpu: str, tp: int, backend: str | None, layout: str | Non
 
 
 def layer_specs(cfg):
-    """``(layer, spec)`` in LMCache's order: group by group, per-layer specs unwrapped."""
+    """``(layer, spec)`` group by group, per-layer specs unwrapped."""
     for group in cfg.kv_cache_groups:
         per_layer = getattr(group.kv_cache_spec, "kv_cache_specs", None)
         for name in group.layer_names:
             yield name, per_layer[name] if per_layer else group.kv_cache_spec
 
 
-def first_match(rules, spec, value):
-    """The first rule of ``rules`` (in their priority order) matching the layer."""
-    return next((rule for rule in rules if rule.matches(spec, value)), None)
-
-
-def outcome(function, *args, **kwargs):
-    """``(value, None)``, or ``(None, exception)`` when ``function`` raises."""
-    try:
-        return function(*args, **kwargs), None
-    except Exception as exc:
-        return None, exc
-
-
-def per_layer(lmcache, p, caches, hints) -> dict:
-    """Layer by layer, each side's first matching rule applied on its own:
-    ``{layer: ((their rule, view, error), (our rule, view, error))}``; every
-    rule is ``None`` without Mamba layers (neither apply consults one then)."""
-    cfg = p.kv_cache_config
-    out = {}
-    for name, spec in layer_specs(cfg):
-        value = caches[name]
-        sides = []
-        for rules, extra in ((lmcache.rules, (hints,)), (DEFAULT_EDITS, ())):
-            rule = first_match(rules, spec, value) if cfg.has_mamba_layers else None
-            if rule is None:
-                sides.append((None, None, None))
-                continue
-            kwargs = {} if extra else {"kv_layout": p.kv_cache_layout}
-            sides.append((rule.name, *outcome(rule.apply, spec, value, *extra, **kwargs)))
-        out[name] = tuple(sides)
-    return out
-
-
-def tensor_facts(t: torch.Tensor) -> dict:
-    return {
-        "shape": tuple(t.shape),
-        "stride": tuple(t.stride()),
-        "storage_offset": t.storage_offset(),
-        "dtype": t.dtype,
-        "device": t.device,
-        "storage": t.untyped_storage().data_ptr(),
-    }
-
-
-def storage_of(value) -> int:
-    first = value if isinstance(value, torch.Tensor) else value[0]
-    return first.untyped_storage().data_ptr()
-
-
-def assert_agree(lmcache, p, caches) -> dict:
-    """Both sides' validation, rules and edits on ``caches`` (a registration of
-    ``p``) agree; returns what was compared: ``views`` (edited layers),
-    ``refusals`` (refusals of either side, each met by the other's) and
-    ``lmcache_refused`` (whether LMCache's apply refused)."""
-    cfg = p.kv_cache_config
-    compared = {"views": 0, "refusals": 0}
-    # Validation: refused by both or neither, the same groups rejected.
-    _, their_verdict = outcome(lmcache.validate, cfg)
-    _, our_verdict = outcome(validate_kv_cache_groups, cfg)
-    assert our_verdict is None or isinstance(our_verdict, KVExploreError), repr(our_verdict)
-    assert (their_verdict is None) == (our_verdict is None), (their_verdict, our_verdict)
-    table = check_kv_cache_groups(cfg)
-    rejected = table.loc[table["verdict"] == "rejected", "group"].tolist()
-    assert sorted(int(g) for g in re.findall(r"group (\d+):", str(their_verdict or ""))) == (
-        rejected
-    )
-    compared["refusals"] += their_verdict is not None
-
-    # Rule by rule: the same rule matches each layer and refuses it, or both
-    # views are alike, over the registered storage.
-    hints = lmcache.layout_hints(p.vllm_config)
-    layers = per_layer(lmcache, p, caches, hints)
-    for layer, (theirs, ours) in layers.items():
-        (their_rule, their_view, their_error), (our_rule, our_view, our_error) = theirs, ours
-        assert our_rule == their_rule, (layer, their_rule, our_rule)
-        assert our_error is None or isinstance(our_error, KVExploreError), repr(our_error)
-        assert (our_error is None) == (their_error is None), (layer, their_error, our_error)
-        compared["refusals"] += their_error is not None
-        if their_view is not None:
-            assert tensor_facts(our_view) == tensor_facts(their_view), layer
-            assert tensor_facts(our_view)["storage"] == storage_of(caches[layer]), layer
-
-    # The whole functions: refused by both or neither; where neither refuses,
-    # every layer is the same object, or the same view of the same storage.
-    their_edit, their_refusal = outcome(lmcache.apply, cfg, caches, hints)
-    our_edit, our_refusal = outcome(apply_kv_cache_group_edits, cfg, caches)
-    assert our_refusal is None or isinstance(our_refusal, KVExploreError), repr(our_refusal)
-    assert (their_refusal is None) == (our_refusal is None), (their_refusal, our_refusal)
-    compared["lmcache_refused"] = their_refusal is not None
-    if their_refusal is not None:
-        compared["refusals"] += 1
-        failing = [layer for layer, (theirs, _) in layers.items() if theirs[2] is not None]
-        if their_verdict is None:  # a rule refused: the first layer whose rule raised
-            assert failing, their_refusal
-            layer, rule = failing[0], layers[failing[0]][0][0]
-            assert f"layer {layer!r}" in str(our_refusal), (layer, our_refusal)
-            assert f"rule {rule!r}" in str(our_refusal), (rule, our_refusal)
-        return compared
-    our_rules = {row["layer"]: row["rule"] for row in our_edit.report.to_dict("records")}
-    assert our_rules == {layer: theirs[0] for layer, (theirs, _) in layers.items()}
-    assert set(our_edit) == set(their_edit) == set(caches)
-    for layer, before in caches.items():
-        theirs_now, ours_now = their_edit[layer], our_edit[layer]
-        if our_rules[layer] is None:
-            assert theirs_now is before and ours_now is before, layer
-            continue
-        assert isinstance(theirs_now, torch.Tensor) and isinstance(ours_now, torch.Tensor)
-        assert tensor_facts(ours_now) == tensor_facts(theirs_now), layer
-        assert tensor_facts(ours_now)["storage"] == storage_of(before), layer
-        compared["views"] += 1
-    return compared
-
-
-# -------------------------------------------------------------------- tests
-
-
-def test_flashinfer_exclusions_hold():
-    """The models left out of the FLASHINFER cases are the ones vLLM refuses there."""
-    for name in sorted(FLASHINFER_REFUSED):
-        for gpu in GPUS:
-            with pytest.raises(KVExploreError, match="FLASHINFER"):
-                planned(name, gpu, 1, "FLASHINFER")
-
-
-def test_the_cases_reach_every_rule_and_refusal(lmcache):
-    """The parametrisation is not vacuous: LMCache's validation refuses some
-    case, and each of its rules but the MLA one fires on some (no catalog plan
-    pages an MLA cache below its logical block; test_kernel_paged_mla does)."""
-    fired, refused = set(), 0
-    for name, gpu, tp, backend, layout in (case.values for case in CASES):
-        if (gpu, tp) != ("A100", 1):
-            continue
-        p = planned(name, gpu, tp, backend, layout)
-        if outcome(lmcache.validate, p.kv_cache_config)[1] is not None:
-            refused += 1
-            continue
-        hints = lmcache.layout_hints(p.vllm_config)
-        for registration in REGISTRATIONS:
-            caches = allocate(p, device="meta", registration=registration)
-            fired |= {theirs[0] for theirs, _ in per_layer(lmcache, p, caches, hints).values()}
-    assert refused
-    unreached = {"subpaged-mla-attention-view"}
-    assert {r.name for r in lmcache.rules} - unreached <= fired - {None}, fired
-
-
-@pytest.mark.parametrize("registration", REGISTRATIONS)
-@pytest.mark.parametrize(("name", "gpu", "tp", "backend", "layout"), CASES)
-def test_kvexplore_agrees_with_lmcache(lmcache, name, gpu, tp, backend, layout, registration):
-    p = planned(name, gpu, tp, backend, layout)
-    caches = allocate(p, device="cpu", registration=registration)
-    compared = assert_agree(lmcache, p, caches)
-    assert compared["views"] or compared["refusals"] or not p.kv_cache_config.has_mamba_layers
-
-
 # ------------------------------------------- registrations beyond the catalog
 
 
 def first_layer(p, kind: KVCacheSpecKind) -> str:
-    return next(name for name, spec in layer_specs(p.kv_cache_config) if spec_kind(spec) == kind)
+    return next(
+        name for name, spec in layer_specs(p.kv_cache_config) if spec_kind(spec) == kind
+    )
 
 
 def kernel_paged_mla(p, caches):
@@ -365,6 +145,15 @@ def kernel_paged_mla(p, caches):
     t = caches[name]
     ratio = t.shape[2] // 64
     return {**caches, name: t.view(t.shape[0] * ratio, t.shape[1], 64, t.shape[3])}
+
+
+def kernel_paged_mla_legacy(p, caches):
+    """The legacy (rank-3) MLA layer re-paged at 64 rows per kernel page
+    (``[B * r, 64, C]``)."""
+    name = first_layer(p, KVCacheSpecKind.MLA_ATTENTION)
+    t = caches[name]
+    ratio = t.shape[1] // 64
+    return {**caches, name: t.view(t.shape[0] * ratio, 64, t.shape[2])}
 
 
 def heads_before_tokens(p, caches):
@@ -403,14 +192,315 @@ def states_one_page_in(p, caches):
     return {**caches, name: moved}
 
 
-#: (derivation, model, backend, registration, what LMCache's apply does with it)
+def kv_planes_interleaved(p, caches):
+    """The legacy attention layer as vLLM-Ascend 0.30 registers it: a (K, V)
+    pair of ``[pages, kernel_block, heads, head_size]`` planes whose kernel
+    pages alternate in one pool (``K0 V0 K1 V1 ...``)."""
+    name = first_layer(p, KVCacheSpecKind.FULL_ATTENTION)
+    t = caches[name]
+    return {**caches, name: (t[:, 0], t[:, 1])}
+
+
+def kv_planes_contiguous(p, caches):
+    """The same layer as vLLM-Ascend up to 0.29 registers it: every K page,
+    then every V page, each plane dense."""
+    name = first_layer(p, KVCacheSpecKind.FULL_ATTENTION)
+    pages, _, rows, heads, size = caches[name].shape
+    fresh = torch.zeros(2, pages, rows, heads, size, dtype=caches[name].dtype)
+    return {**caches, name: (fresh[0], fresh[1])}
+
+
+def kv_planes_as_list(p, caches):
+    """The interleaved pair as a list (LMCache reads lists and tuples alike)."""
+    name = first_layer(p, KVCacheSpecKind.FULL_ATTENTION)
+    t = caches[name]
+    return {**caches, name: [t[:, 0], t[:, 1]]}
+
+
+def states_as_slices(p, caches):
+    """The legacy Mamba states carved as separate dense slices of one pool
+    (each steps its own bytes per block, not the padded page)."""
+    name = first_layer(p, KVCacheSpecKind.MAMBA)
+    states = caches[name]
+    sizes = [s[0].numel() * s.element_size() for s in states]
+    pool = torch.zeros(NUM_BLOCKS * sum(sizes), dtype=torch.uint8)
+    out, start = [], 0
+    for state, size in zip(states, sizes, strict=True):
+        piece = pool[start : start + NUM_BLOCKS * size]
+        out.append(piece.view(state.dtype).view(state.shape))
+        start += NUM_BLOCKS * size
+    return {**caches, name: out}
+
+
+#: (derivation, model, backend, registration, {release: what its apply does})
+#: -- "edits", "leaves" (the changed layer as registered) or "refuses".
+SEED = ("0.4.7", "0.5.0", "0.5.1", "0.5.2")
+FOUR = ("0.5.3", "0.5.4", "0.5.5", "0.5.6")
+PRE = ("0.5.7rc2",)
+
+
+def _does(**by_family) -> dict:
+    out = {}
+    for family, does in by_family.items():
+        for release in {"seed": SEED, "four": FOUR, "pre": PRE}[family]:
+            out[release] = does
+    return out
+
+
 DERIVED = [
-    (kernel_paged_mla, "moonshotai/Kimi-Linear-48B-A3B-Instruct", None, "unified", "edits"),
-    (heads_before_tokens, "Qwen/Qwen3.5-0.8B", "FLASHINFER", "legacy", "refuses"),
-    (heads_before_blocks, "Qwen/Qwen3.5-0.8B", "FLASHINFER", "unified", "refuses"),
-    (states_as_tuple, "Qwen/Qwen3.5-0.8B", None, "legacy", "leaves"),
-    (states_one_page_in, "Qwen/Qwen3.5-0.8B", None, "legacy", "refuses"),
-]
+    (kernel_paged_mla, "moonshotai/Kimi-Linear-48B-A3B-Instruct", None, "unified",
+     {**_does(seed="leaves", four="edits", pre="edits"),
+      **dict.fromkeys(("0.5.3", "0.5.4", "0.5.5"), "leaves")}),
+    (kernel_paged_mla_legacy, "moonshotai/Kimi-Linear-48B-A3B-Instruct", None, "legacy",
+     _does(seed="leaves", four="edits", pre="edits")),
+    (heads_before_tokens, "Qwen/Qwen3.5-0.8B", "FLASHINFER", "legacy",
+     _does(seed="refuses", four="refuses", pre="refuses")),
+    (heads_before_blocks, "Qwen/Qwen3.5-0.8B", "FLASHINFER", "unified",
+     {**_does(seed="refuses", four="refuses", pre="refuses")}),
+    (states_as_tuple, "Qwen/Qwen3.5-0.8B", None, "legacy",
+     _does(seed="refuses", four="leaves", pre="leaves")),
+    (states_one_page_in, "Qwen/Qwen3.5-0.8B", None, "legacy",
+     _does(seed="refuses", four="refuses", pre="edits")),
+    (states_as_slices, "Qwen/Qwen3.5-0.8B", None, "legacy",
+     _does(seed="refuses", four="refuses", pre="leaves")),
+    (kv_planes_interleaved, "Qwen/Qwen3.5-0.8B", "FLASHINFER", "legacy",
+     _does(seed="leaves", four="leaves", pre="edits")),
+    (kv_planes_contiguous, "Qwen/Qwen3.5-0.8B", "FLASHINFER", "legacy",
+     _does(seed="leaves", four="leaves", pre="edits")),
+    (kv_planes_as_list, "Qwen/Qwen3.5-0.8B", "FLASHINFER", "legacy",
+     _does(seed="leaves", four="leaves", pre="edits")),
+]  # fmt: skip
+
+
+def sliced_config(mode: str = "align", layout: str = "LBNHC"):
+    """A hand-made hybrid whose Mamba state bytes divide by its block size, so
+    ``mamba-slice-planes`` re-views separately carved slices (states of
+    3 x 128 bf16 = 768 B and 4 x 8 x 8 fp32 = 1024 B per block, block 64);
+    ``mode`` its Mamba cache mode, ``layout`` the layout vLLM resolved."""
+    mamba = MambaSpec(
+        block_size=64,
+        shapes=((3, 128), (4, 8, 8)),
+        dtypes=(torch.bfloat16, torch.float32),
+        mamba_cache_mode=mode,
+    )
+    attn = FullAttentionSpec(
+        block_size=64, num_kv_heads=1, head_size=8, dtype=torch.bfloat16
+    )
+    cfg = KVCacheConfig(
+        num_blocks=NUM_BLOCKS,
+        kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(["m"], mamba), KVCacheGroupSpec(["a"], attn)],
+        kv_cache_layout=layout,
+    )
+    conv = torch.zeros(NUM_BLOCKS * (768 + 1024), dtype=torch.uint8)
+    states = [
+        conv[: NUM_BLOCKS * 768].view(torch.bfloat16).view(NUM_BLOCKS, 3, 128),
+        conv[NUM_BLOCKS * 768 :].view(torch.float32).view(NUM_BLOCKS, 4, 8, 8),
+    ]
+    attention = torch.zeros(NUM_BLOCKS, 2, 64, 1, 8, dtype=torch.bfloat16)
+    return cfg, {"m": states, "a": attention}
+
+
+def _build_cases() -> dict[str, dict]:
+    cases = {}
+    for name, gpu, tp, backend, layout in CATALOG:
+        p = planned(name, gpu, tp, backend, layout)
+        for registration in REGISTRATIONS:
+            label = "-".join(
+                filter(
+                    None,
+                    (name, gpu, f"tp{tp}", backend or "default", layout, registration),
+                )
+            )
+            caches = allocate(p, device="cpu", registration=registration)
+            cases[label] = case_of(p.kv_cache_config, p.cache_config, caches)
+            del caches
+    for derive, name, backend, registration, _ in DERIVED:
+        p = planned(name, "A100", 1, backend)
+        caches = allocate(p, device="cpu", registration=registration)
+        derived = derive(p, caches)
+        (changed,) = [layer for layer in caches if derived[layer] is not caches[layer]]
+        cases[derive.__name__] = case_of(p.kv_cache_config, p.cache_config, derived)
+        cases[derive.__name__]["changed"] = changed
+    for label, mode, layout in (
+        ("sliced_config", "align", "LBNHC"),
+        # LMCache 0.4.7-0.5.4 keep snapshots for 'align' only
+        ("sliced_config_mode_all", "all", "LBNHC"),
+        # a heads-outermost layout LMCache 0.5.5 on cannot hint
+        ("sliced_config_heads_outermost", "align", "LHBNC"),
+    ):
+        cfg, caches = sliced_config(mode, layout)
+        cache_config = planned(QWEN, "A100", 1, None).cache_config
+        cache_config.kv_cache_layout = layout
+        cases[label] = case_of(cfg, cache_config, caches)
+    # The same Mamba layer registered unified ([B, 1, 1, 1792] int8): its row
+    # divides by the block, so 0.5.3 / 0.5.4's plain view succeeds when hinted.
+    cfg, caches = sliced_config()
+    row = torch.zeros(NUM_BLOCKS, 1, 1, 768 + 1024, dtype=torch.int8)
+    for hint in (None, "NHD", "HND"):
+        case = case_of(
+            cfg, planned(QWEN, "A100", 1, None).cache_config, {**caches, "m": row}
+        )
+        if hint:
+            case["hint"] = hint
+        cases[f"unified_config-hint-{hint}"] = case
+    # No prefix caching: vLLM keeps no Mamba snapshots (mode 'none'), which
+    # every release's validation refuses.
+    p = plan(QWEN, gpu="A100", num_blocks=NUM_BLOCKS, enable_prefix_caching=False)
+    for registration in REGISTRATIONS:
+        caches = allocate(p, device="cpu", registration=registration)
+        cases[f"{QWEN}-no-prefix-caching-{registration}"] = case_of(
+            p.kv_cache_config, p.cache_config, caches
+        )
+    # The hint LMCache 0.5.3 / 0.5.4 take from vLLM's get_kv_cache_layout(),
+    # which vLLM 0.31-0.34 no longer have: given as NHD and HND, as an older
+    # vLLM would report it.
+    for name in HINTED_MODELS:
+        p = planned(name, "A100", 1, None)
+        caches = allocate(p, device="cpu", registration="unified")
+        for hint in ("NHD", "HND"):
+            case = case_of(p.kv_cache_config, p.cache_config, caches)
+            case["hint"] = hint
+            cases[f"{name}-unified-hint-{hint}"] = case
+    return cases
+
+
+HINTED_MODELS = (
+    "Qwen/Qwen3.5-0.8B",
+    "ibm-granite/granite-4.0-h-350m",
+    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+    "tiiuae/Falcon-H1-0.5B-Instruct",
+    "state-spaces/mamba-130m-hf",
+)
+
+
+QWEN = "Qwen/Qwen3.5-0.8B"
+
+
+@pytest.fixture(scope="session")
+def oracle():
+    """``(cases, {release: {case: LMCache's outcome}})`` for every release."""
+    cases = _build_cases()
+    labels = list(cases)
+    try:
+        outcomes = run_oracles(RELEASES, [cases[label] for label in labels])
+    except OracleUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+    return cases, {
+        r: dict(zip(labels, outs, strict=True)) for r, outs in outcomes.items()
+    }
+
+
+def assert_same(release: str, theirs: dict, ours: dict, label: str) -> None:
+    where = f"LMCache {release}, {label}"
+    assert ours["rules"] == theirs["rules"], where
+    assert (ours["validate"] is None) == (theirs["validate"] is None), (
+        where, theirs["validate"], ours["validate"])  # fmt: skip
+    if theirs["validate"] is not None:
+        groups = sorted(
+            int(g) for g in re.findall(r"group (\d+):", theirs["validate"][1])
+        )
+        assert groups == ours["rejected_groups"], where
+        assert ours["validate"][0] == "KVExploreError", where
+    assert ("hints" in theirs) == ("hints" in ours), where
+    if "hints" in theirs:
+        refused = isinstance(theirs["hints"], tuple)
+        assert refused == isinstance(ours["hints"], tuple), (
+            where,
+            theirs["hints"],
+            ours["hints"],
+        )
+        if not refused:
+            assert ours["hints"] == theirs["hints"], where
+    assert set(ours["layers"]) == set(theirs["layers"]), where
+    for layer, (their_rule, their_view, their_error) in theirs["layers"].items():
+        our_rule, our_view, our_error = ours["layers"][layer]
+        assert our_rule == their_rule, (where, layer, their_rule, our_rule)
+        assert (our_error is None) == (their_error is None), (
+            where,
+            layer,
+            their_error,
+            our_error,
+        )
+        assert our_view == their_view, (where, layer)
+    assert ours["apply"][0] == theirs["apply"][0], (
+        where,
+        theirs["apply"],
+        ours["apply"],
+    )
+    if theirs["apply"][0] == "ok":
+        assert ours["apply"][1] == theirs["apply"][1], where
+        assert ours["named"] == release, where
+        if theirs["layers"]:
+            assert ours["report_rules"] == {
+                k: v[0] for k, v in theirs["layers"].items()
+            }
+        return
+    assert ours["apply"][1][0] == "KVExploreError", (where, ours["apply"])
+    failing = [
+        layer for layer, (_, _, err) in theirs["layers"].items() if err is not None
+    ]
+    if (
+        theirs["validate"] is None
+        and not isinstance(theirs.get("hints"), tuple)
+        and failing
+    ):
+        layer, rule = failing[0], theirs["layers"][failing[0]][0]
+        assert f"layer {layer!r}" in ours["apply"][1][1], (where, ours["apply"])
+        assert f"rule {rule!r}" in ours["apply"][1][1], (where, ours["apply"])
+
+
+# -------------------------------------------------------------------- tests
+
+
+def test_flashinfer_exclusions_hold():
+    """The models left out of the FLASHINFER cases are the ones vLLM refuses there."""
+    for name in sorted(FLASHINFER_REFUSED):
+        for gpu in GPUS:
+            with pytest.raises(KVExploreError, match="FLASHINFER"):
+                planned(name, gpu, 1, "FLASHINFER")
+
+
+def test_kvexplore_agrees_with_every_lmcache_release(oracle):
+    """Every case, every release: kvexplore's answer is the release's own."""
+    cases, outcomes = oracle
+    compared = {r: 0 for r in RELEASES}
+    for release in RELEASES:
+        for label, case in cases.items():
+            assert_same(
+                release,
+                outcomes[release][label],
+                kvexplore_outcome(release, case),
+                label,
+            )
+            compared[release] += 1
+    assert all(n == len(cases) for n in compared.values()), compared
+
+
+def _reached(outcomes: dict) -> tuple[set, set]:
+    fired, refusals = set(), set()
+    for outcome in outcomes.values():
+        if outcome["validate"] is not None:
+            refusals.add("validation")
+        if isinstance(outcome.get("hints"), tuple):
+            refusals.add("layout hint")
+        for rule, _, error in outcome["layers"].values():
+            if rule is not None and error is None:
+                fired.add(rule)
+            if error is not None:
+                refusals.add(f"{rule}: {error[0]}")
+    return fired, refusals
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_cases_reach_every_rule_and_refusal(oracle, release):
+    """The cases are not vacuous: every rule of every release re-views some
+    layer, and some case is refused by validation and by a rule's apply."""
+    _, outcomes = oracle
+    fired, refusals = _reached(outcomes[release])
+    assert set(LMCACHE_RELEASES[release].rules) <= fired, (release, fired)
+    assert "validation" in refusals, (release, refusals)
+    assert any(":" in r for r in refusals), (release, refusals)
 
 
 @pytest.mark.parametrize(
@@ -418,19 +508,24 @@ DERIVED = [
     DERIVED,
     ids=[derive.__name__ for derive, *_ in DERIVED],
 )
-def test_derived_registrations(lmcache, derive, name, backend, registration, lmcache_does):
-    """A registration derived from a catalog plan's: kvexplore refuses, leaves
-    and re-views its layers exactly as LMCache does (``lmcache_does`` keeps
-    each derivation reaching the path it names)."""
-    p = planned(name, "A100", 1, backend)
-    caches = allocate(p, device="cpu", registration=registration)
-    derived = derive(p, caches)
-    (changed,) = [layer for layer in caches if derived[layer] is not caches[layer]]
-    compared = assert_agree(lmcache, p, derived)
-    hints = lmcache.layout_hints(p.vllm_config)
-    theirs, _ = per_layer(lmcache, p, derived, hints)[changed]  # (rule, view, error)
-    if compared["lmcache_refused"]:
-        does = "refuses"
-    else:
-        does = "leaves" if theirs[1] is None else "edits"
-    assert does == lmcache_does, (changed, theirs)
+def test_derived_registrations(
+    oracle, derive, name, backend, registration, lmcache_does
+):
+    """A registration derived from a catalog plan's: each release refuses,
+    leaves or re-views its changed layer as ``lmcache_does`` says (which keeps
+    each derivation reaching the path it names), and kvexplore agrees."""
+    cases, outcomes = oracle
+    changed = cases[derive.__name__]["changed"]
+    for release in RELEASES:
+        theirs = outcomes[release][derive.__name__]
+        if theirs["apply"][0] == "refused":
+            does = "refuses"
+        else:
+            does = "leaves" if theirs["apply"][1][changed] == "same" else "edits"
+        assert does == lmcache_does[release], (release, changed, theirs["apply"])
+        assert_same(
+            release,
+            theirs,
+            kvexplore_outcome(release, cases[derive.__name__]),
+            derive.__name__,
+        )

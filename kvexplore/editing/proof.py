@@ -380,6 +380,8 @@ def address_checks(
         for li, notes in _overlaps(entries, num_blocks, names).items():
             clashes.setdefault(li, []).extend(notes)
     return tuple(
-        replace(c, disjoint_ok=li not in clashes, notes=c.notes + tuple(clashes.get(li, ())))
+        replace(
+            c, disjoint_ok=li not in clashes, notes=c.notes + tuple(clashes.get(li, ()))
+        )
         for li, c in enumerate(checks)
     )

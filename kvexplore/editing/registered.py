@@ -38,9 +38,13 @@ __all__ = [
     "tensors_of",
 ]
 
-#: One registered cache value: a tensor, or one tensor per Mamba state
-#: (``[conv_state, ssm_state]``) in the legacy registration.
-RegisteredKVCache: TypeAlias = torch.Tensor | list[torch.Tensor]
+#: One registered cache value: a tensor, one tensor per Mamba state
+#: (``[conv_state, ssm_state]``) in the legacy registration, or an attention
+#: layer's (K, V) pair of ``[pages, kernel_block, heads, head_size]`` planes
+#: (vLLM-Ascend's split caches).
+RegisteredKVCache: TypeAlias = (
+    torch.Tensor | list[torch.Tensor] | tuple[torch.Tensor, torch.Tensor]
+)
 
 #: A unified Mamba layer is the raw int8 buffer viewed without a dtype
 #: (``create_kv_cache_views``: a Mamba spec has ``dtypes``, not ``dtype``).
@@ -91,7 +95,9 @@ def tensors_of(value: object) -> list[torch.Tensor]:
     list of tensors, ``[]`` for anything else."""
     if isinstance(value, torch.Tensor):
         return [value]
-    if isinstance(value, (list, tuple)) and all(isinstance(t, torch.Tensor) for t in value):
+    if isinstance(value, (list, tuple)) and all(
+        isinstance(t, torch.Tensor) for t in value
+    ):
         return list(value)
     return []
 
@@ -101,6 +107,15 @@ def tensors_of(value: object) -> list[torch.Tensor]:
 #: ``get_kv_cache_shape`` for standard attention; ``[kernel blocks, 1, kernel
 #: block, latent]`` and ``[kernel blocks, kernel block, latent]`` for MLA.
 _ATTENTION_RANKS = {False: (4, 5), True: (4, 3)}
+
+
+def _is_kv_pair(value: object) -> bool:
+    """A (K, V) pair of 4-D planes, as vLLM-Ascend registers split caches."""
+    return (
+        isinstance(value, (list, tuple))
+        and len(value) == 2
+        and all(isinstance(t, torch.Tensor) and t.ndim == 4 for t in value)
+    )
 
 
 def _layer_problems(
@@ -113,12 +128,14 @@ def _layer_problems(
     kind = spec_kind(spec)
     if kind != KVCacheSpecKind.MAMBA:
         ranks = _ATTENTION_RANKS[kind == KVCacheSpecKind.MLA_ATTENTION]
-        if not isinstance(value, torch.Tensor):
+        split = _is_kv_pair(value) and kind != KVCacheSpecKind.MLA_ATTENTION
+        if not split and not isinstance(value, torch.Tensor):
             problems.append(
                 f"attention layer {name!r} is registered as {describe(value)}; expected "
-                "one tensor, as vLLM registers every attention layer"
+                "one tensor, as vLLM registers every attention layer (or a (K, V) "
+                "pair of 4-D planes, as vLLM-Ascend does)"
             )
-        elif value.ndim not in ranks:
+        elif not split and value.ndim not in ranks:
             problems.append(
                 f"layer {name!r} is a {value.ndim}-D tensor {tuple(value.shape)}; expected "
                 f"{' or '.join(f'{r}-D' for r in ranks)} (unified or legacy registration "
@@ -199,7 +216,9 @@ def registration_problems(plan, kv_caches: Mapping[str, object]) -> list[str]:
 
     expected: dict[str, list[tuple]] = {}
     for registration in REGISTRATIONS:
-        for name, value in allocate(plan, device="meta", registration=registration).items():
+        for name, value in allocate(
+            plan, device="meta", registration=registration
+        ).items():
             expected.setdefault(name, []).append(_signature(value))
     problems = []
     for name, value in kv_caches.items():
@@ -217,12 +236,16 @@ def registration_problems(plan, kv_caches: Mapping[str, object]) -> list[str]:
 
 
 def _signature(value: object) -> tuple:
-    return tuple((tuple(t.shape), tuple(t.stride()), t.dtype) for t in tensors_of(value))
+    return tuple(
+        (tuple(t.shape), tuple(t.stride()), t.dtype) for t in tensors_of(value)
+    )
 
 
 def _described(signature: tuple) -> str:
-    return " + ".join(f"{list(shape)} strides {list(stride)} {dtype_name(dtype)}"
-                      for shape, stride, dtype in signature)
+    return " + ".join(
+        f"{list(shape)} strides {list(stride)} {dtype_name(dtype)}"
+        for shape, stride, dtype in signature
+    )
 
 
 def _listed(names: list[str], most: int) -> str:
@@ -335,6 +358,10 @@ _BY_GROUP_COLUMNS = [
 ]  # fmt: skip
 
 
+def _rebuild_edit_result(edited, report, note, lmcache):
+    return EditResult(edited, report, note, lmcache=lmcache)
+
+
 class EditResult(Displayable, FrozenDict):
     """The edited ``{layer_name: value}`` dict, plus what happened per layer.
 
@@ -348,17 +375,20 @@ class EditResult(Displayable, FrozenDict):
     block before and after.  ``counts``: rule name -> layers re-viewed.
     """
 
-    __slots__ = ("_rows", "_note")
+    __slots__ = ("_rows", "_note", "_lmcache")
 
     def __init__(
         self,
         edited: Mapping[str, RegisteredKVCache],
         report: pd.DataFrame,
         note: str = "",
+        *,
+        lmcache: str | None = None,
     ) -> None:
         dict.__init__(self, edited)
         object.__setattr__(self, "_rows", tuple(report.to_dict("records")))
         object.__setattr__(self, "_note", str(note))
+        object.__setattr__(self, "_lmcache", lmcache)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise FrozenInstanceError(f"cannot assign to field {name!r} of EditResult")
@@ -367,7 +397,10 @@ class EditResult(Displayable, FrozenDict):
         raise FrozenInstanceError(f"cannot delete field {name!r} of EditResult")
 
     def __reduce__(self):
-        return (EditResult, (dict(self), self.report, self._note))
+        return (
+            _rebuild_edit_result,
+            (dict(self), self.report, self._note, self._lmcache),
+        )
 
     def __copy__(self) -> EditResult:
         return self
@@ -383,12 +416,20 @@ class EditResult(Displayable, FrozenDict):
     @property
     def counts(self) -> dict[str, int]:
         """Rule name -> layers it re-viewed (a copy)."""
-        return dict(Counter(row["rule"] for row in self._rows if isinstance(row["rule"], str)))
+        return dict(
+            Counter(row["rule"] for row in self._rows if isinstance(row["rule"], str))
+        )
 
     @property
     def note(self) -> str:
         """Why no rule was consulted, or ``""``."""
         return self._note
+
+    @property
+    def lmcache(self) -> str | None:
+        """The LMCache release whose edits these are (``"0.5.6"``), or ``None``
+        for a result built without one."""
+        return self._lmcache
 
     def by_group(self) -> pd.DataFrame:
         """One row per group and rule that fired (``None``: no rule): ``layers``

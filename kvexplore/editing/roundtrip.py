@@ -77,7 +77,9 @@ class LayerVerdict:
 
     @property
     def ok(self) -> bool:
-        return all((self.roundtrip_ok, self.covers_ok, self.confined_ok, self.disjoint_ok))
+        return all(
+            (self.roundtrip_ok, self.covers_ok, self.confined_ok, self.disjoint_ok)
+        )
 
     @classmethod
     def of(
@@ -226,7 +228,10 @@ def _save(
     return [
         (part, part.clone())
         for layer in layers
-        for part in (t[start:stop] for t in [*(r.view for r in layer.regions), *layer.edited_parts])
+        for part in (
+            t[start:stop]
+            for t in [*(r.view for r in layer.regions), *layer.edited_parts]
+        )
     ]
 
 

@@ -1,11 +1,13 @@
 """Which KV-cache groups a KV connector can serve, as an error or as data.
 
-Mirrors LMCache 0.5.6's ``validate_kv_cache_groups``
-(``lmcache/integration/vllm/kv_cache_group_edits.py``): a ``CrossAttentionSpec``
-group is rejected (its blocks hold encoder output, not a prompt prefix), and so
-is a ``MambaSpec`` group whose ``mamba_cache_mode`` is neither ``"align"`` nor
-``"all"`` (no block is a reusable snapshot); slot-compressed specs are
-accepted (LMCache serves them on a separate path; the edits skip them).
+Mirrors ``validate_kv_cache_groups`` of the LMCache release named by
+``lmcache=`` (``lmcache/integration/vllm/kv_cache_group_edits.py``; see
+:mod:`kvexplore.editing.lmcache_releases`): a ``CrossAttentionSpec`` group is
+rejected (its blocks hold encoder output, not a prompt prefix), and so is a
+``MambaSpec`` group whose ``mamba_cache_mode`` that release does not keep
+snapshots for (``"align"`` up to 0.5.4; ``"align"`` or ``"all"`` from 0.5.5);
+slot-compressed specs are accepted (LMCache serves them on a separate path;
+the edits skip them).
 
 >>> import torch
 >>> from vllm.v1.kv_cache_interface import (
@@ -32,6 +34,7 @@ from vllm.v1.kv_cache_interface import (
     iter_layer_specs,
 )
 
+from kvexplore.editing.lmcache_releases import LMCacheRelease, lmcache_release
 from kvexplore.errors import KVExploreError
 from kvexplore.planning.planner import Plan
 
@@ -47,17 +50,27 @@ __all__ = [
 ACCEPTED = "accepted"
 REJECTED = "rejected"
 
-#: The Mamba cache modes LMCache's validate_kv_cache_groups accepts.
-SNAPSHOT_MODES = ("align", "all")
-
 _COLUMNS = ["group", "kind", "verdict", "reason"]
 
 
-def declares_slot_compression(spec: KVCacheSpec) -> bool:
-    """Whether ``spec`` packs several tokens into one stored slot: LMCache's
-    ``_declares_slot_compression``, ``tokens_per_state > 1`` in vLLM 0.33
-    (a ``tokens_per_state`` below 1, Whisper pooling or ``MambaSpec``'s -1, is not)."""
-    return getattr(spec, "tokens_per_state", 1) > 1
+def declares_slot_compression(spec: KVCacheSpec, lmcache: object = None) -> bool:
+    """Whether ``spec`` packs several tokens into one stored slot, as the
+    LMCache release ``lmcache`` reads it (``_declares_slot_compression``):
+    ``compress_ratio > 1`` or ``tq_slot_size > 0``, and from 0.5.6 also
+    ``tokens_per_state > 1`` (vLLM 0.33's field; a value below 1, Whisper
+    pooling or ``MambaSpec``'s -1, is not)."""
+    release = lmcache_release(lmcache)
+    return any(
+        _number(getattr(spec, name, off)) > off
+        for name, off in release.slot_compression
+    )
+
+
+def _number(value: object) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def as_kv_cache_config(value: object) -> KVCacheConfig | None:
@@ -72,8 +85,8 @@ def as_kv_cache_config(value: object) -> KVCacheConfig | None:
     )
 
 
-def _judge_leaf(spec: KVCacheSpec) -> tuple[str, str]:
-    """(verdict, reason) for one leaf spec, by LMCache's rules."""
+def _judge_leaf(spec: KVCacheSpec, release: LMCacheRelease) -> tuple[str, str]:
+    """(verdict, reason) for one leaf spec, by ``release``'s rules."""
     kind = get_kv_cache_spec_kind(spec)
     if kind == KVCacheSpecKind.CROSS_ATTENTION:
         return REJECTED, (
@@ -82,13 +95,14 @@ def _judge_leaf(spec: KVCacheSpec) -> tuple[str, str]:
         )
     if kind == KVCacheSpecKind.MAMBA:
         mode = getattr(spec, "mamba_cache_mode", "none")
-        if mode not in SNAPSHOT_MODES:
+        if mode not in release.snapshot_modes:
+            wanted = " or ".join(repr(m) for m in release.snapshot_modes)
             return REJECTED, (
-                f"MambaSpec with mamba_cache_mode={mode!r}; expected 'align' or 'all' "
-                "(only these keep reusable state snapshots per block)"
+                f"MambaSpec with mamba_cache_mode={mode!r}; expected {wanted} "
+                f"(the modes {release} keeps reusable state snapshots for)"
             )
         return ACCEPTED, f"MambaSpec with mamba_cache_mode={mode!r}"
-    if declares_slot_compression(spec):
+    if declares_slot_compression(spec, release):
         return ACCEPTED, (
             f"{type(spec).__name__} declares slot compression "
             f"(tokens_per_state/compress_ratio {spec.tokens_per_state}); served by the "
@@ -97,13 +111,18 @@ def _judge_leaf(spec: KVCacheSpec) -> tuple[str, str]:
     return ACCEPTED, f"{type(spec).__name__}"
 
 
-def check_kv_cache_groups(kv_cache_config: KVCacheConfig | None) -> pd.DataFrame:
+def check_kv_cache_groups(
+    kv_cache_config: KVCacheConfig | None, *, lmcache: object = None
+) -> pd.DataFrame:
     """One row per KV-cache group: ``group, kind, verdict, reason``.
 
-    The verdicts of :func:`validate_kv_cache_groups` as a table (empty for
-    ``None``); a ``UniformTypeKVCacheSpecs`` group is judged leaf by leaf and
-    rejected if any leaf is.  Refuses only what is neither a config nor ``None``.
+    The verdicts of :func:`validate_kv_cache_groups` for the LMCache release
+    ``lmcache`` (see :func:`~kvexplore.editing.lmcache_releases.lmcache_release`)
+    as a table (empty for ``None``); a ``UniformTypeKVCacheSpecs`` group is
+    judged leaf by leaf and rejected if any leaf is.  Refuses what is neither
+    a config nor ``None``, and a release kvexplore does not know.
     """
+    release = lmcache_release(lmcache)
     config = as_kv_cache_config(kv_cache_config)
     if config is None:
         return pd.DataFrame(columns=_COLUMNS)
@@ -111,7 +130,7 @@ def check_kv_cache_groups(kv_cache_config: KVCacheConfig | None) -> pd.DataFrame
     for index, group in enumerate(config.kv_cache_groups):
         spec = group.kv_cache_spec
         leaves = list(iter_layer_specs(spec))
-        judged = [_judge_leaf(leaf) for leaf in leaves] or [
+        judged = [_judge_leaf(leaf, release) for leaf in leaves] or [
             (ACCEPTED, "group has no layer specs")
         ]
         rejected = [reason for verdict, reason in judged if verdict == REJECTED]
@@ -129,13 +148,18 @@ def check_kv_cache_groups(kv_cache_config: KVCacheConfig | None) -> pd.DataFrame
     return pd.DataFrame(rows, columns=_COLUMNS)
 
 
-def validate_kv_cache_groups(kv_cache_config: KVCacheConfig | None) -> None:
-    """Raise one ``ValueError`` naming every group a connector cannot serve.
+def validate_kv_cache_groups(
+    kv_cache_config: KVCacheConfig | None, *, lmcache: object = None
+) -> None:
+    """Raise one ``ValueError`` naming every group the LMCache release
+    ``lmcache`` cannot serve.
 
-    ``None`` passes; e.g. ``"1 KV-cache group(s) cannot be served ...: group
-    0 (mamba): MambaSpec with mamba_cache_mode='none'; expected 'align' ..."``.
+    ``None`` passes; e.g. ``"1 KV-cache group(s) cannot be served by LMCache
+    0.5.6: group 0 (mamba): MambaSpec with mamba_cache_mode='none'; expected
+    'align' or 'all' ..."``.
     """
-    table = check_kv_cache_groups(kv_cache_config)
+    release = lmcache_release(lmcache)
+    table = check_kv_cache_groups(kv_cache_config, lmcache=release)
     bad = table[table["verdict"] == REJECTED]
     if len(bad):
         listed = "; ".join(
@@ -143,7 +167,7 @@ def validate_kv_cache_groups(kv_cache_config: KVCacheConfig | None) -> None:
             for row in bad.itertuples(index=False)
         )
         raise KVExploreError(
-            f"{len(bad)} KV-cache group(s) cannot be served by an LMCache-style "
-            f"connector: {listed} (LMCache's validate_kv_cache_groups, "
+            f"{len(bad)} KV-cache group(s) cannot be served by {release}: {listed} "
+            "(its validate_kv_cache_groups, "
             "lmcache/integration/vllm/kv_cache_group_edits.py)."
         )

@@ -1,0 +1,217 @@
+"""Every LMCache release's own edits, run beside kvexplore's on the same registrations.
+
+Each release's wheel is installed ``--no-deps`` into
+``<kvexplore cache>/oracles/lmcache-<release>`` (once; atomically) and run in
+a process of its own (``lmcache_worker.py``: LMCache's native extension loads
+once per process).  A case travels as plain data: the ``KVCacheConfig``, the
+``CacheConfig`` (LMCache 0.5.5 and later read the resolved layout from it)
+and each layer's tensors as (storage, shape, stride, storage offset, dtype);
+both sides rebuild identical tensors from it, so every shape, stride, offset
+and storage they report is comparable as data.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+from kvexplore.editing.lmcache_releases import lmcache_release
+from kvexplore.editing.rules import (
+    apply_kv_cache_group_edits,
+    layout_hint,
+    rules_for,
+)
+from kvexplore.editing.validation import check_kv_cache_groups, validate_kv_cache_groups
+from kvexplore.paths import cache_dir
+
+WORKER = Path(__file__).with_name("lmcache_worker.py")
+sys.path.insert(0, str(WORKER.parent))
+from lmcache_worker import describe, rebuild  # noqa: E402
+
+
+class OracleUnavailable(RuntimeError):
+    """A release's wheel could not be installed or run."""
+
+
+def install(release: str) -> Path:
+    """``pip install --no-deps --target`` LMCache ``release`` into the cache
+    folder, atomically (a temporary sibling renamed into place)."""
+    target = cache_dir() / "oracles" / f"lmcache-{release}"
+    if (target / "lmcache").is_dir():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        command = [
+            sys.executable, "-m", "pip", "install", "--quiet",
+            "--disable-pip-version-check", "--no-deps", "--target", str(staging),
+            f"lmcache=={release}",
+        ]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+        if done.returncode:
+            raise OracleUnavailable(
+                f"LMCache {release}, an oracle of these tests, could not be installed: "
+                f"`{' '.join(command)}` exited {done.returncode}:\n"
+                f"{(done.stderr or done.stdout)[-2000:]}\nThese tests need the package "
+                f"index (or a pip configuration naming a mirror with lmcache=={release})."
+            )
+        shutil.rmtree(target, ignore_errors=True)
+        try:
+            os.replace(staging, target)
+        except OSError:
+            if not (target / "lmcache").is_dir():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def case_of(config, cache_config, caches: dict) -> dict:
+    """A registration as plain data (see the module doc)."""
+    storages: list = []
+    layers = {}
+    for name, value in caches.items():
+        tensors = [value] if isinstance(value, torch.Tensor) else list(value)
+        descs = []
+        for t in tensors:
+            storage = t.untyped_storage()
+            ptrs = [s.data_ptr() for s in storages]
+            if storage.data_ptr() not in ptrs:
+                storages.append(storage)
+                ptrs.append(storage.data_ptr())
+            descs.append(
+                (
+                    ptrs.index(storage.data_ptr()),
+                    tuple(t.shape),
+                    tuple(t.stride()),
+                    t.storage_offset(),
+                    str(t.dtype).split(".")[-1],
+                )
+            )
+        container = (
+            "tensor" if isinstance(value, torch.Tensor) else type(value).__name__
+        )
+        layers[name] = (container, descs)
+    return {
+        "config": config,
+        "cache_config": cache_config,
+        "storages": [s.nbytes() for s in storages],
+        "layers": layers,
+    }
+
+
+def _run_one(release: str, cases_path: str) -> list[dict]:
+    target = install(release)
+    out = Path(cases_path).with_suffix(f".{release}.out")
+    done = subprocess.run(
+        [sys.executable, str(WORKER), str(target), cases_path, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if done.returncode:
+        raise OracleUnavailable(
+            f"LMCache {release}'s worker exited {done.returncode}:\n{done.stderr[-3000:]}"
+        )
+    with open(out, "rb") as f:
+        return pickle.load(f)
+
+
+def run_oracles(releases, cases: list[dict], workers: int = 3) -> dict[str, list[dict]]:
+    """``{release: [outcome per case]}`` from each release's own code."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "cases.pkl")
+        with open(path, "wb") as f:
+            pickle.dump(cases, f)
+        with ThreadPoolExecutor(workers) as pool:
+            futures = {r: pool.submit(_run_one, r, path) for r in releases}
+            return {r: f.result() for r, f in futures.items()}
+
+
+def _error(exc: Exception) -> tuple[str, str]:
+    return (type(exc).__name__, str(exc))
+
+
+def kvexplore_outcome(release: str, case: dict) -> dict:
+    """kvexplore's answer for ``release`` on ``case``, in the worker's format."""
+    r = lmcache_release(release)
+    cfg = case["config"]
+    raw, caches = rebuild(case["storages"], case["layers"])
+    result: dict = {"rules": [rule.name for rule in rules_for(r)]}
+    try:
+        validate_kv_cache_groups(cfg, lmcache=r)
+        result["validate"] = None
+    except Exception as exc:
+        result["validate"] = _error(exc)
+    result["rejected_groups"] = (
+        []
+        if cfg is None
+        else [
+            int(g)
+            for g in check_kv_cache_groups(cfg, lmcache=r)
+            .query("verdict == 'rejected'")["group"]
+            .tolist()
+        ]
+    )
+    hint = None
+    if r.layout_hint != "none":
+        layout = getattr(case["cache_config"], "kv_cache_layout", None)
+        try:
+            hint = layout_hint(r, case.get("hint"), layout)
+            result["hints"] = {} if hint is None else {"kv_layout": hint}
+        except Exception as exc:
+            result["hints"] = _error(exc)
+    layers = {}
+    if (
+        cfg is not None
+        and cfg.has_mamba_layers
+        and not isinstance(result.get("hints"), tuple)
+    ):
+        rules = rules_for(r)
+        for group in cfg.kv_cache_groups:
+            inner = getattr(group.kv_cache_spec, "kv_cache_specs", None)
+            for name in group.layer_names:
+                spec = (
+                    inner[name]
+                    if (inner and r.per_layer_specs)
+                    else group.kv_cache_spec
+                )
+                value = caches[name]
+                rule = next((x for x in rules if x.matches(spec, value)), None)
+                if rule is None:
+                    layers[name] = (None, None, None)
+                    continue
+                try:
+                    view = rule.apply(spec, value, kv_layout=hint)
+                    layers[name] = (rule.name, describe(view, raw), None)
+                except Exception as exc:
+                    layers[name] = (rule.name, None, _error(exc))
+    result["layers"] = layers
+    try:
+        edited = apply_kv_cache_group_edits(
+            cfg, caches, lmcache=r, kv_layout=case.get("hint")
+        )
+        result["apply"] = (
+            "ok",
+            {
+                name: "same"
+                if edited[name] is caches[name]
+                else describe(edited[name], raw)
+                for name in caches
+            },
+        )
+        result["report_rules"] = {
+            row["layer"]: row["rule"] for row in edited.report.to_dict("records")
+        }
+        result["named"] = edited.lmcache
+    except Exception as exc:
+        result["apply"] = ("refused", _error(exc))
+    return result

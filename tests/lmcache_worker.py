@@ -1,0 +1,173 @@
+"""Runs one LMCache release's own edits on registrations described by the parent.
+
+``python lmcache_worker.py RELEASE_DIR CASES OUT``: ``RELEASE_DIR`` holds that
+release's ``lmcache`` package (installed ``--no-deps``), ``CASES`` a pickled
+list of cases (see ``tests/lmcache_oracle.py``), ``OUT`` receives a pickled list
+of outcomes.  Each case's registration is rebuilt here with the exact shapes,
+strides, storage offsets, dtypes and storage sharing of the parent's tensors
+(contents are never read by the rules), then LMCache's
+``validate_kv_cache_groups``, its layout hints, its rules one layer at a time
+and its ``apply_kv_cache_group_edits`` run on it.  One process per release:
+LMCache's native extension cannot be loaded twice in one process.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import pickle
+import sys
+import types
+
+
+def rebuild(storages, layers):
+    import torch
+
+    raw = [torch.empty(n, dtype=torch.uint8) for n in storages]
+    out = {}
+    for name, (container, descs) in layers.items():
+        tensors = []
+        for index, shape, stride, offset, dtype in descs:
+            t = torch.empty(0, dtype=getattr(torch, dtype))
+            t.set_(raw[index].untyped_storage(), offset, shape, stride)
+            tensors.append(t)
+        out[name] = (
+            tensors[0]
+            if container == "tensor"
+            else (tensors if container == "list" else tuple(tensors))
+        )
+    return raw, out
+
+
+def describe(value, raw):
+    """A registered or edited value as plain data: per tensor its storage index,
+    shape, stride, storage offset and dtype."""
+    import torch
+
+    ptrs = [r.untyped_storage().data_ptr() for r in raw]
+
+    def one(t):
+        ptr = t.untyped_storage().data_ptr()
+        index = ptrs.index(ptr) if ptr in ptrs else -1
+        return (
+            index,
+            tuple(t.shape),
+            tuple(t.stride()),
+            t.storage_offset(),
+            str(t.dtype).split(".")[-1],
+        )
+
+    if isinstance(value, torch.Tensor):
+        return ("tensor", [one(value)])
+    if isinstance(value, (list, tuple)) and all(
+        isinstance(t, torch.Tensor) for t in value
+    ):
+        return ("list" if isinstance(value, list) else "tuple", [one(t) for t in value])
+    return (type(value).__name__, [])
+
+
+def error(exc):
+    return (type(exc).__name__, str(exc))
+
+
+def main(release_dir, cases_path, out_path):
+    os.environ["LMCACHE_LOG_LEVEL"] = "ERROR"
+    sys.path.insert(0, release_dir)
+    from lmcache.integration.vllm import kv_cache_group_edits as edits
+    from lmcache.integration.vllm import utils
+
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith("lmcache"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+    assert edits.__file__.startswith(release_dir), edits.__file__
+    takes_hints = (
+        len(inspect.signature(edits.apply_kv_cache_group_edits).parameters) == 3
+    )
+    hints_take_config = bool(inspect.signature(utils.vllm_layout_hints).parameters)
+    per_layer_specs = "kv_cache_specs" in inspect.getsource(
+        edits.apply_kv_cache_group_edits
+    )
+    with open(cases_path, "rb") as f:
+        cases = pickle.load(f)
+    outcomes = []
+    for case in cases:
+        cfg = case["config"]
+        raw, caches = rebuild(case["storages"], case["layers"])
+        result = {"rules": [r.name for r in edits._EDITS]}
+        try:
+            edits.validate_kv_cache_groups(cfg)
+            result["validate"] = None
+        except Exception as exc:
+            result["validate"] = error(exc)
+        hints, extra = None, ()
+        if takes_hints:
+            try:
+                if "hint" in case:
+                    hints = {"kv_layout": case["hint"]}
+                elif hints_take_config:
+                    vllm_config = types.SimpleNamespace(
+                        cache_config=case["cache_config"]
+                    )
+                    hints = utils.vllm_layout_hints(vllm_config)
+                else:
+                    hints = utils.vllm_layout_hints()
+                result["hints"] = dict(hints)
+            except Exception as exc:
+                result["hints"] = error(exc)
+                hints = None
+            extra = (hints,)
+        layers = {}
+        if (
+            cfg is not None
+            and cfg.has_mamba_layers
+            and not isinstance(result.get("hints"), tuple)
+        ):
+            for group in cfg.kv_cache_groups:
+                inner = getattr(group.kv_cache_spec, "kv_cache_specs", None)
+                for name in group.layer_names:
+                    spec = (
+                        inner[name]
+                        if (inner and per_layer_specs)
+                        else group.kv_cache_spec
+                    )
+                    value = caches[name]
+                    rule = next(
+                        (r for r in edits._EDITS if r.matches(spec, value)), None
+                    )
+                    if rule is None:
+                        layers[name] = (None, None, None)
+                        continue
+                    try:
+                        layers[name] = (
+                            rule.name,
+                            describe(rule.apply(spec, value, *extra), raw),
+                            None,
+                        )
+                    except Exception as exc:
+                        layers[name] = (rule.name, None, error(exc))
+        result["layers"] = layers
+        if isinstance(result.get("hints"), tuple):
+            result["apply"] = ("refused", result["hints"])
+        else:
+            try:
+                edited = edits.apply_kv_cache_group_edits(cfg, caches, *extra)
+                result["apply"] = (
+                    "ok",
+                    {
+                        name: "same"
+                        if edited[name] is caches[name]
+                        else describe(edited[name], raw)
+                        for name in caches
+                    },
+                )
+            except Exception as exc:
+                result["apply"] = ("refused", error(exc))
+        outcomes.append(result)
+        del raw, caches
+    with open(out_path, "wb") as f:
+        pickle.dump(outcomes, f)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])

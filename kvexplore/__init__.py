@@ -5,7 +5,7 @@ the stages before it:
 
 * :mod:`kvexplore.planning`   model config + named GPU -> ``Plan`` (vLLM's own model classes)
 * :mod:`kvexplore.registration` a plan's KV cache as the tensors vLLM registers
-* :mod:`kvexplore.editing`    LMCache's validation, edits and the round-trip proof
+* :mod:`kvexplore.editing`    every LMCache release's validation and edits, the round-trip proof
 * :mod:`kvexplore.offloading` the ``OffloadingConfig`` vLLM hands a backend, sweeps
 * :mod:`kvexplore.capacity_planning`   memory, tokens, concurrency, prefix-cache hits, host tier
 * :mod:`kvexplore.rendering`  layouts as data, text, HTML and figures
@@ -47,6 +47,14 @@ _NAMES = {
     "check_kv_cache_groups": "kvexplore.editing",
     "validate_kv_cache_groups": "kvexplore.editing",
     "verify_roundtrip": "kvexplore.editing",
+    "LMCacheRelease": "kvexplore.editing",
+    "MambaSlicePlanesEdit": "kvexplore.editing",
+    "SubpagedAttentionContiguousPlaneViewEdit": "kvexplore.editing",
+    "SubpagedAttentionInterleavedPlaneViewEdit": "kvexplore.editing",
+    "edit_each_layer": "kvexplore.editing",
+    "lmcache_release": "kvexplore.editing",
+    "lmcache_releases": "kvexplore.editing",
+    "rules_for": "kvexplore.editing",
     "ExplorerState": "kvexplore.explorer.state",
     "compare": "kvexplore.explorer.state",
     "OffloadConfigError": "kvexplore.offloading",
@@ -85,6 +93,8 @@ _NAMES = {
     "sweep_heatmap": "kvexplore.rendering.layouts",
     "sweep_heatmap_text": "kvexplore.rendering.layouts",
     "VersionComparison": "kvexplore.versions",
+    "Compatibility": "kvexplore.versions",
+    "compatibility": "kvexplore.versions",
     "compare_versions": "kvexplore.versions",
     "deployment_facts": "kvexplore.versions",
     "environment": "kvexplore.versions",
@@ -92,10 +102,21 @@ _NAMES = {
 
 #: Names whose results are plain data (tables, lists, dicts, inputs): using
 #: them does not import the rendering stage (nor, by itself, vLLM).
-_PLAIN = frozenset({
-    "DEFAULT_GPU", "DEFAULT_MODEL", "GPU", "LayerInfo", "ModelSource", "OffloadOptions",
-    "catalog_names", "gpus", "load_model_config", "plan_facts", "sweep",
-})
+_PLAIN = frozenset(
+    {
+        "DEFAULT_GPU",
+        "DEFAULT_MODEL",
+        "GPU",
+        "LayerInfo",
+        "ModelSource",
+        "OffloadOptions",
+        "catalog_names",
+        "gpus",
+        "load_model_config",
+        "plan_facts",
+        "sweep",
+    }
+)
 
 __version__ = VERSION
 
@@ -106,7 +127,9 @@ _WIDGETS = ("Explorer", "Compare")
 def __getattr__(name):
     if name in _NAMES:
         if name not in _PLAIN:
-            importlib.import_module("kvexplore.rendering")  # registers the display forms
+            importlib.import_module(
+                "kvexplore.rendering"
+            )  # registers the display forms
         value = getattr(importlib.import_module(_NAMES[name]), name)
         globals()[name] = value
         return value
@@ -114,8 +137,13 @@ def __getattr__(name):
         from kvexplore.explorer import widgets
 
         return getattr(widgets, name)
-    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
-        return importlib.import_module(f"{__name__}.{name}")  # a stage, as kvexplore.rendering
+    if (
+        not name.startswith("_")
+        and importlib.util.find_spec(f"{__name__}.{name}") is not None
+    ):
+        return importlib.import_module(
+            f"{__name__}.{name}"
+        )  # a stage, as kvexplore.rendering
     raise AttributeError(f"module 'kvexplore' has no attribute {name!r}")
 
 
@@ -155,6 +183,14 @@ __all__ = [
     "check_kv_cache_groups",
     "validate_kv_cache_groups",
     "verify_roundtrip",
+    "LMCacheRelease",
+    "MambaSlicePlanesEdit",
+    "SubpagedAttentionContiguousPlaneViewEdit",
+    "SubpagedAttentionInterleavedPlaneViewEdit",
+    "edit_each_layer",
+    "lmcache_release",
+    "lmcache_releases",
+    "rules_for",
     # offloading
     "OffloadConfigError",
     "OffloadOptions",
@@ -186,6 +222,8 @@ __all__ = [
     "sweep_heatmap",
     "sweep_heatmap_text",
     "VersionComparison",
+    "Compatibility",
+    "compatibility",
     "compare_versions",
     "deployment_facts",
     "environment",

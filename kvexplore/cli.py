@@ -7,6 +7,8 @@
     kvexplore sweep MODEL[,MODEL...] --tp 1,2,4,8 [--dcp 1,2 --block-size none,64 --nnodes-within-dp 1,2 --out rows.parquet]
     kvexplore envs [RELEASE ...] [--create] [--python]
     kvexplore versions MODEL --vllm 0.33.0,0.34.0 [--gpu G ... --all --json]
+    kvexplore edits MODEL [--lmcache 0.5.2 --registration legacy --gpu G ... --json]
+    kvexplore matrix MODEL [--vllm 0.33.0,0.34.0 --lmcache 0.5.2,0.5.6 --registration legacy ... --json]
     kvexplore capacity MODEL [--gpu G --gpu-memory-utilization 0.92 --max-model-len N --weight-bytes N --cpu-bytes-to-use N --extra JSON --json]
 
 ``--gpu`` names the GPU (default H100); the other flags are vLLM's engine
@@ -33,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from kvexplore.errors import KVExploreError
 from kvexplore.fleet import check_output
+from kvexplore.layout import jsonable
 from kvexplore.offloading.options import OffloadOptions
 from kvexplore.offloading.sweep import sweep
 from kvexplore.planning.gpus import gpus
@@ -298,6 +301,43 @@ def cmd_versions(ns) -> None:
         print(c.text())
 
 
+def cmd_edits(ns) -> None:
+    """:func:`kvexplore.apply_kv_cache_group_edits` of one LMCache release on
+    what the plan registers (16 blocks of its layout, on the meta device):
+    one row per group and rule, or LMCache's refusal."""
+    from kvexplore.editing import apply_kv_cache_group_edits, lmcache_release
+    from kvexplore.planning.planner import plan
+    from kvexplore.registration import allocate
+    from kvexplore.versions.compare import FACT_BLOCKS
+
+    release = lmcache_release(ns.lmcache)
+    p = plan(ns.model, **_kwargs(ns, _PLAN_KEYS)).with_num_blocks(FACT_BLOCKS)
+    kv = allocate(p, device="meta", registration=ns.registration)
+    edited = apply_kv_cache_group_edits(p, kv, lmcache=release)
+    if ns.json:
+        _print_json({"vllm": p.vllm_version, "lmcache": edited.lmcache,
+                     "registration": ns.registration,
+                     "groups": jsonable(edited.by_group().to_dict("records"))})
+        return
+    print(edited.text())
+
+
+def cmd_matrix(ns) -> None:
+    """:func:`kvexplore.compatibility`: per (vLLM, LMCache) pair and group,
+    what LMCache does; then where adjacent releases differ."""
+    from kvexplore.versions.matrix import compatibility
+
+    c = compatibility(ns.model, vllm=ns.vllm, lmcache=ns.lmcache,
+                      registration=ns.registration, **_kwargs(ns, _PLAN_KEYS))
+    if ns.json:
+        _print_json({"model": c.model, "registration": c.registration,
+                     "rows": jsonable(c.rows.to_dict("records")),
+                     "deployments": [{"vllm": v, "lmcache": m, "refusal": r}
+                                     for (v, m), r in c.deployments.items()]})
+        return
+    print(c.text())
+
+
 def plan_from_store(ns) -> bool:
     """``plan`` (``--json`` or text) answered from the answer store, before
     vLLM is imported: True when the store held what it prints (the facts,
@@ -537,6 +577,19 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--vllm", default="0.33.0,0.34.0", help="comma-separated releases of the window")
     v.add_argument("--all", action="store_true", help="every fact, not only those that differ")
     _finish(v, cmd_versions)
+    d = sub.add_parser("edits", help="one LMCache release's KV-cache-group edits on MODEL's registration")
+    _add_plan_args(d)
+    d.add_argument("--lmcache", default=None,
+                   help="LMCache release (default: the installed one, else the newest stable)")
+    d.add_argument("--registration", default="unified", choices=("unified", "legacy"))
+    _finish(d, cmd_edits)
+    m = sub.add_parser("matrix", help="what each LMCache release does on each vLLM release")
+    _add_plan_args(m)
+    m.add_argument("--vllm", default=None, help="comma-separated vLLM releases (default: the installed one)")
+    m.add_argument("--lmcache", default=None,
+                   help="comma-separated LMCache releases (default: every one kvexplore knows)")
+    m.add_argument("--registration", default="unified", choices=("unified", "legacy"))
+    _finish(m, cmd_matrix)
     e = sub.add_parser("envs", help="one environment per vLLM release of the window (uv)")
     e.add_argument("releases", nargs="*", help="releases (default: the whole window)")
     e.add_argument("--create", action="store_true", help="create the missing environments")

@@ -12,6 +12,7 @@ and storage they report is comparable as data.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pickle
 import shutil
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from kvexplore.editing.lmcache_releases import lmcache_release
+from kvexplore.editing.lmcache import lmcache_release
 from kvexplore.editing.rules import (
     apply_kv_cache_group_edits,
     layout_hint,
@@ -50,11 +51,25 @@ def install(release: str) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        command = [
-            sys.executable, "-m", "pip", "install", "--quiet",
-            "--disable-pip-version-check", "--no-deps", "--target", str(staging),
-            f"lmcache=={release}",
-        ]  # fmt: skip
+        if importlib.util.find_spec("pip") is not None:
+            command = [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ]
+        else:  # a release environment made by uv has no pip
+            command = [
+                shutil.which("uv") or "uv",
+                "pip",
+                "install",
+                "--quiet",
+                "--python",
+                sys.executable,
+            ]
+        command += ["--no-deps", "--target", str(staging), f"lmcache=={release}"]
         done = subprocess.run(command, capture_output=True, text=True, timeout=900)
         if done.returncode:
             raise OracleUnavailable(
@@ -63,7 +78,6 @@ def install(release: str) -> Path:
                 f"{(done.stderr or done.stdout)[-2000:]}\nThese tests need the package "
                 f"index (or a pip configuration naming a mirror with lmcache=={release})."
             )
-        shutil.rmtree(target, ignore_errors=True)
         try:
             os.replace(staging, target)
         except OSError:

@@ -186,7 +186,7 @@ def test_report_columns_and_reprs(qwen_unified):
     assert row["storage_offset_before"] == row["storage_offset_after"]
     assert "mamba-page-view: spec kind is full_attention" in row["declined"]
     text = repr(result)
-    assert text.startswith("EditResult(24 layers: mamba-unified-view x18")
+    assert text.startswith("EditResult(LMCache 0.5.6, 24 layers: mamba-unified-view x18")
     assert "<table" in result._repr_html_()
 
 

@@ -50,7 +50,7 @@ from vllm.v1.kv_cache_interface import (
 )
 
 from kvexplore import allocate, plan
-from kvexplore.editing.lmcache_releases import LMCACHE_RELEASES, lmcache_releases
+from kvexplore.editing.lmcache import LMCACHE_RELEASES, lmcache_releases
 from kvexplore.editing.registered import spec_kind
 from kvexplore.errors import KVExploreError
 from kvexplore.planning.models import catalog_names
@@ -529,3 +529,38 @@ def test_derived_registrations(
             kvexplore_outcome(release, cases[derive.__name__]),
             derive.__name__,
         )
+
+
+#: Deployments every vLLM release of the window registers for the per-release
+#: run (the full catalog runs on the default release).
+RELEASE_CASES = (
+    ("Qwen/Qwen3.5-0.8B", "A100", None),
+    ("Qwen/Qwen3.5-0.8B", "H100", "FLASHINFER"),
+    ("ibm-granite/granite-4.0-h-350m", "H100", None),
+    ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "H100", None),
+    ("moonshotai/Kimi-Linear-48B-A3B-Instruct", "H100", None),
+)
+
+
+@pytest.mark.release
+def test_every_lmcache_release_on_this_vllm_release():
+    """What this vLLM release registers (both registrations), under every
+    LMCache release's own code and kvexplore's answer for it."""
+    cases = {}
+    for name, gpu, backend in RELEASE_CASES:
+        p = planned(name, gpu, 1, backend)
+        for registration in REGISTRATIONS:
+            caches = allocate(p, device="cpu", registration=registration)
+            cases[f"{name}-{gpu}-{registration}"] = case_of(
+                p.kv_cache_config, p.cache_config, caches
+            )
+    labels = list(cases)
+    try:
+        outcomes = run_oracles(RELEASES, [cases[label] for label in labels])
+    except OracleUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+    for release in RELEASES:
+        for label, theirs in zip(labels, outcomes[release], strict=True):
+            assert_same(
+                release, theirs, kvexplore_outcome(release, cases[label]), label
+            )

@@ -164,9 +164,9 @@ def test_live_button_runs_roundtrip(ex):
 
     # CPU: the first CPU_ROUNDTRIP_BLOCKS blocks; CUDA: every block
     if torch.cuda.is_available():
-        where = r"on cuda \(unified, all blocks\)"
+        where = r"on cuda \(unified, LMCache 0\.5\.6's edits, all blocks\)"
     else:
-        where = r"on cpu \(unified, blocks \[0, 1\]\)"
+        where = r"on cpu \(unified, LMCache 0\.5\.6's edits, blocks \[0, 1\]\)"
     head = text.splitlines()[0]
     assert re.fullmatch(r"round-trip OK: 24 layers, [\d,]+ bytes " + where, head), head
     assert "every byte came back" in text

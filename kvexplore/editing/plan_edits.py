@@ -3,13 +3,16 @@ no memory), computed once per plan and registration."""
 
 from __future__ import annotations
 
+from kvexplore.editing.lmcache import lmcache_release
 from kvexplore.editing.rules import apply_kv_cache_group_edits
 from kvexplore.memo import per_plan
 from kvexplore.registration import registered_views
 
 
-def plan_edits(plan, registration: str = "unified"):
-    """``apply_kv_cache_group_edits`` over :func:`~kvexplore.registration.registered_views`.
+def plan_edits(plan, registration: str = "unified", *, lmcache: object = None):
+    """``apply_kv_cache_group_edits`` of LMCache ``lmcache`` (``None``: the
+    installed one, else the newest stable) over
+    :func:`~kvexplore.registration.registered_views`.
 
     Raises ``KVExploreError`` when the edits reject the configuration (e.g. a
     Mamba group with ``mamba_cache_mode='none'``); the error is not kept, so
@@ -18,8 +21,7 @@ def plan_edits(plan, registration: str = "unified"):
     views = registered_views(plan, registration)
 
     def build():
-        return apply_kv_cache_group_edits(
-            plan.kv_cache_config, views, kv_layout=plan.kv_cache_layout.name
-        )
+        return apply_kv_cache_group_edits(plan.kv_cache_config, views, lmcache=release)
 
-    return per_plan(plan, ("edits", registration), build)
+    release = lmcache_release(lmcache)
+    return per_plan(plan, ("edits", registration, release.version), build)

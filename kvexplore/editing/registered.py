@@ -446,10 +446,13 @@ class EditResult(Displayable, FrozenDict):
         )
 
     def summary(self) -> str:
-        """One line: layers, and how many each rule re-viewed."""
+        """One line: the LMCache release, layers, and how many each rule re-viewed."""
         rules = ", ".join(f"{name} x{n}" for name, n in sorted(self.counts.items()))
         extra = f"; {self._note}" if self._note else ""
-        return f"EditResult({len(self)} layers: {rules or 'no layer edited'}{extra})"
+        who = f"LMCache {self._lmcache}, " if self._lmcache else ""
+        return (
+            f"EditResult({who}{len(self)} layers: {rules or 'no layer edited'}{extra})"
+        )
 
     def __repr__(self) -> str:
         return self.text()

@@ -5,7 +5,7 @@ LMCache's ``apply_kv_cache_group_edits``
 or a kernel-paged attention layer block-shaped; every rule here returns a view
 of the registered bytes (never a copy), refuses with the numbers and says why
 it declined.  Which rules a release has, in which order and in which variant,
-is data in :mod:`kvexplore.editing.lmcache_releases`; :func:`rules_for` builds
+is data in :mod:`kvexplore.editing.lmcache`; :func:`rules_for` builds
 a release's registry.  With Qwen3.5-0.8B's shapes at 64 blocks (GDN page
 1,114,112 B, block 544 = 17 kernel pages of 32):
 
@@ -47,7 +47,7 @@ import pandas as pd
 import torch
 from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheSpec, KVCacheSpecKind
 
-from kvexplore.editing.lmcache_releases import (
+from kvexplore.editing.lmcache import (
     HINT_TRANSLATION,
     NEWEST_STABLE,
     lmcache_release,
@@ -87,6 +87,7 @@ __all__ = [
     "SubpagedAttentionViewEdit",
     "SubpagedMLAAttentionViewEdit",
     "apply_kv_cache_group_edits",
+    "edit_each_layer",
     "layout_hint",
     "resolve_kv_layout",
     "rules_for",
@@ -1013,7 +1014,7 @@ def _reshaped_row(kv_cache: torch.Tensor, block_size: int, tokens_outside: bool)
 
 
 #: Rule name -> class; a release's options pick the variant (see
-#: :mod:`kvexplore.editing.lmcache_releases`).
+#: :mod:`kvexplore.editing.lmcache`).
 RULE_CLASSES: dict[str, type[KVCacheGroupEdit]] = {
     cls.name: cls
     for cls in (
@@ -1040,7 +1041,7 @@ def rules_for(lmcache: object = None) -> tuple[KVCacheGroupEdit, ...]:
     """The rule registry of an LMCache release, in its priority order (first
     match wins): ``rules_for("0.5.2")`` has ``mamba-page-view`` and
     ``subpaged-attention-view``; ``lmcache`` as for
-    :func:`~kvexplore.editing.lmcache_releases.lmcache_release`."""
+    :func:`~kvexplore.editing.lmcache.lmcache_release`."""
     release = lmcache_release(lmcache)
     rules = []
     for name in release.rules:
@@ -1051,7 +1052,7 @@ def rules_for(lmcache: object = None) -> tuple[KVCacheGroupEdit, ...]:
     return tuple(rules)
 
 
-#: The rules of LMCache :data:`~kvexplore.editing.lmcache_releases.NEWEST_STABLE`
+#: The rules of LMCache :data:`~kvexplore.editing.lmcache.NEWEST_STABLE`
 #: (0.5.6), in its priority order.
 DEFAULT_EDITS: tuple[KVCacheGroupEdit, ...] = rules_for(NEWEST_STABLE)
 
@@ -1164,7 +1165,7 @@ def apply_kv_cache_group_edits(
 
     ``lmcache``: the LMCache release to answer for (``"0.5.2"``, ...; ``None``:
     the one installed beside kvexplore, else 0.5.6; see
-    :mod:`kvexplore.editing.lmcache_releases`): its validation, its rules in
+    :mod:`kvexplore.editing.lmcache`): its validation, its rules in
     its order, its layout hint and the spec each rule sees (the group's, or
     each layer's own).  ``kv_caches`` (layer -> tensor, a legacy list of
     Mamba states, or a (K, V) pair of planes) is checked against
@@ -1207,9 +1208,12 @@ def apply_kv_cache_group_edits(
             seen = spec
             if not release.per_layer_specs and group is not None:
                 seen = kv_cache_config.kv_cache_groups[group].kv_cache_spec
-            new_value, rule, declined = _edit_layer(
-                name, group, seen, value, chosen, kv_layout
-            )
+            try:
+                new_value, rule, declined = _edit_layer(
+                    name, group, seen, value, chosen, kv_layout
+                )
+            except KVExploreError as exc:
+                raise KVExploreError(f"{release} refuses {exc}") from exc
             edited[name] = new_value  # type: ignore[assignment]
         rows.append(
             {
@@ -1224,3 +1228,45 @@ def apply_kv_cache_group_edits(
         )
     report = pd.DataFrame(rows, columns=REPORT_COLUMNS, dtype=object)
     return EditResult(edited, report, note, lmcache=release.version)
+
+
+def edit_each_layer(
+    kv_cache_config: KVCacheConfig | None,
+    kv_caches: Mapping[str, RegisteredKVCache],
+    *,
+    kv_layout: str | None = None,
+    lmcache: object = None,
+) -> dict[str, tuple[str | None, object, str | None]]:
+    """Each layer on its own, as the release's rules treat it: ``{layer:
+    (rule, value after, refusal)}`` (rule ``None``: no rule matched, the
+    registered value is kept), in the config's group order.
+
+    Unlike :func:`apply_kv_cache_group_edits`, a layer's refusal does not stop
+    the others: this says what each rule does to each group.  Refused before
+    any layer: the release's validation, its layout hint and a registration
+    that does not describe the config.  ``{}`` without Mamba layers (no rule
+    is consulted)."""
+    release = lmcache_release(lmcache)
+    config = as_kv_cache_config(kv_cache_config)
+    validate_kv_cache_groups(config, lmcache=release)
+    where = check_registration(config, kv_caches)
+    if config is None or not config.has_mamba_layers:
+        return {}
+    hint = layout_hint(release, kv_layout, getattr(config, "kv_cache_layout", None))
+    rules = rules_for(release)
+    out: dict[str, tuple[str | None, object, str | None]] = {}
+    for group_index, group in enumerate(config.kv_cache_groups):
+        for name in group.layer_names:
+            if name not in kv_caches:
+                continue
+            spec = where[name][1] if release.per_layer_specs else group.kv_cache_spec
+            value = kv_caches[name]
+            rule = next((r for r in rules if r.matches(spec, value)), None)
+            if rule is None:
+                out[name] = (None, value, None)
+                continue
+            try:
+                out[name] = (rule.name, rule.apply(spec, value, kv_layout=hint), None)
+            except ValueError as exc:
+                out[name] = (rule.name, None, f"{exc} (group {group_index})")
+    return out

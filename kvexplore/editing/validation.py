@@ -2,7 +2,7 @@
 
 Mirrors ``validate_kv_cache_groups`` of the LMCache release named by
 ``lmcache=`` (``lmcache/integration/vllm/kv_cache_group_edits.py``; see
-:mod:`kvexplore.editing.lmcache_releases`): a ``CrossAttentionSpec`` group is
+:mod:`kvexplore.editing.lmcache`): a ``CrossAttentionSpec`` group is
 rejected (its blocks hold encoder output, not a prompt prefix), and so is a
 ``MambaSpec`` group whose ``mamba_cache_mode`` that release does not keep
 snapshots for (``"align"`` up to 0.5.4; ``"align"`` or ``"all"`` from 0.5.5);
@@ -34,7 +34,7 @@ from vllm.v1.kv_cache_interface import (
     iter_layer_specs,
 )
 
-from kvexplore.editing.lmcache_releases import LMCacheRelease, lmcache_release
+from kvexplore.editing.lmcache import LMCacheRelease, lmcache_release
 from kvexplore.errors import KVExploreError
 from kvexplore.planning.planner import Plan
 
@@ -117,7 +117,7 @@ def check_kv_cache_groups(
     """One row per KV-cache group: ``group, kind, verdict, reason``.
 
     The verdicts of :func:`validate_kv_cache_groups` for the LMCache release
-    ``lmcache`` (see :func:`~kvexplore.editing.lmcache_releases.lmcache_release`)
+    ``lmcache`` (see :func:`~kvexplore.editing.lmcache.lmcache_release`)
     as a table (empty for ``None``); a ``UniformTypeKVCacheSpecs`` group is
     judged leaf by leaf and rejected if any leaf is.  Refuses what is neither
     a config nor ``None``, and a release kvexplore does not know.

@@ -29,6 +29,7 @@ from typing import Any, get_args
 import torch
 from vllm.config.cache import CacheDType
 
+from kvexplore.editing.lmcache import lmcache_releases
 from kvexplore.editing.plan_edits import plan_edits
 from kvexplore.editing.roundtrip import verify_roundtrip
 from kvexplore.editing.rules import apply_kv_cache_group_edits
@@ -63,6 +64,7 @@ CONTROL_DEFAULTS: dict[str, Any] = {
     "num_speculative_tokens": 3,
     "draft_model": "",
     "registration": "unified",
+    "lmcache": "auto",
     "layer": 0,
     "block": 0,
 }
@@ -71,7 +73,7 @@ CONTROL_DEFAULTS: dict[str, Any] = {
 SPECULATIVE_METHODS = ("none", "mtp", "eagle", "eagle3", "draft_model", "ngram")
 
 #: Controls that pick what to look at; the others (:data:`PLAN_CONTROLS`) change the plan.
-VIEW_CONTROLS = ("registration", "layer", "block")
+VIEW_CONTROLS = ("registration", "lmcache", "layer", "block")
 PLAN_CONTROLS = tuple(k for k in CONTROL_DEFAULTS if k not in VIEW_CONTROLS)
 
 PANELS = ("status", "summary", "memory", "page_map", "edits", "offload", "live")
@@ -117,6 +119,7 @@ def choices() -> dict[str, list]:
         "enable_prefix_caching": ["auto", True, False],
         "mamba_cache_mode": ["auto", *MAMBA_CACHE_MODES],
         "registration": list(REGISTRATIONS),
+        "lmcache": ["auto", *lmcache_releases()],
         "block_size": ["auto", "16", "32", "64", "128", "256", "544", "1088"],
         "speculative_method": list(SPECULATIVE_METHODS),
     }
@@ -249,8 +252,10 @@ class ExplorerState:
         new["memory"] = per_plan(p, ("explorer", "memory"), lambda: _memory_panel(p))
         new["offload"] = per_plan(p, ("explorer", "offload"), lambda: _offload_panel(p))
         registration = self.controls["registration"]
+        lmcache = _auto(self.controls["lmcache"])
         try:
-            new["edits"] = per_plan(p, ("explorer", "edits", registration), lambda: _edits_panel(p, registration))
+            new["edits"] = per_plan(p, ("explorer", "edits", registration, lmcache),
+                                    lambda: _edits_panel(p, registration, lmcache))
         except Exception as exc:
             self.error = describe_error(exc)
             new["edits"] = _message_panel("edits", self.error)
@@ -261,7 +266,7 @@ class ExplorerState:
         except Exception as exc:
             self.error = describe_error(exc)
             new["page_map"] = _message_panel("page_map", self.error)
-        if self._live_key == (p, registration) and "live" in before:  # plans compare by identity
+        if self._live_key == (p, registration, lmcache) and "live" in before:  # plans compare by identity
             new["live"] = before["live"]
         else:
             new["live"] = _LIVE_IDLE
@@ -339,7 +344,8 @@ class ExplorerState:
         except Exception as exc:
             panel = _message_panel("live", f"live tensors failed: {describe_error(exc)}")
         if self.plan is not None:
-            self._live_key = (self.plan, self.controls["registration"])
+            self._live_key = (self.plan, self.controls["registration"],
+                              _auto(self.controls["lmcache"]))
         self.panels = {**self.panels, "live": panel}
         return panel
 
@@ -359,7 +365,8 @@ class ExplorerState:
                 f"{MAX_CPU_ALLOCATION:,} B on CPU (run on a CUDA machine, or lower num_blocks)"
             )
         caches = allocate(p, device=device, registration=registration)
-        edited = apply_kv_cache_group_edits(p.kv_cache_config, caches, kv_layout=p.kv_cache_layout.name)
+        edited = apply_kv_cache_group_edits(p.kv_cache_config, caches,
+                                            lmcache=_auto(self.controls["lmcache"]))
         if blocks == "default":
             blocks = None if str(device).startswith("cuda") else list(range(min(CPU_ROUNDTRIP_BLOCKS, p.num_blocks)))
         report = verify_roundtrip(p.kv_cache_config, caches, edited, blocks=blocks)
@@ -367,7 +374,8 @@ class ExplorerState:
         verdict = "OK" if report.ok else f"FAILED on {len(report.failures())} layer(s)"
         chosen = "all blocks" if blocks is None else f"blocks {list(blocks)}"
         head = (f"round-trip {verdict}: {len(table)} layers, {report.bytes_checked:,} bytes "
-                f"on {torch.device(device).type} ({registration}, {chosen})")
+                f"on {torch.device(device).type} ({registration}, LMCache {edited.lmcache}'s "
+                f"edits, {chosen})")
         text = head + "\n" + (table.to_string(index=False) if len(table) else "(no layers)")
         body = html.message_html(head, "info" if report.ok else "error") + html.table_html(table)
         return Panel("live", text, body, ok=bool(report.ok))
@@ -419,10 +427,10 @@ def figure_png(fig, dpi: int = FIGURE_DPI) -> bytes:
     return buf.getvalue()
 
 
-def _edits_panel(p, registration: str) -> Panel:
-    verdicts = check_kv_cache_groups(p.kv_cache_config)
+def _edits_panel(p, registration: str, lmcache: str | None = None) -> Panel:
+    verdicts = check_kv_cache_groups(p.kv_cache_config, lmcache=lmcache)
     try:
-        result = plan_edits(p, registration)
+        result = plan_edits(p, registration, lmcache=lmcache)
     except ValueError as exc:
         text, body = editing.edits_panel(verdicts, registration, error=f"edits ({registration}) rejected: {exc}")
         return Panel("edits", text, body, ok=False)

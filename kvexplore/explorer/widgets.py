@@ -62,6 +62,7 @@ _LABELS = {
     "num_speculative_tokens": "draft tokens",
     "draft_model": "draft model",
     "registration": "registration",
+    "lmcache": "LMCache",
     "layer": "layer",
     "block": "block",
 }
@@ -151,7 +152,7 @@ class Explorer(widgets.VBox):
         self.tabs.observe(lambda _change: self._draw_edit_figures(), names="selected_index")
         ctl = self.controls
         rows = [
-            widgets.HBox([ctl["model"], ctl["gpu"], ctl["registration"]]),
+            widgets.HBox([ctl["model"], ctl["gpu"], ctl["registration"], ctl["lmcache"]]),
             widgets.HBox([ctl["tensor_parallel_size"], ctl["decode_context_parallel_size"],
                           ctl["pipeline_parallel_size"], ctl["pipeline_parallel_rank"]]),
             widgets.HBox([ctl["block_size"], ctl["attention_backend"], ctl["kv_cache_dtype"],

@@ -1,6 +1,6 @@
 """Releases: one environment per vLLM release of the window, so answers can
-come from a release other than the installed one, and one deployment compared
-across releases."""
+come from a release other than the installed one, one deployment compared
+across releases, and the vLLM x LMCache compatibility matrix."""
 
 from kvexplore.versions.compare import (
     VersionComparison,
@@ -14,9 +14,12 @@ from kvexplore.versions.environments import (
     existing_environments,
     run_in,
 )
+from kvexplore.versions.matrix import Compatibility, compatibility
 
 __all__ = [
+    "Compatibility",
     "VersionComparison",
+    "compatibility",
     "compare_versions",
     "deployment_facts",
     "environment",

@@ -65,8 +65,7 @@ def _registration_facts(p) -> dict[str, Any]:
             "storage_bytes": int(t.untyped_storage().nbytes()),
         } for t in tensors]
     try:
-        edited = apply_kv_cache_group_edits(small.kv_cache_config, kv,
-                                            kv_layout=small.kv_cache_layout.name)
+        edited = apply_kv_cache_group_edits(small.kv_cache_config, kv)
         edits = {f"{row['group']}:{row['rule']}": {
             "layers": int(row["layers"]), "shape_before": jsonable(row["shape_before"]),
             "shape_after": jsonable(row["shape_after"])}
@@ -228,7 +227,7 @@ class VersionComparison:
         return f"VersionComparison({self.model!r}, releases={list(self.releases)})"
 
 
-def _model_argument(model: Any) -> Any:
+def model_argument(model: Any) -> Any:
     """``model`` as JSON data another process can plan from (an id or path
     string, or a config dict)."""
     from kvexplore.planning.models import ModelSource
@@ -249,7 +248,7 @@ def facts_in(release: str, model: Any, plan_kwargs: Mapping[str, Any]) -> dict[s
         return deployment_facts(model, **plan_kwargs)
     from kvexplore.versions.environments import run_in
 
-    request = json.dumps({"model": _model_argument(model), **plan_kwargs})
+    request = json.dumps({"model": model_argument(model), **plan_kwargs})
     out = run_in(release, ["-m", "kvexplore.versions.compare", request], timeout=1800)
     lines = out.stdout.strip().splitlines()
     if out.returncode != 0 or not lines:
@@ -291,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = ["FACT_BLOCKS", "VersionComparison", "compare_versions", "deployment_facts",
-           "facts_in"]
+           "facts_in", "model_argument"]
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -249,7 +250,9 @@ def _diff(rows, left, right, title) -> list[str]:
 
 
 def _word(row: Mapping[str, Any]) -> str:
-    return row["outcome"] + (f" ({row['rule']})" if row["rule"] else "")
+    """``edited (rule) [shape after]``, ``as registered [shape]``, ``refused (rule)``."""
+    shape = f" {row['shape_after']}" if row["shape_after"] is not None else ""
+    return row["outcome"] + (f" ({row['rule']})" if row["rule"] else "") + shape
 
 
 def outcomes_in(release: str, model: Any, request: Mapping[str, Any]) -> dict[str, Any]:
@@ -299,9 +302,12 @@ def compatibility(
         if r != installed_release().version:
             environment_path(r)  # refuses a release outside the window
     request = {"lmcache": lmcache_list, "registration": registration, **plan_kwargs}
+    # Each other release answers in a process of its own: they run side by
+    # side while this process answers for the installed release.
+    with ThreadPoolExecutor(max(1, len(vllm_list))) as pool:
+        answers = list(pool.map(lambda r: outcomes_in(r, model, request), vllm_list))
     rows, deployments = [], {}
-    for r in vllm_list:
-        answer = outcomes_in(r, model, request)
+    for answer in answers:
         rows += [{"vllm": answer["vllm"], **row} for row in answer["rows"]]
         for m in lmcache_list:
             deployments[(answer["vllm"], m)] = answer["deployments"][m]

@@ -210,3 +210,20 @@ def test_an_oracle_that_cannot_be_fetched_leaves_nothing(tmp_path, monkeypatch):
     with pytest.raises(OracleUnavailable, match="lmcache==0.5.2"):
         install("0.5.2")
     assert not any((tmp_path / "oracles").iterdir())
+
+
+def test_the_explorer_answers_for_the_chosen_lmcache():
+    """The edits panel follows the LMCache control (a view control: the plan
+    is kept), and the releases tab's matrix asks every LMCache release."""
+    from kvexplore.explorer.state import ExplorerState
+
+    state = ExplorerState(QWEN, gpu="H100", lmcache="0.5.2")
+    p = state.plan
+    assert not state.panels["edits"].ok
+    assert "LMCache 0.5.2 refuses layer" in state.panels["edits"].text
+    assert state.set(lmcache="0.5.6") == ("edits",)
+    assert state.plan is p
+    assert state.panels["edits"].ok and "LMCache 0.5.6" in state.panels["edits"].text
+    panel = state.lmcache_matrix((p.vllm_version,))
+    assert panel.ok and "0.5.7rc2" in panel.text and "<table>" in panel.html
+    assert not state.lmcache_matrix(("0.29.0",)).ok

@@ -44,7 +44,7 @@ from kvexplore.planning.models import DEFAULT_MODEL, catalog_names
 from kvexplore.planning.planner import plan as make_plan
 from kvexplore.registration import REGISTRATIONS, allocate, backing_bytes
 from kvexplore.rendering import editing, figures, html, layouts
-from kvexplore.versions import compare_versions
+from kvexplore.versions import compare_versions, compatibility
 
 #: Controls and their defaults ("auto" = let vLLM choose).
 CONTROL_DEFAULTS: dict[str, Any] = {
@@ -224,6 +224,18 @@ class ExplorerState:
         the ``releases`` panel, or a message naming what was refused."""
         try:
             c = compare_versions(self.controls["model"], vllm=list(releases), **self.plan_kwargs())
+        except Exception as exc:  # never a traceback in the notebook
+            return _message_panel("releases", describe_error(exc))
+        return Panel("releases", c.text(), c._repr_html_())
+
+    def lmcache_matrix(self, releases) -> Panel:
+        """The current deployment under each vLLM release of ``releases`` and
+        every LMCache release (:func:`kvexplore.compatibility`, the
+        registration control's registration): the ``releases`` panel, or a
+        message naming what was refused."""
+        try:
+            c = compatibility(self.controls["model"], vllm=list(releases),
+                              registration=self.controls["registration"], **self.plan_kwargs())
         except Exception as exc:  # never a traceback in the notebook
             return _message_panel("releases", describe_error(exc))
         return Panel("releases", c.text(), c._repr_html_())

@@ -93,7 +93,8 @@ class Explorer(widgets.VBox):
     drive it), ``panels`` (name -> ``HTML``), ``live_button``,
     ``figure_toggle``, ``figure`` (the PNG page map); where another vLLM
     release's environment exists (:func:`releases_at_hand`), a ``releases``
-    tab: ``releases`` (a ``SelectMultiple``), ``releases_button`` and
+    tab: ``releases`` (a ``SelectMultiple``), ``releases_button``,
+    ``matrix_button`` (every LMCache release on each selected vLLM release) and
     ``releases_panel`` (the comparison across releases), else None.
     """
 
@@ -134,6 +135,7 @@ class Explorer(widgets.VBox):
         tabs = [widgets.VBox(boxes.get(name, [self.panels[name]])) for name in PANELS]
         titles = [_TITLES[n] for n in PANELS]
         self.releases, self.releases_button, self.releases_panel = None, None, None
+        self.matrix_button = None
         known = releases_at_hand()
         if len(known) > 1:  # a release control only where another release can answer
             self.releases = widgets.SelectMultiple(options=known, value=known, rows=len(known),
@@ -145,7 +147,11 @@ class Explorer(widgets.VBox):
                 "the deployment above in each selected release, each in its own environment "
                 "(about half a minute per release)", "info"))
             self.releases_panel.add_class(_css_class("panel", "releases"))
-            tabs.append(widgets.VBox([widgets.HBox([self.releases, self.releases_button]),
+            self.matrix_button = widgets.Button(description="LMCache matrix", icon="th",
+                                                layout=widgets.Layout(width="200px"))
+            self.matrix_button.on_click(self._on_matrix)
+            tabs.append(widgets.VBox([widgets.HBox([self.releases, self.releases_button,
+                                                    self.matrix_button]),
                                       self.releases_panel]))
             titles.append("releases")
         self.tabs = widgets.Tab(children=tabs, titles=titles)
@@ -188,6 +194,15 @@ class Explorer(widgets.VBox):
             self.releases_panel.value = self.state.compare_releases(self.releases.value).html
         finally:
             self.releases_button.disabled = False
+
+    def _on_matrix(self, _button=None) -> None:
+        self.matrix_button.disabled = True
+        self.releases_panel.value = message_html(
+            "asking every LMCache release, each vLLM release in its own environment ...", "info")
+        try:
+            self.releases_panel.value = self.state.lmcache_matrix(self.releases.value).html
+        finally:
+            self.matrix_button.disabled = False
 
     def _render(self, changed) -> None:
         for name in changed:

@@ -234,7 +234,7 @@ def states_as_slices(p, caches):
 
 #: (derivation, model, backend, registration, {release: what its apply does})
 #: -- "edits", "leaves" (the changed layer as registered) or "refuses".
-SEED = ("0.4.7", "0.5.0", "0.5.1", "0.5.2")
+FIRST = ("0.4.7", "0.5.0", "0.5.1", "0.5.2")
 FOUR = ("0.5.3", "0.5.4", "0.5.5", "0.5.6")
 PRE = ("0.5.7rc2",)
 
@@ -242,33 +242,33 @@ PRE = ("0.5.7rc2",)
 def _does(**by_family) -> dict:
     out = {}
     for family, does in by_family.items():
-        for release in {"seed": SEED, "four": FOUR, "pre": PRE}[family]:
+        for release in {"two": FIRST, "four": FOUR, "pre": PRE}[family]:
             out[release] = does
     return out
 
 
 DERIVED = [
     (kernel_paged_mla, "moonshotai/Kimi-Linear-48B-A3B-Instruct", None, "unified",
-     {**_does(seed="leaves", four="edits", pre="edits"),
+     {**_does(two="leaves", four="edits", pre="edits"),
       **dict.fromkeys(("0.5.3", "0.5.4", "0.5.5"), "leaves")}),
     (kernel_paged_mla_legacy, "moonshotai/Kimi-Linear-48B-A3B-Instruct", None, "legacy",
-     _does(seed="leaves", four="edits", pre="edits")),
+     _does(two="leaves", four="edits", pre="edits")),
     (heads_before_tokens, "Qwen/Qwen3.5-0.8B", "FLASHINFER", "legacy",
-     _does(seed="refuses", four="refuses", pre="refuses")),
+     _does(two="refuses", four="refuses", pre="refuses")),
     (heads_before_blocks, "Qwen/Qwen3.5-0.8B", "FLASHINFER", "unified",
-     {**_does(seed="refuses", four="refuses", pre="refuses")}),
+     {**_does(two="refuses", four="refuses", pre="refuses")}),
     (states_as_tuple, "Qwen/Qwen3.5-0.8B", None, "legacy",
-     _does(seed="refuses", four="leaves", pre="leaves")),
+     _does(two="refuses", four="leaves", pre="leaves")),
     (states_one_page_in, "Qwen/Qwen3.5-0.8B", None, "legacy",
-     _does(seed="refuses", four="refuses", pre="edits")),
+     _does(two="refuses", four="refuses", pre="edits")),
     (states_as_slices, "Qwen/Qwen3.5-0.8B", None, "legacy",
-     _does(seed="refuses", four="refuses", pre="leaves")),
+     _does(two="refuses", four="refuses", pre="leaves")),
     (kv_planes_interleaved, "Qwen/Qwen3.5-0.8B", "FLASHINFER", "legacy",
-     _does(seed="leaves", four="leaves", pre="edits")),
+     _does(two="leaves", four="leaves", pre="edits")),
     (kv_planes_contiguous, "Qwen/Qwen3.5-0.8B", "FLASHINFER", "legacy",
-     _does(seed="leaves", four="leaves", pre="edits")),
+     _does(two="leaves", four="leaves", pre="edits")),
     (kv_planes_as_list, "Qwen/Qwen3.5-0.8B", "FLASHINFER", "legacy",
-     _does(seed="leaves", four="leaves", pre="edits")),
+     _does(two="leaves", four="leaves", pre="edits")),
 ]  # fmt: skip
 
 

@@ -111,7 +111,7 @@ HINT_TRANSLATION = FrozenDict(
     }
 )
 
-_SEED_RULES = ("mamba-page-view", "subpaged-attention-view")
+_TWO_RULES = ("mamba-page-view", "subpaged-attention-view")
 _FOUR_RULES = (
     "mamba-unified-view",
     "mamba-page-view",
@@ -141,7 +141,7 @@ def _options(**rules: dict) -> FrozenDict:
 
 
 _A = dict(
-    rules=_SEED_RULES,
+    rules=_TWO_RULES,
     options=_options(
         mamba_page_view={"values": "any", "conv_at_storage_start": True},
         subpaged_attention_view={"ranks": (5,)},

@@ -536,16 +536,20 @@ def test_derived_registrations(
 RELEASE_CASES = (
     ("Qwen/Qwen3.5-0.8B", "A100", None),
     ("Qwen/Qwen3.5-0.8B", "H100", "FLASHINFER"),
-    ("ibm-granite/granite-4.0-h-350m", "H100", None),
     ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "H100", None),
-    ("moonshotai/Kimi-Linear-48B-A3B-Instruct", "H100", None),
 )
+#: LMCache releases of the per-vLLM-release run: one of each rule set whose
+#: answer can depend on the vLLM release (the first rules; the hint from
+#: vLLM's get_kv_cache_layout; rank-4 attention and per-layer specs; the
+#: pre-release).  Every release runs on the default vLLM release above.
+RELEASE_RUN_LMCACHE = ("0.5.2", "0.5.4", "0.5.6", "0.5.7rc2")
 
 
 @pytest.mark.release
 def test_every_lmcache_release_on_this_vllm_release():
-    """What this vLLM release registers (both registrations), under every
-    LMCache release's own code and kvexplore's answer for it."""
+    """What this vLLM release registers (both registrations), under the
+    LMCache releases of :data:`RELEASE_RUN_LMCACHE`, their own code beside
+    kvexplore's answer for them."""
     cases = {}
     for name, gpu, backend in RELEASE_CASES:
         p = planned(name, gpu, 1, backend)
@@ -556,10 +560,10 @@ def test_every_lmcache_release_on_this_vllm_release():
             )
     labels = list(cases)
     try:
-        outcomes = run_oracles(RELEASES, [cases[label] for label in labels])
+        outcomes = run_oracles(RELEASE_RUN_LMCACHE, [cases[label] for label in labels])
     except OracleUnavailable as exc:
         pytest.fail(str(exc), pytrace=False)
-    for release in RELEASES:
+    for release in RELEASE_RUN_LMCACHE:
         for label, theirs in zip(labels, outcomes[release], strict=True):
             assert_same(
                 release, theirs, kvexplore_outcome(release, cases[label]), label

@@ -298,18 +298,16 @@ def random_extra(rng: random.Random, t: int):
 
 
 def random_offload_kwargs(rng: random.Random, p) -> dict:
-    tp = p.vllm_config.parallel_config.tensor_parallel_size
-    pp = rng.choice([1, 1, 1, 2, 4])
+    """Options drawn at random; the parallel sizes TP, PP, DP and DCP are the plan's."""
+    pc = p.vllm_config.parallel_config
+    tp, pp, dp = pc.tensor_parallel_size, pc.pipeline_parallel_size, pc.data_parallel_size
     pcp = rng.choice([1, 1, 1, 1, 2])
-    dp = rng.choice([1, 1, 1, 2])
     backend = rng.choice(["mp"] * 5 + ["uni", "ray", "external_launcher", None])
     nnodes = rng.choice([1, 1, 1, 2])
     world = pp * tp * pcp * (dp if backend == "external_launcher" else 1)
     return dict(
         extra_config=random_extra(rng, _tokens_per_block(p)),
-        pipeline_parallel_size=pp,
         prefill_context_parallel_size=pcp,
-        data_parallel_size=dp,
         data_parallel_rank=rng.randrange(dp),
         distributed_executor_backend=backend,
         nnodes_within_dp=nnodes,
@@ -326,6 +324,12 @@ def random_plan_kwargs(rng: random.Random) -> dict:
         decode_context_parallel_size=rng.choice([1, 1, 1, 2, 4]),
         kv_cache_dtype=rng.choice(["auto", "auto", "fp8"]),
     )
+    pp = rng.choice([1, 1, 1, 1, 1, 1, 2, 4])
+    if pp > 1:
+        kw["pipeline_parallel_size"] = pp
+        kw["pipeline_parallel_rank"] = rng.randrange(pp)
+    if rng.random() < 0.2:
+        kw["data_parallel_size"] = 2
     if rng.random() < 0.15:
         kw["block_size"] = rng.choice([16, 32, 64])
     if rng.random() < 0.1:
@@ -502,9 +506,9 @@ def test_coverage_of_the_issue_cases(outcomes):
                 seen["mla-replicated-kv"] += 1
         seen["canonical-on" if extra.get("canonical_layout") else "canonical-off"] += 1
         seen["dcp>1"] += dcp > 1
-        seen["pp>1"] += kw["pipeline_parallel_size"] > 1
+        seen["pp>1"] += pc.pipeline_parallel_size > 1
         seen["pcp>1"] += kw["prefill_context_parallel_size"] > 1
-        seen["dp>1"] += kw["data_parallel_size"] > 1
+        seen["dp>1"] += pc.data_parallel_size > 1
         seen["multi-node"] += kw["nnodes_within_dp"] > 1
         seen["extra-block_size"] += "block_size" in extra
         seen["extra-blocks_per_chunk"] += "blocks_per_chunk" in extra
@@ -577,19 +581,18 @@ def test_coverage_of_the_issue_cases(outcomes):
 
 def test_vllm_parallel_config_matches_the_rules():
     """The ParallelConfig the comparisons use really has the requested shape."""
-    p = kvexplore.plan("meta-llama/Llama-3.1-8B-Instruct", tensor_parallel_size=2, gpu="A100")
+    p = kvexplore.plan("meta-llama/Llama-3.1-8B-Instruct", tensor_parallel_size=2, gpu="A100",
+                       pipeline_parallel_size=2, data_parallel_size=2)
     pc = vllm_parallel_config(
         p,
-        pipeline_parallel_size=2,
-        data_parallel_size=2,
         data_parallel_rank=1,
         nnodes_within_dp=2,
     )
     assert (pc.world_size, pc.nnodes_within_dp, pc.data_parallel_index) == (4, 2, 1)
+    assert (pc.pipeline_parallel_size, pc.data_parallel_size) == (2, 2)
     assert pc.data_parallel_rank_local is None
     ext = vllm_parallel_config(
-        p,
-        data_parallel_size=2,
+        p.replace(pipeline_parallel_size=1),
         data_parallel_rank=1,
         distributed_executor_backend="external_launcher",
     )

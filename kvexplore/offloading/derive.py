@@ -40,7 +40,7 @@ from vllm.v1.kv_cache_interface import (
 
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import cdiv, leaf_specs
-from kvexplore.offloading.options import OffloadOptions
+from kvexplore.offloading.options import OffloadOptions, ParallelSizes
 from kvexplore.planning import release
 from kvexplore.planning.planner import Plan
 from kvexplore.planning.release import release_name
@@ -110,15 +110,17 @@ def _offloaded(p: Plan) -> list:
     return [p.groups[gid] for gid in offloading_groups(p).value]
 
 
-def parallel_layout(o: OffloadOptions, tp: int) -> tuple[Derived, Derived, Derived]:
+def parallel_layout(o: OffloadOptions, sizes: ParallelSizes) -> tuple[Derived, Derived, Derived]:
     """What ``ParallelConfig.__post_init__`` (``vllm/config/parallel.py``) fills
-    in before ``build_offloading_config`` reads it: the world size
-    (:meth:`OffloadOptions.world_size`), the executor backend when none is
-    named, and the local DP rank (read from ``VLLM_DP_RANK_LOCAL``, default 0,
-    with one DP replica)."""
-    dp, backend = o.data_parallel_size, o.distributed_executor_backend
-    world = o.world_size(tp)
-    world_rule = f"PP {o.pipeline_parallel_size} x TP {tp} x PCP {o.prefill_context_parallel_size}"
+    in before ``build_offloading_config`` reads it, with the plan's ``sizes``:
+    the world size (:meth:`OffloadOptions.world_size`), the executor backend
+    when none is named, and the local DP rank (read from
+    ``VLLM_DP_RANK_LOCAL``, default 0, with one DP replica)."""
+    dp, backend = sizes.data_parallel_size, o.distributed_executor_backend
+    tp = sizes.tensor_parallel_size
+    world = o.world_size(sizes)
+    world_rule = (f"PP {sizes.pipeline_parallel_size} x TP {tp} x PCP "
+                  f"{o.prefill_context_parallel_size}")
     if backend == "external_launcher":
         world_rule += f" x DP {dp} (external_launcher)"
     if backend is None:
@@ -406,18 +408,19 @@ def worker_kv_bytes_per_block(p: Plan) -> Derived:
     return Derived(total, "sum of the offloaded groups' pages per block (" + "; ".join(parts) + ")")
 
 
-def replicated_layout(p: Plan, o: OffloadOptions, world: int, backend: str, worker_bytes: int) -> Derived:
+def replicated_layout(p: Plan, o: OffloadOptions, sizes: ParallelSizes, world: int, backend: str,
+                      worker_bytes: int) -> Derived:
     """``replicated_layout`` for the direct layout: an MLA latent replicated on
     every TP rank (``kv_tp_replicas == TP``), TP only, single-node ``mp`` (one
-    shared host copy)."""
-    tp = p.tensor_parallel_size
+    shared host copy); the plan's ``sizes``."""
+    tp = sizes.tensor_parallel_size
     return verdict(
         (
             _named(p.use_mla, "the model uses MLA", "the model does not use MLA"),
             _gt("TP", tp, 1),
             _eq("kv_tp_replicas", p.kv_tp_replicas, tp, f"TP {tp}"),
             _gt("worker_kv_bytes_per_block", worker_bytes, 0),
-            _eq("PP", o.pipeline_parallel_size, 1),
+            _eq("PP", sizes.pipeline_parallel_size, 1),
             _eq("PCP", o.prefill_context_parallel_size, 1),
             _eq("DCP", p.decode_context_parallel_size, 1),
             _eq("world size", world, tp, f"TP {tp}"),
@@ -580,7 +583,8 @@ def cache_dtype(p: Plan) -> Derived:
 @dataclass(frozen=True, slots=True)
 class Derivation:
     """Every value ``build_offloading_config`` derives for one plan and
-    options, each a :class:`Derived` (per group: a tuple in ``groups`` order)."""
+    options, each a :class:`Derived` (per group: a tuple in ``groups`` order),
+    and the plan's parallel sizes it read."""
 
     world_size: Derived
     distributed_executor_backend: Derived
@@ -595,10 +599,12 @@ class Derivation:
     canonical_layout: Derived
     is_parallelism_agnostic: Derived
     dtype: Derived
+    parallel_sizes: ParallelSizes
 
 
 def derive(p: Plan, o: OffloadOptions) -> Derivation:
-    """``build_offloading_config`` for plan ``p`` and options ``o``, in vLLM's order.
+    """``build_offloading_config`` for plan ``p`` and options ``o``, in vLLM's
+    order, at the plan's parallel sizes (:meth:`ParallelSizes.of`).
 
     Raises ``KVExploreError`` for inputs vLLM's ``ParallelConfig`` rejects and
     :class:`OffloadConfigError` (a ``ValueError``) where
@@ -609,8 +615,9 @@ def derive(p: Plan, o: OffloadOptions) -> Derivation:
             f"offload_config expects a kvexplore.Plan (from kvexplore.plan(model, ...)); "
             f"got {type(p).__name__} {p!r:.80}"
         )
-    o.check_parallel(p.tensor_parallel_size, p.decode_context_parallel_size)
-    world, backend, local_rank = parallel_layout(o, p.tensor_parallel_size)
+    sizes = ParallelSizes.of(p)
+    o.check_parallel(sizes)
+    world, backend, local_rank = parallel_layout(o, sizes)
     groups = offloading_groups(p)
     tpb = tokens_per_block(p)
     hashing = tokens_per_hash(p)
@@ -626,7 +633,7 @@ def derive(p: Plan, o: OffloadOptions) -> Derivation:
         windows = tuple(Derived(None, f"{release_name()} keeps no window per group")
                         for _ in groups.value)
     wbytes = worker_kv_bytes_per_block(p)
-    replicated = replicated_layout(p, o, world.value, backend.value, wbytes.value)
+    replicated = replicated_layout(p, o, sizes, world.value, backend.value, wbytes.value)
     canonical = canonical_layout(o.extra_config)
     agnostic = is_parallelism_agnostic(p, o, world.value, canonical.value)
     if canonical.value:
@@ -645,6 +652,7 @@ def derive(p: Plan, o: OffloadOptions) -> Derivation:
         canonical_layout=canonical,
         is_parallelism_agnostic=agnostic,
         dtype=cache_dtype(p),
+        parallel_sizes=sizes,
     )
 
 

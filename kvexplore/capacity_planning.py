@@ -620,8 +620,11 @@ def capacity_row(model: Any, kwargs: dict) -> dict[str, Any]:
     }
 
 
-def _capacity_key(model: Any, kwargs: dict) -> dict | None:
-    """The answer store's key of one capacity row (None: not storable)."""
+def capacity_row_key(model: Any, kwargs: dict) -> dict | None:
+    """The answer store's key of one :func:`capacity_sweep` row: the model (by
+    name and config content), the plan's keywords and ``gpu`` (``plan_key``),
+    and the other capacity keywords of ``kwargs``; None when a value cannot be
+    keyed (the row is computed on every run)."""
     from kvexplore.planning.stored import plan_key
 
     planned = {k: v for k, v in kwargs.items() if k == "gpu" or k in PLAN_DEFAULTS}
@@ -633,12 +636,12 @@ def _capacity_key(model: Any, kwargs: dict) -> dict | None:
 
 
 #: The column an output file of :func:`capacity_sweep` adds after
-#: :data:`CAPACITY_COLUMNS`: which row it is (:func:`_file_key`).
+#: :data:`CAPACITY_COLUMNS`: which row it is (:func:`capacity_file_key`).
 FILE_KEY_COLUMN = "capacity_key"
 
 
-def _file_key(key: dict | None) -> str | None:
-    """The :data:`FILE_KEY_COLUMN` of a row whose :func:`_capacity_key` is
+def capacity_file_key(key: dict | None) -> str | None:
+    """The :data:`FILE_KEY_COLUMN` of a row whose :func:`capacity_row_key` is
     ``key``: the SHA-256 of its model (name and config digest), GPU, plan
     request and capacity keywords, i.e. the store key less the vLLM release
     (the file's ``vllm`` column, :data:`kvexplore.fleet.RELEASE_COLUMN`, which
@@ -669,7 +672,7 @@ def capacity_sweep(models: Iterable[Any], *, executor=None, output=None, store: 
     :data:`FILE_KEY_COLUMN` and ``vllm`` (the installed vLLM release) after
     :data:`CAPACITY_COLUMNS`; a re-run with the same file takes the rows the
     installed release wrote there (same model, plan and capacity keywords,
-    :func:`_file_key`) and computes only the others, and always the rows
+    :func:`capacity_file_key`) and computes only the others, and always the rows
     whose key cannot be computed (a refused input).  Rows another release
     wrote are computed again and kept in the file beside this release's (the
     returned frame holds this release's only)."""
@@ -693,8 +696,8 @@ def capacity_sweep(models: Iterable[Any], *, executor=None, output=None, store: 
     pending = []
     for i, task in enumerate(tasks):
         if answers is not None or out is not None:
-            keys[i] = _capacity_key(*task)
-            file_keys[i] = _file_key(keys[i])
+            keys[i] = capacity_row_key(*task)
+            file_keys[i] = capacity_file_key(keys[i])
         if out is not None:
             found = out.find({FILE_KEY_COLUMN: file_keys[i]})
             if found is not None:
@@ -735,7 +738,9 @@ __all__ = [
     "FILE_KEY_COLUMN",
     "CapacityReport",
     "capacity",
+    "capacity_file_key",
     "capacity_row",
+    "capacity_row_key",
     "capacity_sweep",
     "profile_estimates",
 ]

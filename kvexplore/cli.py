@@ -219,6 +219,12 @@ def _kwargs(ns: argparse.Namespace, keys, *, lists: bool = False) -> dict:
     return out
 
 
+def plan_kwargs(ns: argparse.Namespace) -> dict:
+    """The ``plan()`` keywords (``gpu`` included) a parsed command line's flags
+    give, as ``plan()`` takes them; flags not given are left out."""
+    return _kwargs(ns, _PLAN_KEYS)
+
+
 def _split(value: str, conv) -> list:
     out = []
     for part in value.split(","):
@@ -368,6 +374,19 @@ def _capacity_key(ns) -> dict:
 
 #: The commands answered from the store by :func:`answer_from_store`: kind, key.
 _STORED_COMMANDS = {"offload": (OFFLOAD_KIND, _offload_key), "capacity": (CAPACITY_KIND, _capacity_key)}
+
+
+def stored_key(ns: argparse.Namespace) -> tuple[str, dict]:
+    """The answer store's kind and key of a parsed ``offload`` or ``capacity``
+    command line: where its answer is stored and read back (a value the
+    command refuses is a :class:`KVExploreError`)."""
+    if getattr(ns, "command", None) not in _STORED_COMMANDS:
+        raise KVExploreError(
+            f"command={getattr(ns, 'command', None)!r} has no stored answer by key here; "
+            f"expected one of {sorted(_STORED_COMMANDS)}"
+        )
+    kind, key_of = _STORED_COMMANDS[ns.command]
+    return kind, key_of(ns)
 
 
 def _store_and_key(ns) -> tuple[AnswerStore, dict] | tuple[None, None]:

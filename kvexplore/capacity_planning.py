@@ -43,7 +43,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import hashlib
+import inspect
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -356,6 +358,23 @@ def _vllm_answers(p: Plan, available: int) -> dict[str, Any]:
     }
 
 
+def check_capacity_keywords(kwargs: Mapping[str, Any]) -> None:
+    """Refuse a keyword of :func:`capacity` that is neither one of its own
+    nor a :func:`kvexplore.plan` keyword (``gpu`` included), naming it, the
+    nearest spellings (``difflib``) and where the full lists are."""
+    unknown = [k for k in kwargs if k != "gpu" and k not in PLAN_DEFAULTS]
+    if not unknown:
+        return
+    known = list(dict.fromkeys([*_CAPACITY_KEYWORDS, "gpu", *PLAN_DEFAULTS]))
+    close = difflib.get_close_matches(unknown[0], known, n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
+    raise KVExploreError(
+        f"capacity() got an unknown keyword {unknown[0]}={kwargs[unknown[0]]!r}; {hint}"
+        f"expected one of capacity()'s {list(_CAPACITY_KEYWORDS)} or plan()'s "
+        f"{['gpu', *PLAN_DEFAULTS]}"
+    )
+
+
 def _plan_of(model: Any, plan_kwargs: dict) -> Plan:
     if isinstance(model, Plan):
         return model.replace(**plan_kwargs) if plan_kwargs else model
@@ -425,7 +444,10 @@ def capacity(
     ``num_blocks`` with a model (the cache is sized from memory) and a
     utilization that leaves no KV cache memory, and pipeline parallelism
     (the cache is sized over every stage's worker: :func:`kvexplore.plan`).
+    A keyword neither capacity() nor :func:`kvexplore.plan` takes is refused
+    naming it and the nearest spellings.
     """
+    check_capacity_keywords(plan_kwargs)
     if gpu_memory_utilization is not None:
         as_fraction("gpu_memory_utilization", gpu_memory_utilization)
     given = {"total_memory_bytes": total_memory_bytes, "weight_bytes": weight_bytes,
@@ -591,6 +613,13 @@ CAPACITY_COLUMNS = (
 CAPACITY_KIND = "capacity-row"
 
 
+#: :func:`capacity`'s own keywords besides the model (the rest are plan()'s).
+_CAPACITY_KEYWORDS = tuple(
+    name for name, param in inspect.signature(capacity).parameters.items()
+    if param.kind is inspect.Parameter.KEYWORD_ONLY
+)
+
+
 def capacity_row(model: Any, kwargs: dict) -> dict[str, Any]:
     """One :func:`capacity_sweep` row: :func:`capacity` of ``model`` with
     ``kwargs``; a refused deployment (a ``ValueError``: kvexplore's or
@@ -739,6 +768,7 @@ __all__ = [
     "CapacityReport",
     "capacity",
     "capacity_file_key",
+    "check_capacity_keywords",
     "capacity_row",
     "capacity_row_key",
     "capacity_sweep",

@@ -273,10 +273,20 @@ def cmd_envs(ns) -> None:
     missing ones named (with uv); ``--python`` prints only their Pythons."""
     import pandas as pd
 
-    from kvexplore.planning.release import WINDOW_RELEASES, installed_release
+    from kvexplore.planning.release import (
+        WINDOW_RELEASES,
+        canonical_release,
+        installed_release,
+    )
     from kvexplore.versions import environment, environment_path
 
-    versions = ns.releases or list(WINDOW_RELEASES)
+    versions = [canonical_release(v) for v in ns.releases] or list(WINDOW_RELEASES)
+    twice = sorted({v for v in versions if versions.count(v) > 1})
+    if twice:
+        raise KVExploreError(
+            f"releases {ns.releases!r} name {twice[0]} more than once; expected each "
+            "release once"
+        )
     rows = []
     for v in versions:
         path = environment_path(v)

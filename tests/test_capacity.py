@@ -470,22 +470,28 @@ def test_bad_host_inputs(qwen_32k_a100):
         lmcache_chunk_sizes(offload_config(qwen_32k_a100), check=(0,))
     with pytest.raises(KVExploreError, match="num_blocks"):
         capacity(QWEN, gpu="A100", num_blocks=10)
-    # vLLM's OffloadingConfig takes a chunk of 0 or -1 blocks; no host region can hold one
+    # vLLM's OffloadingConfig takes a chunk of 0 or -1 blocks; kvexplore refuses
+    # such an extra config, and no host region can hold such a chunk
+    ok = offload_config(qwen_32k_a100)
     for tokens in (0, -544):
-        cfg = offload_config(qwen_32k_a100, extra_config={"block_size": tokens})
-        assert cfg.config.cache.blocks_per_chunk == tokens // 544
+        with pytest.raises(KVExploreError, match=f"extra_config\\['block_size'\\]={tokens} "):
+            offload_config(qwen_32k_a100, extra_config={"block_size": tokens})
+        with pytest.raises(KVExploreError, match=f"extra_config\\['block_size'\\]={tokens} "):
+            capacity(qwen_32k_a100, cpu_bytes_to_use=GiB, offload_extra_config={"block_size": tokens})
+        cache = dataclasses.replace(ok.config.cache, blocks_per_chunk=tokens // 544)
+        cfg = dataclasses.replace(ok, config=dataclasses.replace(ok.config, cache=cache))
         with pytest.raises(KVExploreError, match=f"blocks_per_chunk={tokens // 544} "):
             host_sizing(cfg, GiB)
-        with pytest.raises(KVExploreError, match="blocks_per_chunk"):
-            capacity(qwen_32k_a100, cpu_bytes_to_use=GiB, offload_extra_config={"block_size": tokens})
 
 
-def test_canonical_layout_string_reads_as_vllm_reads_it(qwen_32k_a100):
+def test_canonical_layout_string_is_refused(qwen_32k_a100):
     from kvexplore import offload_config
 
-    r = offload_config(qwen_32k_a100, extra_config={"canonical_layout": "false"})
-    assert r.config.canonical_layout is bool("false") is True
-    assert "non-empty string" in r.derivation.canonical_layout.rule
+    # vLLM's bool() would read "false" as True
+    with pytest.raises(KVExploreError) as info:
+        offload_config(qwen_32k_a100, extra_config={"canonical_layout": "false"})
+    assert info.value.code == "canonical_layout_not_bool"
+    assert "would read it as True" in str(info.value)
 
 
 def test_report_is_frozen(qwen_32k_a100):

@@ -243,14 +243,14 @@ def test_cross_attention_is_unsupported():
     assert info.value.code == "unsupported_spec"
 
 
-def test_zero_block_size_with_sliding_window():
-    with pytest.raises(OffloadConfigError) as info:
-        offload_config(kvexplore.plan(OSS, gpu="A100"), extra_config={"block_size": 0})
-    assert info.value.code == "zero_chunk"
-    # without a window vLLM accepts it and derives 0 blocks per chunk
-    r = offload_config(kvexplore.plan(LLAMA, gpu="A100"), extra_config={"block_size": 0})
-    assert r.config.cache.blocks_per_chunk == 0
-    assert "accepts" in r.rule("cache.blocks_per_chunk")
+def test_zero_block_size_is_refused_with_or_without_a_window():
+    # vLLM divides by zero with a sliding window and, without one, derives
+    # 0 blocks per chunk: no backend could use either
+    for model in (OSS, LLAMA):
+        with pytest.raises(OffloadConfigError) as info:
+            offload_config(kvexplore.plan(model, gpu="A100"), extra_config={"block_size": 0})
+        assert info.value.code == "block_size_not_positive"
+        assert "extra_config['block_size']=0" in str(info.value)
 
 
 @pytest.mark.parametrize(

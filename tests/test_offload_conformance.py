@@ -35,6 +35,7 @@ from kvexplore.offloading.config import (
     OffloadConfigError,
     offload_config,
 )
+from kvexplore.offloading.derive import STRICTER_CODES
 
 pytestmark = pytest.mark.release
 
@@ -339,8 +340,31 @@ def random_plan_kwargs(rng: random.Random) -> dict:
     return kw
 
 
+def _fractional(value) -> bool:
+    return isinstance(value, float) and not value.is_integer()
+
+
+def stricter_reason(code: str, extra: dict, theirs, their_err) -> bool:
+    """Whether kvexplore's refusal ``code`` (one of STRICTER_CODES) is for
+    what it says, where vLLM returned ``theirs`` or raised ``their_err``."""
+    if code == "not_a_whole_number":
+        return any(_fractional(extra.get(k)) for k in ("block_size", "blocks_per_chunk"))
+    if code == "block_size_not_positive":
+        if their_err is not None:
+            return vllm_code(their_err) == "zero_chunk"
+        return theirs.cache.blocks_per_chunk <= 0
+    if code == "canonical_layout_not_bool":
+        raw = extra.get("canonical_layout")
+        return not isinstance(raw, bool) and raw not in (0, 1)
+    return False
+
+
 def compare(p, kw) -> tuple[str, str | None]:
-    """('equal' | 'both-raise:<code>', failure or None)."""
+    """('equal' | 'both-raise:<code>' | 'stricter:<code>', failure or None).
+
+    'stricter': vLLM returns (or fails later, dividing by zero) on an extra
+    config no backend could use, which kvexplore refuses by one of
+    STRICTER_CODES; the code must be for a value of that kind."""
     before = copy.deepcopy(kw["extra_config"])
     try:
         mine, mine_err = offload_config(p, **kw), None
@@ -355,6 +379,11 @@ def compare(p, kw) -> tuple[str, str | None]:
         theirs, their_err = build_offloading_config(vc, kc), None
     except Exception as exc:  # noqa: BLE001 - vLLM raises many types
         theirs, their_err = None, exc
+    code = getattr(mine_err, "code", None)
+    if code in STRICTER_CODES and (their_err is None or vllm_code(their_err) == "zero_chunk"):
+        if stricter_reason(code, kw["extra_config"] or {}, theirs, their_err):
+            return f"stricter:{code}", None
+        return "mismatch", f"kvexplore refused ({mine_err}) a value vLLM's {theirs or their_err} shows is not of that kind"
     if their_err is None:
         if mine_err is not None:
             return "mismatch", f"vLLM returned, kvexplore raised {mine_err}"
@@ -487,7 +516,7 @@ def test_coverage_of_the_issue_cases(outcomes):
     seen = Counter()
     for _label, outcome, _, p, kw in outcomes:
         seen[outcome.split(":")[0]] += 1
-        if outcome.startswith("both-raise:"):
+        if outcome.startswith(("both-raise:", "stricter:")):
             seen[outcome] += 1
         if p is None:
             seen[outcome] += 1
@@ -563,8 +592,8 @@ def test_coverage_of_the_issue_cases(outcomes):
         "both-raise:no_eligible_groups",
         "both-raise:tokens_per_hash",
         "both-raise:unsupported_spec",
-        "both-raise:zero_chunk",
         "both-raise:prefix_match_unit",
+        *(f"stricter:{code}" for code in STRICTER_CODES),
         "both-raise:parallel_config",
     ]
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading import (
@@ -573,8 +602,7 @@ def test_coverage_of_the_issue_cases(outcomes):
 
     if not hasattr(offloading, "get_sliding_window_size_in_chunks"):
         # a release that bounds no group by a window in chunks refuses neither
-        need = [k for k in need
-                if k not in ("both-raise:unsupported_spec", "both-raise:zero_chunk")]
+        need = [k for k in need if k != "both-raise:unsupported_spec"]
     missing = [k for k in need if seen[k] == 0]
     assert not missing, f"never drawn: {missing}; seen: {dict(seen)}"
 

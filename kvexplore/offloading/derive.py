@@ -56,11 +56,23 @@ class OffloadConfigError(KVExploreError):
     ``both_chunk_keys``, ``not_an_integer``, ``blocks_per_chunk_not_positive``,
     ``mixed_tokens_per_block``, ``block_size_not_multiple``,
     ``unsupported_spec``, ``invalid_window``, ``zero_chunk``.
+
+    Three codes name values vLLM takes without complaint but no backend
+    could use, which kvexplore refuses (:data:`STRICTER_CODES`).
     """
 
     def __init__(self, message: str, *, code: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+#: :class:`OffloadConfigError` codes of ``kv_connector_extra_config`` values
+#: vLLM's ``build_offloading_config`` accepts (or fails on later, dividing by
+#: zero) that kvexplore refuses: a float with a fraction, which vLLM's
+#: ``int()`` truncates; a ``block_size`` that gives no block per chunk or a
+#: negative number of them; a ``canonical_layout`` other than a boolean
+#: (vLLM's ``bool()`` reads ``"false"`` as True).
+STRICTER_CODES = ("not_a_whole_number", "block_size_not_positive", "canonical_layout_not_bool")
 
 
 class Derived(NamedTuple):
@@ -281,7 +293,15 @@ def tokens_per_hash(p: Plan) -> Derived:
 
 
 def _extra_int(name: str, value) -> int:
-    """``int(value)`` as vLLM applies it to ``kv_connector_extra_config`` entries."""
+    """``int(value)`` as vLLM applies it to ``kv_connector_extra_config``
+    entries; a float with a fraction, which ``int()`` would truncate, is
+    refused (:data:`STRICTER_CODES`)."""
+    if isinstance(value, float) and value.is_integer() is False:
+        raise OffloadConfigError(
+            f"extra_config[{name!r}]={value!r} is not a whole number; expected an integer "
+            f"(vLLM's int() would truncate it to {int(value)})",
+            code="not_a_whole_number",
+        )
     try:
         return int(value)
     except (TypeError, ValueError, OverflowError):
@@ -333,10 +353,14 @@ def blocks_per_chunk(extra: Mapping[str, Any], group_ids: tuple[int, ...], tpb: 
             code="block_size_not_multiple",
         )
     bpc = tokens // t
-    rule = f"extra_config['block_size'] {tokens} // {t} tokens per block"
     if bpc <= 0:
-        rule += f" ({release_name()} accepts this block_size, though it rejects blocks_per_chunk={bpc} given directly)"
-    return Derived(bpc, rule)
+        raise OffloadConfigError(
+            f"extra_config['block_size']={tok_raw!r} is invalid: it gives {bpc} blocks per "
+            f"chunk ({tokens} // {t} tokens per block); expected a positive multiple of the "
+            f"GPU KV cache block size ({t}, {2 * t}, ...)",
+            code="block_size_not_positive",
+        )
+    return Derived(bpc, f"extra_config['block_size'] {tokens} // {t} tokens per block")
 
 
 def sliding_window_size_in_chunks(gid: int, spec, tpb: int, bpc: int) -> Derived:
@@ -431,12 +455,17 @@ def replicated_layout(p: Plan, o: OffloadOptions, sizes: ParallelSizes, world: i
 
 
 def canonical_layout(extra: Mapping[str, Any]) -> Derived:
-    """``bool(extra_config.get("canonical_layout", False))``, as vLLM reads it."""
+    """``bool(extra_config.get("canonical_layout", False))``, as vLLM reads it;
+    a value other than a boolean or the integers 0 and 1 is refused (vLLM
+    reads any non-empty string as True, ``"false"`` included)."""
     raw = extra.get("canonical_layout", False)
-    rule = f"bool(extra_config.get('canonical_layout', False)) = bool({raw!r})"
-    if isinstance(raw, str) and raw:
-        rule += " (vLLM reads any non-empty string as True, 'false' and '0' included)"
-    return Derived(bool(raw), rule)
+    if not (isinstance(raw, bool) or (isinstance(raw, int) and raw in (0, 1))):
+        raise OffloadConfigError(
+            f"extra_config['canonical_layout']={raw!r} is invalid; expected true or false "
+            f"(vLLM's bool() would read it as {bool(raw)})",
+            code="canonical_layout_not_bool",
+        )
+    return Derived(bool(raw), f"bool(extra_config.get('canonical_layout', False)) = bool({raw!r})")
 
 
 def single_full_attention_group(p: Plan) -> tuple[Clause, ...]:
@@ -661,6 +690,7 @@ __all__ = [
     "Derivation",
     "Derived",
     "OffloadConfigError",
+    "STRICTER_CODES",
     "derive",
     "group_bytes_per_block",
     "verdict",

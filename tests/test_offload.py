@@ -135,10 +135,10 @@ def test_canonical_layout_gate():
     assert "MambaSpec is not an attention spec" in q.rule(
         "parallel.is_parallelism_agnostic"
     )
-    # a truthy string switches it on, as bool() does in vLLM
-    s = offload_config(kvexplore.plan(LLAMA, gpu="A100"), extra_config={"canonical_layout": "no"})
-    assert s.config.canonical_layout is True
-    assert "bool('no')" in s.rule("canonical_layout")
+    # a string is refused: vLLM's bool() would read "no" as True
+    with pytest.raises(OffloadConfigError, match="would read it as True") as info:
+        offload_config(kvexplore.plan(LLAMA, gpu="A100"), extra_config={"canonical_layout": "no"})
+    assert info.value.code == "canonical_layout_not_bool"
 
 
 def test_sliding_window_chunks():

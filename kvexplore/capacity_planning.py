@@ -43,7 +43,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import hashlib
+import inspect
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -356,6 +358,23 @@ def _vllm_answers(p: Plan, available: int) -> dict[str, Any]:
     }
 
 
+def check_capacity_keywords(kwargs: Mapping[str, Any]) -> None:
+    """Refuse a keyword of :func:`capacity` that is neither one of its own
+    nor a :func:`kvexplore.plan` keyword (``gpu`` included), naming it, the
+    nearest spellings (``difflib``) and where the full lists are."""
+    unknown = [k for k in kwargs if k != "gpu" and k not in PLAN_DEFAULTS]
+    if not unknown:
+        return
+    known = list(dict.fromkeys([*_CAPACITY_KEYWORDS, "gpu", *PLAN_DEFAULTS]))
+    close = difflib.get_close_matches(unknown[0], known, n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
+    raise KVExploreError(
+        f"capacity() got an unknown keyword {unknown[0]}={kwargs[unknown[0]]!r}; {hint}"
+        f"expected one of capacity()'s {list(_CAPACITY_KEYWORDS)} or plan()'s "
+        f"{['gpu', *PLAN_DEFAULTS]}"
+    )
+
+
 def _plan_of(model: Any, plan_kwargs: dict) -> Plan:
     if isinstance(model, Plan):
         return model.replace(**plan_kwargs) if plan_kwargs else model
@@ -425,7 +444,10 @@ def capacity(
     ``num_blocks`` with a model (the cache is sized from memory) and a
     utilization that leaves no KV cache memory, and pipeline parallelism
     (the cache is sized over every stage's worker: :func:`kvexplore.plan`).
+    A keyword neither capacity() nor :func:`kvexplore.plan` takes is refused
+    naming it and the nearest spellings.
     """
+    check_capacity_keywords(plan_kwargs)
     if gpu_memory_utilization is not None:
         as_fraction("gpu_memory_utilization", gpu_memory_utilization)
     given = {"total_memory_bytes": total_memory_bytes, "weight_bytes": weight_bytes,
@@ -591,6 +613,13 @@ CAPACITY_COLUMNS = (
 CAPACITY_KIND = "capacity-row"
 
 
+#: :func:`capacity`'s own keywords besides the model (the rest are plan()'s).
+_CAPACITY_KEYWORDS = tuple(
+    name for name, param in inspect.signature(capacity).parameters.items()
+    if param.kind is inspect.Parameter.KEYWORD_ONLY
+)
+
+
 def capacity_row(model: Any, kwargs: dict) -> dict[str, Any]:
     """One :func:`capacity_sweep` row: :func:`capacity` of ``model`` with
     ``kwargs``; a refused deployment (a ``ValueError``: kvexplore's or
@@ -620,8 +649,11 @@ def capacity_row(model: Any, kwargs: dict) -> dict[str, Any]:
     }
 
 
-def _capacity_key(model: Any, kwargs: dict) -> dict | None:
-    """The answer store's key of one capacity row (None: not storable)."""
+def capacity_row_key(model: Any, kwargs: dict) -> dict | None:
+    """The answer store's key of one :func:`capacity_sweep` row: the model (by
+    name and config content), the plan's keywords and ``gpu`` (``plan_key``),
+    and the other capacity keywords of ``kwargs``; None when a value cannot be
+    keyed (the row is computed on every run)."""
     from kvexplore.planning.stored import plan_key
 
     planned = {k: v for k, v in kwargs.items() if k == "gpu" or k in PLAN_DEFAULTS}
@@ -633,12 +665,12 @@ def _capacity_key(model: Any, kwargs: dict) -> dict | None:
 
 
 #: The column an output file of :func:`capacity_sweep` adds after
-#: :data:`CAPACITY_COLUMNS`: which row it is (:func:`_file_key`).
+#: :data:`CAPACITY_COLUMNS`: which row it is (:func:`capacity_file_key`).
 FILE_KEY_COLUMN = "capacity_key"
 
 
-def _file_key(key: dict | None) -> str | None:
-    """The :data:`FILE_KEY_COLUMN` of a row whose :func:`_capacity_key` is
+def capacity_file_key(key: dict | None) -> str | None:
+    """The :data:`FILE_KEY_COLUMN` of a row whose :func:`capacity_row_key` is
     ``key``: the SHA-256 of its model (name and config digest), GPU, plan
     request and capacity keywords, i.e. the store key less the vLLM release
     (the file's ``vllm`` column, :data:`kvexplore.fleet.RELEASE_COLUMN`, which
@@ -669,7 +701,7 @@ def capacity_sweep(models: Iterable[Any], *, executor=None, output=None, store: 
     :data:`FILE_KEY_COLUMN` and ``vllm`` (the installed vLLM release) after
     :data:`CAPACITY_COLUMNS`; a re-run with the same file takes the rows the
     installed release wrote there (same model, plan and capacity keywords,
-    :func:`_file_key`) and computes only the others, and always the rows
+    :func:`capacity_file_key`) and computes only the others, and always the rows
     whose key cannot be computed (a refused input).  Rows another release
     wrote are computed again and kept in the file beside this release's (the
     returned frame holds this release's only)."""
@@ -693,8 +725,8 @@ def capacity_sweep(models: Iterable[Any], *, executor=None, output=None, store: 
     pending = []
     for i, task in enumerate(tasks):
         if answers is not None or out is not None:
-            keys[i] = _capacity_key(*task)
-            file_keys[i] = _file_key(keys[i])
+            keys[i] = capacity_row_key(*task)
+            file_keys[i] = capacity_file_key(keys[i])
         if out is not None:
             found = out.find({FILE_KEY_COLUMN: file_keys[i]})
             if found is not None:
@@ -735,7 +767,10 @@ __all__ = [
     "FILE_KEY_COLUMN",
     "CapacityReport",
     "capacity",
+    "capacity_file_key",
+    "check_capacity_keywords",
     "capacity_row",
+    "capacity_row_key",
     "capacity_sweep",
     "profile_estimates",
 ]

@@ -222,6 +222,12 @@ def _kwargs(ns: argparse.Namespace, keys, *, lists: bool = False) -> dict:
     return out
 
 
+def plan_kwargs(ns: argparse.Namespace) -> dict:
+    """The ``plan()`` keywords (``gpu`` included) a parsed command line's flags
+    give, as ``plan()`` takes them; flags not given are left out."""
+    return _kwargs(ns, _PLAN_KEYS)
+
+
 def _split(value: str, conv) -> list:
     out = []
     for part in value.split(","):
@@ -270,10 +276,20 @@ def cmd_envs(ns) -> None:
     missing ones named (with uv); ``--python`` prints only their Pythons."""
     import pandas as pd
 
-    from kvexplore.planning.release import WINDOW_RELEASES, installed_release
+    from kvexplore.planning.release import (
+        WINDOW_RELEASES,
+        canonical_release,
+        installed_release,
+    )
     from kvexplore.versions import environment, environment_path
 
-    versions = ns.releases or list(WINDOW_RELEASES)
+    versions = [canonical_release(v) for v in ns.releases] or list(WINDOW_RELEASES)
+    twice = sorted({v for v in versions if versions.count(v) > 1})
+    if twice:
+        raise KVExploreError(
+            f"releases {ns.releases!r} name {twice[0]} more than once; expected each "
+            "release once"
+        )
     rows = []
     for v in versions:
         path = environment_path(v)
@@ -408,6 +424,19 @@ def _capacity_key(ns) -> dict:
 
 #: The commands answered from the store by :func:`answer_from_store`: kind, key.
 _STORED_COMMANDS = {"offload": (OFFLOAD_KIND, _offload_key), "capacity": (CAPACITY_KIND, _capacity_key)}
+
+
+def stored_key(ns: argparse.Namespace) -> tuple[str, dict]:
+    """The answer store's kind and key of a parsed ``offload`` or ``capacity``
+    command line: where its answer is stored and read back (a value the
+    command refuses is a :class:`KVExploreError`)."""
+    if getattr(ns, "command", None) not in _STORED_COMMANDS:
+        raise KVExploreError(
+            f"command={getattr(ns, 'command', None)!r} has no stored answer by key here; "
+            f"expected one of {sorted(_STORED_COMMANDS)}"
+        )
+    kind, key_of = _STORED_COMMANDS[ns.command]
+    return kind, key_of(ns)
 
 
 def _store_and_key(ns) -> tuple[AnswerStore, dict] | tuple[None, None]:

@@ -129,15 +129,14 @@ def environ(changes: dict[str, str]):
 def vllm_parallel_config(
     plan,
     *,
-    pipeline_parallel_size: int = 1,
     prefill_context_parallel_size: int = 1,
-    data_parallel_size: int = 1,
     data_parallel_rank: int = 0,
     distributed_executor_backend: str | None = "mp",
     nnodes_within_dp: int = 1,
     rank: int = 0,
 ):
-    """A real ``vllm.config.ParallelConfig`` for these inputs (plan's TP and DCP).
+    """A real ``vllm.config.ParallelConfig`` for these inputs at the plan's
+    TP, PP, DP and DCP (read from the plan's own vLLM ``ParallelConfig``).
 
     ``nnodes_within_dp`` becomes ``nnodes`` with every DP replica local to
     the node group (``data_parallel_size_local = data_parallel_size``), so
@@ -150,6 +149,8 @@ def vllm_parallel_config(
     from vllm.config import ParallelConfig
 
     pc_plan = plan.vllm_config.parallel_config
+    pipeline_parallel_size = pc_plan.pipeline_parallel_size
+    data_parallel_size = pc_plan.data_parallel_size
     backend = distributed_executor_backend
     kwargs = dict(
         tensor_parallel_size=pc_plan.tensor_parallel_size,

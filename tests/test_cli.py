@@ -239,20 +239,19 @@ def test_a_repeated_command_prints_the_same_answer_without_vllm(tmp_path, comman
 
 @pytest.mark.parametrize("command", sorted(STORED_COMMANDS))
 def test_a_command_reads_the_store_and_no_cache_skips_it(capsys, command):
-    from kvexplore.cli import CAPACITY_KIND, OFFLOAD_KIND, _capacity_key, _offload_key
+    from kvexplore.cli import CAPACITY_KIND, OFFLOAD_KIND, stored_key
     from kvexplore.planning.stored import stored_answer
     from kvexplore.store import AnswerStore
 
     args, changed = STORED_COMMANDS[command]
-    kind, key_of = {"offload": (OFFLOAD_KIND, _offload_key),
-                    "capacity": (CAPACITY_KIND, _capacity_key)}[command]
+    kind, key = stored_key(build_parser().parse_args(list(args)))
+    assert kind == {"offload": OFFLOAD_KIND, "capacity": CAPACITY_KIND}[command]
     assert main(list(args)) == 0
     fresh = capsys.readouterr().out
     store = AnswerStore.open()
-    key = key_of(build_parser().parse_args(list(args)))
     answer = stored_answer(store, kind, key)
     assert answer["text"] + "\n" == fresh
-    assert key != key_of(build_parser().parse_args([*args, *changed]))
+    assert key != stored_key(build_parser().parse_args([*args, *changed]))[1]
     store.put(kind, key, {**answer, "text": "the stored text"})
     assert main(list(args)) == 0
     assert capsys.readouterr().out == "the stored text\n"  # read back, not computed

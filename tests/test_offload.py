@@ -93,7 +93,6 @@ def test_mla_replicated_layout_and_what_breaks_it():
     assert r.config.replicated_layout is True
     assert "kv_tp_replicas 8 == TP 8" in r.rule("replicated_layout")
     for kw, reason in [
-        ({"pipeline_parallel_size": 2}, "PP 2 != 1"),
         ({"nnodes_within_dp": 2}, "nnodes_within_dp 2 != 1"),
         ({"distributed_executor_backend": "ray"}, "executor backend 'ray' != 'mp'"),
         ({"prefill_context_parallel_size": 2}, "PCP 2 != 1"),
@@ -101,6 +100,10 @@ def test_mla_replicated_layout_and_what_breaks_it():
         r = offload_config(p, **kw)
         assert r.config.replicated_layout is False, kw
         assert reason in r.rule("replicated_layout"), (kw, r.rule("replicated_layout"))
+    # two pipeline stages (the plan's PP): no longer TP only
+    pp = offload_config(p.replace(pipeline_parallel_size=2))
+    assert pp.config.replicated_layout is False
+    assert "PP 2 != 1" in pp.rule("replicated_layout")
     # DCP shards the tokens: no longer replicated
     d = offload_config(
         kvexplore.plan(DSV3, tensor_parallel_size=8, decode_context_parallel_size=2, gpu="A100",
@@ -132,10 +135,10 @@ def test_canonical_layout_gate():
     assert "MambaSpec is not an attention spec" in q.rule(
         "parallel.is_parallelism_agnostic"
     )
-    # a truthy string switches it on, as bool() does in vLLM
-    s = offload_config(kvexplore.plan(LLAMA, gpu="A100"), extra_config={"canonical_layout": "no"})
-    assert s.config.canonical_layout is True
-    assert "bool('no')" in s.rule("canonical_layout")
+    # a string is refused: vLLM's bool() would read "no" as True
+    with pytest.raises(OffloadConfigError, match="would read it as True") as info:
+        offload_config(kvexplore.plan(LLAMA, gpu="A100"), extra_config={"canonical_layout": "no"})
+    assert info.value.code == "canonical_layout_not_bool"
 
 
 def test_sliding_window_chunks():
@@ -148,11 +151,10 @@ def test_sliding_window_chunks():
 
 
 def test_parallel_section():
-    p = kvexplore.plan(LLAMA, tensor_parallel_size=2, gpu="A100")
+    p = kvexplore.plan(LLAMA, tensor_parallel_size=2, pipeline_parallel_size=2,
+                       data_parallel_size=4, gpu="A100")
     r = offload_config(
         p,
-        pipeline_parallel_size=2,
-        data_parallel_size=4,
         data_parallel_rank=3,
         rank=3,
         enable_kv_cache_events=True,
@@ -165,7 +167,8 @@ def test_parallel_section():
     assert r.config.enable_kv_cache_events is True
     assert r.config.engine_id == "e1"
     ext = offload_config(
-        p, data_parallel_size=2, distributed_executor_backend="external_launcher"
+        kvexplore.plan(LLAMA, tensor_parallel_size=2, data_parallel_size=2, gpu="A100"),
+        distributed_executor_backend="external_launcher",
     )
     assert ext.config.parallel.world_size == 4
     assert "external_launcher" in ext.rule("parallel.world_size")
@@ -240,14 +243,14 @@ def test_cross_attention_is_unsupported():
     assert info.value.code == "unsupported_spec"
 
 
-def test_zero_block_size_with_sliding_window():
-    with pytest.raises(OffloadConfigError) as info:
-        offload_config(kvexplore.plan(OSS, gpu="A100"), extra_config={"block_size": 0})
-    assert info.value.code == "zero_chunk"
-    # without a window vLLM accepts it and derives 0 blocks per chunk
-    r = offload_config(kvexplore.plan(LLAMA, gpu="A100"), extra_config={"block_size": 0})
-    assert r.config.cache.blocks_per_chunk == 0
-    assert "accepts" in r.rule("cache.blocks_per_chunk")
+def test_zero_block_size_is_refused_with_or_without_a_window():
+    # vLLM divides by zero with a sliding window and, without one, derives
+    # 0 blocks per chunk: no backend could use either
+    for model in (OSS, LLAMA):
+        with pytest.raises(OffloadConfigError) as info:
+            offload_config(kvexplore.plan(model, gpu="A100"), extra_config={"block_size": 0})
+        assert info.value.code == "block_size_not_positive"
+        assert "extra_config['block_size']=0" in str(info.value)
 
 
 @pytest.mark.parametrize(
@@ -256,10 +259,10 @@ def test_zero_block_size_with_sliding_window():
         ({"pipeline_parallel_size": 0}, "pipeline_parallel_size=0"),
         ({"prefill_context_parallel_size": 1.5}, "prefill_context_parallel_size=1.5"),
         ({"data_parallel_size": True}, "data_parallel_size=True"),
-        (
-            {"data_parallel_rank": 2, "data_parallel_size": 2},
-            r"data_parallel_rank=2 .*\[0, 2\)",
-        ),
+        ({"data_parallel_size": 2}, "data_parallel_size=2 differs from the plan's data_parallel_size=1"),
+        ({"pipeline_parallel_size": 2}, "pipeline_parallel_size=2 differs from the plan's"),
+        ({"tensor_parallel_size": 2}, r"tensor_parallel_size=2 .*plan\(\.\.\., tensor_parallel_size=2\)"),
+        ({"data_parallel_rank": 1}, r"data_parallel_rank=1 .*\[0, 1\) for the plan's data_parallel_size=1"),
         (
             {"distributed_executor_backend": "slurm"},
             "distributed_executor_backend='slurm'",

@@ -35,6 +35,7 @@ from kvexplore.offloading.config import (
     OffloadConfigError,
     offload_config,
 )
+from kvexplore.offloading.derive import STRICTER_CODES
 
 pytestmark = pytest.mark.release
 
@@ -298,18 +299,16 @@ def random_extra(rng: random.Random, t: int):
 
 
 def random_offload_kwargs(rng: random.Random, p) -> dict:
-    tp = p.vllm_config.parallel_config.tensor_parallel_size
-    pp = rng.choice([1, 1, 1, 2, 4])
+    """Options drawn at random; the parallel sizes TP, PP, DP and DCP are the plan's."""
+    pc = p.vllm_config.parallel_config
+    tp, pp, dp = pc.tensor_parallel_size, pc.pipeline_parallel_size, pc.data_parallel_size
     pcp = rng.choice([1, 1, 1, 1, 2])
-    dp = rng.choice([1, 1, 1, 2])
     backend = rng.choice(["mp"] * 5 + ["uni", "ray", "external_launcher", None])
     nnodes = rng.choice([1, 1, 1, 2])
     world = pp * tp * pcp * (dp if backend == "external_launcher" else 1)
     return dict(
         extra_config=random_extra(rng, _tokens_per_block(p)),
-        pipeline_parallel_size=pp,
         prefill_context_parallel_size=pcp,
-        data_parallel_size=dp,
         data_parallel_rank=rng.randrange(dp),
         distributed_executor_backend=backend,
         nnodes_within_dp=nnodes,
@@ -326,6 +325,12 @@ def random_plan_kwargs(rng: random.Random) -> dict:
         decode_context_parallel_size=rng.choice([1, 1, 1, 2, 4]),
         kv_cache_dtype=rng.choice(["auto", "auto", "fp8"]),
     )
+    pp = rng.choice([1, 1, 1, 1, 1, 1, 2, 4])
+    if pp > 1:
+        kw["pipeline_parallel_size"] = pp
+        kw["pipeline_parallel_rank"] = rng.randrange(pp)
+    if rng.random() < 0.2:
+        kw["data_parallel_size"] = 2
     if rng.random() < 0.15:
         kw["block_size"] = rng.choice([16, 32, 64])
     if rng.random() < 0.1:
@@ -335,8 +340,31 @@ def random_plan_kwargs(rng: random.Random) -> dict:
     return kw
 
 
+def _fractional(value) -> bool:
+    return isinstance(value, float) and not value.is_integer()
+
+
+def stricter_reason(code: str, extra: dict, theirs, their_err) -> bool:
+    """Whether kvexplore's refusal ``code`` (one of STRICTER_CODES) is for
+    what it says, where vLLM returned ``theirs`` or raised ``their_err``."""
+    if code == "not_a_whole_number":
+        return any(_fractional(extra.get(k)) for k in ("block_size", "blocks_per_chunk"))
+    if code == "block_size_not_positive":
+        if their_err is not None:
+            return vllm_code(their_err) == "zero_chunk"
+        return theirs.cache.blocks_per_chunk <= 0
+    if code == "canonical_layout_not_bool":
+        raw = extra.get("canonical_layout")
+        return not isinstance(raw, bool) and raw not in (0, 1)
+    return False
+
+
 def compare(p, kw) -> tuple[str, str | None]:
-    """('equal' | 'both-raise:<code>', failure or None)."""
+    """('equal' | 'both-raise:<code>' | 'stricter:<code>', failure or None).
+
+    'stricter': vLLM returns (or fails later, dividing by zero) on an extra
+    config no backend could use, which kvexplore refuses by one of
+    STRICTER_CODES; the code must be for a value of that kind."""
     before = copy.deepcopy(kw["extra_config"])
     try:
         mine, mine_err = offload_config(p, **kw), None
@@ -351,6 +379,11 @@ def compare(p, kw) -> tuple[str, str | None]:
         theirs, their_err = build_offloading_config(vc, kc), None
     except Exception as exc:  # noqa: BLE001 - vLLM raises many types
         theirs, their_err = None, exc
+    code = getattr(mine_err, "code", None)
+    if code in STRICTER_CODES and (their_err is None or vllm_code(their_err) == "zero_chunk"):
+        if stricter_reason(code, kw["extra_config"] or {}, theirs, their_err):
+            return f"stricter:{code}", None
+        return "mismatch", f"kvexplore refused ({mine_err}) a value vLLM's {theirs or their_err} shows is not of that kind"
     if their_err is None:
         if mine_err is not None:
             return "mismatch", f"vLLM returned, kvexplore raised {mine_err}"
@@ -483,7 +516,7 @@ def test_coverage_of_the_issue_cases(outcomes):
     seen = Counter()
     for _label, outcome, _, p, kw in outcomes:
         seen[outcome.split(":")[0]] += 1
-        if outcome.startswith("both-raise:"):
+        if outcome.startswith(("both-raise:", "stricter:")):
             seen[outcome] += 1
         if p is None:
             seen[outcome] += 1
@@ -502,9 +535,9 @@ def test_coverage_of_the_issue_cases(outcomes):
                 seen["mla-replicated-kv"] += 1
         seen["canonical-on" if extra.get("canonical_layout") else "canonical-off"] += 1
         seen["dcp>1"] += dcp > 1
-        seen["pp>1"] += kw["pipeline_parallel_size"] > 1
+        seen["pp>1"] += pc.pipeline_parallel_size > 1
         seen["pcp>1"] += kw["prefill_context_parallel_size"] > 1
-        seen["dp>1"] += kw["data_parallel_size"] > 1
+        seen["dp>1"] += pc.data_parallel_size > 1
         seen["multi-node"] += kw["nnodes_within_dp"] > 1
         seen["extra-block_size"] += "block_size" in extra
         seen["extra-blocks_per_chunk"] += "blocks_per_chunk" in extra
@@ -559,8 +592,8 @@ def test_coverage_of_the_issue_cases(outcomes):
         "both-raise:no_eligible_groups",
         "both-raise:tokens_per_hash",
         "both-raise:unsupported_spec",
-        "both-raise:zero_chunk",
         "both-raise:prefix_match_unit",
+        *(f"stricter:{code}" for code in STRICTER_CODES),
         "both-raise:parallel_config",
     ]
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading import (
@@ -569,27 +602,25 @@ def test_coverage_of_the_issue_cases(outcomes):
 
     if not hasattr(offloading, "get_sliding_window_size_in_chunks"):
         # a release that bounds no group by a window in chunks refuses neither
-        need = [k for k in need
-                if k not in ("both-raise:unsupported_spec", "both-raise:zero_chunk")]
+        need = [k for k in need if k != "both-raise:unsupported_spec"]
     missing = [k for k in need if seen[k] == 0]
     assert not missing, f"never drawn: {missing}; seen: {dict(seen)}"
 
 
 def test_vllm_parallel_config_matches_the_rules():
     """The ParallelConfig the comparisons use really has the requested shape."""
-    p = kvexplore.plan("meta-llama/Llama-3.1-8B-Instruct", tensor_parallel_size=2, gpu="A100")
+    p = kvexplore.plan("meta-llama/Llama-3.1-8B-Instruct", tensor_parallel_size=2, gpu="A100",
+                       pipeline_parallel_size=2, data_parallel_size=2)
     pc = vllm_parallel_config(
         p,
-        pipeline_parallel_size=2,
-        data_parallel_size=2,
         data_parallel_rank=1,
         nnodes_within_dp=2,
     )
     assert (pc.world_size, pc.nnodes_within_dp, pc.data_parallel_index) == (4, 2, 1)
+    assert (pc.pipeline_parallel_size, pc.data_parallel_size) == (2, 2)
     assert pc.data_parallel_rank_local is None
     ext = vllm_parallel_config(
-        p,
-        data_parallel_size=2,
+        p.replace(pipeline_parallel_size=1),
         data_parallel_rank=1,
         distributed_executor_backend="external_launcher",
     )

@@ -36,7 +36,7 @@ def test_options_are_the_one_list_of_names_and_defaults():
     sweep_module = inspect.getmodule(sweep_function)
     assert sweep_module.OFFLOAD_KEYWORDS == names
     o = OffloadOptions()
-    assert (o.pipeline_parallel_size, o.distributed_executor_backend, o.engine_id) == (
+    assert (o.prefill_context_parallel_size, o.distributed_executor_backend, o.engine_id) == (
         1,
         "mp",
         DEFAULT_ENGINE_ID,
@@ -48,13 +48,12 @@ def test_options_are_the_one_list_of_names_and_defaults():
 @pytest.mark.parametrize(
     "kw, facts",
     [
-        ({"pipeline_parallel_size": 0}, ["pipeline_parallel_size=0", "integer >= 1"]),
+        ({"prefill_context_parallel_size": 0}, ["prefill_context_parallel_size=0", "integer >= 1"]),
         ({"data_parallel_rank": -1}, ["data_parallel_rank=-1", "integer >= 0"]),
         ({"rank": "0"}, ["rank='0'", "integer >= 0"]),
         ({"nnodes_within_dp": 2.0}, ["nnodes_within_dp=2.0", "integer >= 1"]),
         ({"use_v2_model_runner": 1}, ["use_v2_model_runner=1", "True or False"]),
         ({"distributed_executor_backend": "slurm"}, ["'slurm'", "expected one of", "'mp'"]),
-        ({"data_parallel_size": 2, "data_parallel_rank": 2}, ["data_parallel_rank=2", "[0, 2)"]),
         ({"engine_id": 7}, ["engine_id=7", "non-empty string"]),
         ({"extra_config": "block_size=1088"}, ["'block_size=1088'", "expected a mapping"]),
     ],
@@ -69,7 +68,7 @@ def test_bad_option_values_name_value_and_expectation(kw, facts):
 def test_bad_option_names_are_kvexplore_errors(qwen_a100):
     with pytest.raises(KVExploreError, match=r"unknown offload option 'pipline_parallel_size'; expected one of \["):
         OffloadOptions.from_kwargs(pipline_parallel_size=2)
-    with pytest.raises(KVExploreError, match="unknown offload option 'tp'.*'pipeline_parallel_size'"):
+    with pytest.raises(KVExploreError, match="unknown offload option 'tp'.*'prefill_context_parallel_size'"):
         offload_config(qwen_a100, tp=2)
     with pytest.raises(KVExploreError, match="unknown offload option 'rnak'"):
         OffloadOptions().replace(rnak=1)
@@ -92,13 +91,13 @@ def test_options_are_frozen_and_extra_config_is_a_private_copy():
 
 
 def test_options_object_and_keywords_agree(qwen_a100):
-    o = OffloadOptions(extra_config={"blocks_per_chunk": 2}, data_parallel_size=2, data_parallel_rank=1)
+    o = OffloadOptions(extra_config={"blocks_per_chunk": 2}, nnodes_within_dp=2, rank=0)
     a = offload_config(qwen_a100, o)
-    b = offload_config(qwen_a100, extra_config={"blocks_per_chunk": 2}, data_parallel_size=2, data_parallel_rank=1)
+    b = offload_config(qwen_a100, extra_config={"blocks_per_chunk": 2}, nnodes_within_dp=2, rank=0)
     assert a.config == b.config and a.explain() == b.explain()
     # keywords override the options object
     c = offload_config(qwen_a100, o, extra_config={"blocks_per_chunk": 3})
-    assert c.config.cache.blocks_per_chunk == 3 and c.options.data_parallel_rank == 1
+    assert c.config.cache.blocks_per_chunk == 3 and c.options.nnodes_within_dp == 2
 
 
 # -- the derivation ----------------------------------------------------------------------

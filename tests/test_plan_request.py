@@ -155,9 +155,9 @@ def test_cli_flags_reach_the_request():
             "--dp", "2", "--enable-expert-parallel", "--quantization", "fp8",
             "--mamba-cache-dtype", "float32", "--hf-overrides", '{"num_hidden_layers": 4}']
     ns = build_parser().parse_args(argv)
-    from kvexplore.cli import _PLAN_KEYS, _kwargs
+    from kvexplore.cli import plan_kwargs
 
-    r = PlanRequest(**{k: v for k, v in _kwargs(ns, _PLAN_KEYS).items() if k != "gpu"})
+    r = PlanRequest(**{k: v for k, v in plan_kwargs(ns).items() if k != "gpu"})
     assert (r.tensor_parallel_size, r.mamba_block_size, r.prefix_match_unit,
             r.data_parallel_size, r.enable_expert_parallel, r.quantization,
             r.mamba_cache_dtype, json.loads(r.hf_overrides)) == (

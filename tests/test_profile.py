@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from hand_counts import llama_weight_bytes
 from vllm.v1.worker.utils import request_memory
 
 import kvexplore
@@ -46,7 +47,9 @@ def test_requested_memory_is_vllms_request_memory(llama_h100):
 def test_weights_equal_what_vllm_logs_as_model_loading(llama_h100):
     # "Model loading took 14.99 GiB memory" (vLLM 0.19.0, H100, Llama-3.1-8B-Instruct)
     assert round(llama_h100.loaded_weight_bytes / GiB, 2) == 14.99
-    assert llama_h100.memory_profile().weights.low == llama_h100.loaded_weight_bytes
+    # and, to the byte, the parameters and buffers counted from config.json
+    params, buffers = llama_weight_bytes(kvexplore.load_model_config(LLAMA).config)
+    assert llama_h100.memory_profile().weights.low == params + buffers
 
 
 def test_activation_range_brackets_the_logged_peak_and_the_sampler(llama_h100):
@@ -76,7 +79,26 @@ def test_kv_memory_against_the_logged_run(llama_h100):
     low, high = (x / GiB for x in r.kv_cache_memory_range)
     assert low <= 58.11 <= high
     assert abs(low - 58.11) / 58.11 < 0.03
-    assert r.kv_cache_memory == r.kv_cache_memory_range[0]
+
+
+def test_kv_memory_is_determine_available_memorys_arithmetic(llama_h100):
+    """With every measured input given, the KV cache memory is what vLLM's
+    ``Worker.determine_available_memory`` computes: ``request_memory`` (vLLM's
+    own function) less the non-KV memory (weights, counted here from
+    config.json, + torch peak increase + non-torch increase) less the applied
+    CUDA-graph estimate."""
+    if llama_h100.extensible_kv_cache:
+        pytest.skip(f"{release_name()} sizes this cache after warmup, not by the profile")
+    total, peak, non_torch, graphs = 80 * GiB, 3 * GiB + 12345, 700 << 20, 321 << 20
+    r = kvexplore.capacity(llama_h100, gpu_memory_utilization=0.93, total_memory_bytes=total,
+                           activation_peak_bytes=peak, non_torch_bytes=non_torch,
+                           cudagraph_bytes=graphs)
+    params, buffers = llama_weight_bytes(kvexplore.load_model_config(LLAMA).config)
+    snapshot = SimpleNamespace(total_memory=total, free_memory=total)
+    requested = request_memory(snapshot, SimpleNamespace(gpu_memory_utilization=0.93))
+    expected = requested - (params + buffers + peak + non_torch) - graphs
+    assert r.kv_cache_memory == expected
+    assert r.kv_cache_memory_range == (expected, expected) and r.estimated == ()
 
 
 def test_non_torch_memory_grows_with_tensor_parallelism():

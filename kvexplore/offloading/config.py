@@ -3,9 +3,10 @@
 :func:`offload_config` builds the ``OffloadingConfig``
 (``vllm/v1/kv_offload/config.py``) that ``build_offloading_config``
 (``vllm/distributed/kv_transfer/kv_connector/v1/offloading/config.py``) builds
-from a :class:`~kvexplore.Plan` plus the
-:class:`~kvexplore.offloading.options.OffloadOptions` the plan does not carry
-(:func:`kvexplore.offloading.derive.derive`), with every derived field's rule.
+from a :class:`~kvexplore.Plan` (its KV cache and its parallel sizes) plus
+the :class:`~kvexplore.offloading.options.OffloadOptions` the plan does not
+carry (:func:`kvexplore.offloading.derive.derive`), with every derived
+field's rule.
 Qwen3.5-0.8B on an A100 at TP 4, DCP 2 (attention 272 x 2 tokens per block,
 GDN 272, so the hash unit is their gcd):
 
@@ -36,9 +37,13 @@ from vllm.v1.kv_offload.config import (
 
 from kvexplore.display import Displayable
 from kvexplore.errors import KVExploreError
-from kvexplore.layout import FrozenDict, jsonable
+from kvexplore.layout import FrozenDict, check_int, jsonable
 from kvexplore.offloading.derive import Derivation, OffloadConfigError, derive
-from kvexplore.offloading.options import OffloadOptions
+from kvexplore.offloading.options import (
+    PLAN_PARALLEL_KEYWORDS,
+    OffloadOptions,
+    ParallelSizes,
+)
 from kvexplore.planning import release
 from kvexplore.planning.planner import Plan
 
@@ -202,12 +207,12 @@ def build_config(p: Plan, o: OffloadOptions, d: Derivation):
         parallel=OffloadingParallelConfig(
             rank=o.rank,
             world_size=d.world_size.value,
-            tp_size=p.tensor_parallel_size,
-            pp_size=o.pipeline_parallel_size,
+            tp_size=d.parallel_sizes.tensor_parallel_size,
+            pp_size=d.parallel_sizes.pipeline_parallel_size,
             pcp_size=o.prefill_context_parallel_size,
-            dcp_size=p.decode_context_parallel_size,
+            dcp_size=d.parallel_sizes.decode_context_parallel_size,
             data_parallel_index=o.data_parallel_rank,
-            data_parallel_size=o.data_parallel_size,
+            data_parallel_size=d.parallel_sizes.data_parallel_size,
             data_parallel_rank_local=d.data_parallel_rank_local.value,
             is_parallelism_agnostic=d.is_parallelism_agnostic.value,
         ),
@@ -220,20 +225,20 @@ def build_config(p: Plan, o: OffloadOptions, d: Derivation):
 def offload_config(plan: Plan, options: OffloadOptions | None = None, **kwargs: Any) -> OffloadResult:
     """The ``OffloadingConfig`` vLLM's ``build_offloading_config`` builds.
 
-    TP and DCP come from ``plan``; the rest is an
-    :class:`~kvexplore.offloading.options.OffloadOptions` (``options``), its
-    fields given as keywords overriding it (:data:`OFFLOAD_KEYWORDS`);
-    ``VLLM_DP_RANK_LOCAL`` takes its default.  A plan of one pipeline stage
-    (``plan(..., pipeline_parallel_size=N)``) gives the PP size and its
-    worker's layers; a different ``pipeline_parallel_size`` option is refused.
-    With a plan of one stage and ``pipeline_parallel_size > 1`` as an option,
-    the plan's ``KVCacheConfig`` lists every layer (as one stage's worker
-    would not).
+    The parallel sizes TP, PP, DP and DCP are the plan's (its
+    ``ParallelConfig``, :class:`~kvexplore.offloading.options.ParallelSizes`),
+    and a plan of one pipeline stage gives that stage's worker's layers; one
+    of them given here as a keyword (:data:`PLAN_PARALLEL_KEYWORDS`) is
+    accepted only at the plan's value and otherwise refused by name.  The
+    rest is an :class:`~kvexplore.offloading.options.OffloadOptions`
+    (``options``), its fields given as keywords overriding it
+    (:data:`OFFLOAD_KEYWORDS`); ``VLLM_DP_RANK_LOCAL`` takes its default.
 
     Raises :class:`OffloadConfigError` (a ``ValueError``, with ``code``) where
     vLLM raises or asserts, with the same facts, and ``KVExploreError`` for
     malformed inputs or unknown option names.
     """
+    restated = {name: kwargs.pop(name) for name in PLAN_PARALLEL_KEYWORDS if name in kwargs}
     if options is None:
         o = OffloadOptions.from_kwargs(**kwargs)
     elif not isinstance(options, OffloadOptions):
@@ -243,24 +248,38 @@ def offload_config(plan: Plan, options: OffloadOptions | None = None, **kwargs: 
         )
     else:
         o = options.replace(**kwargs)
-    stages = getattr(plan, "pipeline_parallel_size", 1)
-    if stages > 1 and o.pipeline_parallel_size != stages:
-        if o.pipeline_parallel_size != 1:
-            raise KVExploreError(
-                f"pipeline_parallel_size={o.pipeline_parallel_size} differs from the plan's "
-                f"{stages} stages; expected {stages} (or leave it to the plan)"
-            )
-        o = o.replace(pipeline_parallel_size=stages)
+    if restated:
+        check_restated_sizes(plan, restated)
     d = derive(plan, o)
     return OffloadResult(plan, o, d, build_config(plan, o, d))
 
 
+def check_restated_sizes(plan: Plan, restated: dict[str, Any]) -> None:
+    """Refuse a parallel size (:data:`PLAN_PARALLEL_KEYWORDS`) given to
+    :func:`offload_config` that is not the plan's, naming it, the plan's
+    value and how to plan the other."""
+    if not isinstance(plan, Plan):
+        return  # derive() refuses a non-plan with its own message
+    sizes = ParallelSizes.of(plan)
+    for name, value in restated.items():
+        check_int(name, value, minimum=1)
+        ours = getattr(sizes, name)
+        if value != ours:
+            raise KVExploreError(
+                f"{name}={value!r} differs from the plan's {name}={ours}; the offloading "
+                f"config takes its parallel sizes from the plan: expected {ours} (or leave "
+                f"it out), or plan(..., {name}={value!r}) for the other deployment"
+            )
+
+
 __all__ = [
     "OFFLOAD_KEYWORDS",
+    "PLAN_PARALLEL_KEYWORDS",
     "FieldRow",
     "OffloadConfigError",
     "OffloadOptions",
     "OffloadResult",
     "build_config",
+    "check_restated_sizes",
     "offload_config",
 ]

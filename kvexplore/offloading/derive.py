@@ -40,7 +40,7 @@ from vllm.v1.kv_cache_interface import (
 
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import cdiv, leaf_specs
-from kvexplore.offloading.options import OffloadOptions
+from kvexplore.offloading.options import OffloadOptions, ParallelSizes
 from kvexplore.planning import release
 from kvexplore.planning.planner import Plan
 from kvexplore.planning.release import release_name
@@ -56,11 +56,23 @@ class OffloadConfigError(KVExploreError):
     ``both_chunk_keys``, ``not_an_integer``, ``blocks_per_chunk_not_positive``,
     ``mixed_tokens_per_block``, ``block_size_not_multiple``,
     ``unsupported_spec``, ``invalid_window``, ``zero_chunk``.
+
+    Three codes name values vLLM takes without complaint but no backend
+    could use, which kvexplore refuses (:data:`STRICTER_CODES`).
     """
 
     def __init__(self, message: str, *, code: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+#: :class:`OffloadConfigError` codes of ``kv_connector_extra_config`` values
+#: vLLM's ``build_offloading_config`` accepts (or fails on later, dividing by
+#: zero) that kvexplore refuses: a float with a fraction, which vLLM's
+#: ``int()`` truncates; a ``block_size`` that gives no block per chunk or a
+#: negative number of them; a ``canonical_layout`` other than a boolean
+#: (vLLM's ``bool()`` reads ``"false"`` as True).
+STRICTER_CODES = ("not_a_whole_number", "block_size_not_positive", "canonical_layout_not_bool")
 
 
 class Derived(NamedTuple):
@@ -110,15 +122,17 @@ def _offloaded(p: Plan) -> list:
     return [p.groups[gid] for gid in offloading_groups(p).value]
 
 
-def parallel_layout(o: OffloadOptions, tp: int) -> tuple[Derived, Derived, Derived]:
+def parallel_layout(o: OffloadOptions, sizes: ParallelSizes) -> tuple[Derived, Derived, Derived]:
     """What ``ParallelConfig.__post_init__`` (``vllm/config/parallel.py``) fills
-    in before ``build_offloading_config`` reads it: the world size
-    (:meth:`OffloadOptions.world_size`), the executor backend when none is
-    named, and the local DP rank (read from ``VLLM_DP_RANK_LOCAL``, default 0,
-    with one DP replica)."""
-    dp, backend = o.data_parallel_size, o.distributed_executor_backend
-    world = o.world_size(tp)
-    world_rule = f"PP {o.pipeline_parallel_size} x TP {tp} x PCP {o.prefill_context_parallel_size}"
+    in before ``build_offloading_config`` reads it, with the plan's ``sizes``:
+    the world size (:meth:`OffloadOptions.world_size`), the executor backend
+    when none is named, and the local DP rank (read from
+    ``VLLM_DP_RANK_LOCAL``, default 0, with one DP replica)."""
+    dp, backend = sizes.data_parallel_size, o.distributed_executor_backend
+    tp = sizes.tensor_parallel_size
+    world = o.world_size(sizes)
+    world_rule = (f"PP {sizes.pipeline_parallel_size} x TP {tp} x PCP "
+                  f"{o.prefill_context_parallel_size}")
     if backend == "external_launcher":
         world_rule += f" x DP {dp} (external_launcher)"
     if backend is None:
@@ -279,7 +293,15 @@ def tokens_per_hash(p: Plan) -> Derived:
 
 
 def _extra_int(name: str, value) -> int:
-    """``int(value)`` as vLLM applies it to ``kv_connector_extra_config`` entries."""
+    """``int(value)`` as vLLM applies it to ``kv_connector_extra_config``
+    entries; a float with a fraction, which ``int()`` would truncate, is
+    refused (:data:`STRICTER_CODES`)."""
+    if isinstance(value, float) and value.is_integer() is False:
+        raise OffloadConfigError(
+            f"extra_config[{name!r}]={value!r} is not a whole number; expected an integer "
+            f"(vLLM's int() would truncate it to {int(value)})",
+            code="not_a_whole_number",
+        )
     try:
         return int(value)
     except (TypeError, ValueError, OverflowError):
@@ -331,10 +353,14 @@ def blocks_per_chunk(extra: Mapping[str, Any], group_ids: tuple[int, ...], tpb: 
             code="block_size_not_multiple",
         )
     bpc = tokens // t
-    rule = f"extra_config['block_size'] {tokens} // {t} tokens per block"
     if bpc <= 0:
-        rule += f" ({release_name()} accepts this block_size, though it rejects blocks_per_chunk={bpc} given directly)"
-    return Derived(bpc, rule)
+        raise OffloadConfigError(
+            f"extra_config['block_size']={tok_raw!r} is invalid: it gives {bpc} blocks per "
+            f"chunk ({tokens} // {t} tokens per block); expected a positive multiple of the "
+            f"GPU KV cache block size ({t}, {2 * t}, ...)",
+            code="block_size_not_positive",
+        )
+    return Derived(bpc, f"extra_config['block_size'] {tokens} // {t} tokens per block")
 
 
 def sliding_window_size_in_chunks(gid: int, spec, tpb: int, bpc: int) -> Derived:
@@ -406,18 +432,19 @@ def worker_kv_bytes_per_block(p: Plan) -> Derived:
     return Derived(total, "sum of the offloaded groups' pages per block (" + "; ".join(parts) + ")")
 
 
-def replicated_layout(p: Plan, o: OffloadOptions, world: int, backend: str, worker_bytes: int) -> Derived:
+def replicated_layout(p: Plan, o: OffloadOptions, sizes: ParallelSizes, world: int, backend: str,
+                      worker_bytes: int) -> Derived:
     """``replicated_layout`` for the direct layout: an MLA latent replicated on
     every TP rank (``kv_tp_replicas == TP``), TP only, single-node ``mp`` (one
-    shared host copy)."""
-    tp = p.tensor_parallel_size
+    shared host copy); the plan's ``sizes``."""
+    tp = sizes.tensor_parallel_size
     return verdict(
         (
             _named(p.use_mla, "the model uses MLA", "the model does not use MLA"),
             _gt("TP", tp, 1),
             _eq("kv_tp_replicas", p.kv_tp_replicas, tp, f"TP {tp}"),
             _gt("worker_kv_bytes_per_block", worker_bytes, 0),
-            _eq("PP", o.pipeline_parallel_size, 1),
+            _eq("PP", sizes.pipeline_parallel_size, 1),
             _eq("PCP", o.prefill_context_parallel_size, 1),
             _eq("DCP", p.decode_context_parallel_size, 1),
             _eq("world size", world, tp, f"TP {tp}"),
@@ -428,12 +455,17 @@ def replicated_layout(p: Plan, o: OffloadOptions, world: int, backend: str, work
 
 
 def canonical_layout(extra: Mapping[str, Any]) -> Derived:
-    """``bool(extra_config.get("canonical_layout", False))``, as vLLM reads it."""
+    """``bool(extra_config.get("canonical_layout", False))``, as vLLM reads it;
+    a value other than a boolean or the integers 0 and 1 is refused (vLLM
+    reads any non-empty string as True, ``"false"`` included)."""
     raw = extra.get("canonical_layout", False)
-    rule = f"bool(extra_config.get('canonical_layout', False)) = bool({raw!r})"
-    if isinstance(raw, str) and raw:
-        rule += " (vLLM reads any non-empty string as True, 'false' and '0' included)"
-    return Derived(bool(raw), rule)
+    if not (isinstance(raw, bool) or (isinstance(raw, int) and raw in (0, 1))):
+        raise OffloadConfigError(
+            f"extra_config['canonical_layout']={raw!r} is invalid; expected true or false "
+            f"(vLLM's bool() would read it as {bool(raw)})",
+            code="canonical_layout_not_bool",
+        )
+    return Derived(bool(raw), f"bool(extra_config.get('canonical_layout', False)) = bool({raw!r})")
 
 
 def single_full_attention_group(p: Plan) -> tuple[Clause, ...]:
@@ -580,7 +612,8 @@ def cache_dtype(p: Plan) -> Derived:
 @dataclass(frozen=True, slots=True)
 class Derivation:
     """Every value ``build_offloading_config`` derives for one plan and
-    options, each a :class:`Derived` (per group: a tuple in ``groups`` order)."""
+    options, each a :class:`Derived` (per group: a tuple in ``groups`` order),
+    and the plan's parallel sizes it read."""
 
     world_size: Derived
     distributed_executor_backend: Derived
@@ -595,10 +628,12 @@ class Derivation:
     canonical_layout: Derived
     is_parallelism_agnostic: Derived
     dtype: Derived
+    parallel_sizes: ParallelSizes
 
 
 def derive(p: Plan, o: OffloadOptions) -> Derivation:
-    """``build_offloading_config`` for plan ``p`` and options ``o``, in vLLM's order.
+    """``build_offloading_config`` for plan ``p`` and options ``o``, in vLLM's
+    order, at the plan's parallel sizes (:meth:`ParallelSizes.of`).
 
     Raises ``KVExploreError`` for inputs vLLM's ``ParallelConfig`` rejects and
     :class:`OffloadConfigError` (a ``ValueError``) where
@@ -609,8 +644,9 @@ def derive(p: Plan, o: OffloadOptions) -> Derivation:
             f"offload_config expects a kvexplore.Plan (from kvexplore.plan(model, ...)); "
             f"got {type(p).__name__} {p!r:.80}"
         )
-    o.check_parallel(p.tensor_parallel_size, p.decode_context_parallel_size)
-    world, backend, local_rank = parallel_layout(o, p.tensor_parallel_size)
+    sizes = ParallelSizes.of(p)
+    o.check_parallel(sizes)
+    world, backend, local_rank = parallel_layout(o, sizes)
     groups = offloading_groups(p)
     tpb = tokens_per_block(p)
     hashing = tokens_per_hash(p)
@@ -626,7 +662,7 @@ def derive(p: Plan, o: OffloadOptions) -> Derivation:
         windows = tuple(Derived(None, f"{release_name()} keeps no window per group")
                         for _ in groups.value)
     wbytes = worker_kv_bytes_per_block(p)
-    replicated = replicated_layout(p, o, world.value, backend.value, wbytes.value)
+    replicated = replicated_layout(p, o, sizes, world.value, backend.value, wbytes.value)
     canonical = canonical_layout(o.extra_config)
     agnostic = is_parallelism_agnostic(p, o, world.value, canonical.value)
     if canonical.value:
@@ -645,6 +681,7 @@ def derive(p: Plan, o: OffloadOptions) -> Derivation:
         canonical_layout=canonical,
         is_parallelism_agnostic=agnostic,
         dtype=cache_dtype(p),
+        parallel_sizes=sizes,
     )
 
 
@@ -653,6 +690,7 @@ __all__ = [
     "Derivation",
     "Derived",
     "OffloadConfigError",
+    "STRICTER_CODES",
     "derive",
     "group_bytes_per_block",
     "verdict",

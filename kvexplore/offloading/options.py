@@ -1,16 +1,19 @@
 """The inputs of an offloading deployment that a :class:`~kvexplore.Plan` does not carry.
 
-The plan holds TP and DCP; the rest ``build_offloading_config`` reads (other
-parallel sizes, executor backend, model runner, KV events,
-``kv_connector_extra_config``) is an :class:`OffloadOptions`, whose fields are
-the one list of option names, defaults and checks.
+The plan holds the parallel sizes it was made at (:class:`ParallelSizes`: TP,
+PP, DP and DCP, read from its ``ParallelConfig``); they are never options.
+The rest ``build_offloading_config`` reads (the PCP size, which ``plan()``
+does not take, the DP replica and worker indices, executor backend, model
+runner, KV events, ``kv_connector_extra_config``) is an
+:class:`OffloadOptions`, whose fields are the one list of option names,
+defaults and checks.
 
->>> OffloadOptions(pipeline_parallel_size=2).pipeline_parallel_size
+>>> OffloadOptions(prefill_context_parallel_size=2).prefill_context_parallel_size
 2
->>> OffloadOptions.from_kwargs(pipline_parallel_size=2)
+>>> OffloadOptions.from_kwargs(data_parallel_size=2)
 Traceback (most recent call last):
 ...
-kvexplore.errors.KVExploreError: unknown offload option 'pipline_parallel_size'; expected one of ['extra_config', 'pipeline_parallel_size', 'prefill_context_parallel_size', 'data_parallel_size', 'data_parallel_rank', 'distributed_executor_backend', 'nnodes_within_dp', 'use_v2_model_runner', 'enable_kv_cache_events', 'rank', 'engine_id']
+kvexplore.errors.KVExploreError: data_parallel_size=2 is not an offload option: the offloading config takes the plan's data_parallel_size; expected it given to plan(..., data_parallel_size=2)
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import FrozenDict, check_int
@@ -31,28 +34,53 @@ MULTI_NODE_BACKENDS = (None, "mp", "uni", "external_launcher")
 
 DEFAULT_ENGINE_ID = "kvexplore"
 
+#: The parallel sizes ``build_offloading_config`` reads that a plan is made at:
+#: ``plan()`` keywords, never offload options.
+PLAN_PARALLEL_KEYWORDS = (
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+    "decode_context_parallel_size",
+)
+
+
+class ParallelSizes(NamedTuple):
+    """The parallel sizes of a plan's ``ParallelConfig`` that
+    ``build_offloading_config`` reads (:data:`PLAN_PARALLEL_KEYWORDS`)."""
+
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    data_parallel_size: int
+    decode_context_parallel_size: int
+
+    @classmethod
+    def of(cls, plan: Any) -> ParallelSizes:
+        """The sizes of ``plan``'s ``ParallelConfig`` (vLLM's, as the plan's
+        engine resolved them)."""
+        pc = plan.parallel_config
+        return cls(*(int(getattr(pc, name)) for name in PLAN_PARALLEL_KEYWORDS))
+
 
 @dataclass(frozen=True, kw_only=True)
 class OffloadOptions:
     """What the engine's ``ParallelConfig``, ``KVEventsConfig`` and
-    ``KVTransferConfig`` hold besides TP and DCP, checked on construction.
+    ``KVTransferConfig`` hold besides the plan's :class:`ParallelSizes`,
+    checked on construction.
 
     ``extra_config`` (``kv_connector_extra_config``: ``block_size`` in tokens
     *or* ``blocks_per_chunk``, ``canonical_layout``) is copied into a read-only
     mapping.  ``distributed_executor_backend=None`` resolves as on one node
     (:func:`~kvexplore.offloading.derive.parallel_layout`).  Checks that need
-    the plan's TP and DCP are :meth:`check_parallel`.
+    the plan's sizes are :meth:`check_parallel`.
     """
 
     extra_config: Mapping[str, Any] | None = field(
         default=None,
         metadata={"help": 'kv_connector_extra_config, e.g. {"block_size": 1088}'},
     )
-    pipeline_parallel_size: int = field(default=1, metadata={"help": "PP size", "minimum": 1})
     prefill_context_parallel_size: int = field(
         default=1, metadata={"help": "PCP size", "minimum": 1}
     )
-    data_parallel_size: int = field(default=1, metadata={"help": "DP size", "minimum": 1})
     data_parallel_rank: int = field(
         default=0, metadata={"help": "this engine's DP replica index", "minimum": 0}
     )
@@ -92,12 +120,6 @@ class OffloadOptions:
                 f"distributed_executor_backend={backend!r} is invalid; expected one of "
                 f"{list(EXECUTOR_BACKENDS)} or None"
             )
-        dp, dp_rank = self.data_parallel_size, self.data_parallel_rank
-        if dp_rank >= dp:
-            raise KVExploreError(
-                f"data_parallel_rank={dp_rank} is invalid; expected it in [0, {dp}) "
-                f"for data_parallel_size={dp}"
-            )
         if self.nnodes_within_dp > 1 and backend not in MULTI_NODE_BACKENDS:
             raise KVExploreError(
                 f"nnodes_within_dp={self.nnodes_within_dp} with distributed_executor_backend="
@@ -116,7 +138,15 @@ class OffloadOptions:
 
     @classmethod
     def from_kwargs(cls, **options: Any) -> OffloadOptions:
-        """``OffloadOptions(**options)``, with an unknown name a ``KVExploreError``."""
+        """``OffloadOptions(**options)``, with an unknown name a ``KVExploreError``
+        (a :data:`PLAN_PARALLEL_KEYWORDS` name one pointing to ``plan()``)."""
+        planned = [name for name in options if name in PLAN_PARALLEL_KEYWORDS]
+        if planned:
+            name = planned[0]
+            raise KVExploreError(
+                f"{name}={options[name]!r} is not an offload option: the offloading config "
+                f"takes the plan's {name}; expected it given to plan(..., {name}={options[name]!r})"
+            )
         unknown = [name for name in options if name not in _NAMES]
         if unknown:
             raise KVExploreError(
@@ -136,18 +166,26 @@ class OffloadOptions:
         out["extra_config"] = dict(self.extra_config)
         return out
 
-    def world_size(self, tensor_parallel_size: int) -> int:
-        """``ParallelConfig.world_size``: PP x TP x PCP, times DP under
-        ``external_launcher`` (every DP replica is one world there)."""
-        world = self.pipeline_parallel_size * tensor_parallel_size * self.prefill_context_parallel_size
+    def world_size(self, sizes: ParallelSizes) -> int:
+        """``ParallelConfig.world_size`` with the plan's ``sizes``: PP x TP x
+        PCP, times DP under ``external_launcher`` (every DP replica is one
+        world there)."""
+        world = (sizes.pipeline_parallel_size * sizes.tensor_parallel_size
+                 * self.prefill_context_parallel_size)
         if self.distributed_executor_backend == "external_launcher":
-            world *= self.data_parallel_size
+            world *= sizes.data_parallel_size
         return world
 
-    def check_parallel(self, tensor_parallel_size: int, decode_context_parallel_size: int) -> None:
+    def check_parallel(self, sizes: ParallelSizes) -> None:
         """Raise ``KVExploreError`` where vLLM's ``ParallelConfig`` rejects these
-        options with the plan's TP and DCP."""
-        tp, dcp = tensor_parallel_size, decode_context_parallel_size
+        options with the plan's ``sizes``."""
+        tp, dcp = sizes.tensor_parallel_size, sizes.decode_context_parallel_size
+        dp, dp_rank = sizes.data_parallel_size, self.data_parallel_rank
+        if dp_rank >= dp:
+            raise KVExploreError(
+                f"data_parallel_rank={dp_rank} is invalid; expected it in [0, {dp}) "
+                f"for the plan's data_parallel_size={dp}"
+            )
         pcp = self.prefill_context_parallel_size
         if pcp > 1 and dcp not in (1, pcp, tp * pcp):
             raise KVExploreError(
@@ -156,7 +194,7 @@ class OffloadOptions:
                 f"disabled, span the PCP axis, or span the full TP x PCP axis (TP={tp}); "
                 f"expected DCP in {sorted({1, pcp, tp * pcp})} (vLLM's ParallelConfig)"
             )
-        world = self.world_size(tp)
+        world = self.world_size(sizes)
         if self.rank >= world:
             raise KVExploreError(
                 f"rank={self.rank} is invalid; expected a worker index in [0, {world}) "
@@ -175,4 +213,6 @@ __all__ = [
     "EXECUTOR_BACKENDS",
     "MULTI_NODE_BACKENDS",
     "OffloadOptions",
+    "PLAN_PARALLEL_KEYWORDS",
+    "ParallelSizes",
 ]

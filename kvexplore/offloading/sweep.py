@@ -160,9 +160,9 @@ def sweep(model: Any = "Qwen/Qwen3.5-0.8B", *, executor=None, output=None, store
     ``model`` is one model (as :func:`kvexplore.plan` takes it) or a list of
     them, the first axis.  Every keyword is a ``kvexplore.plan`` keyword (``tensor_parallel_size``,
     ``block_size`` ...) or an :func:`~kvexplore.offloading.config.offload_config`
-    keyword (``extra_config``, ``data_parallel_rank`` ...); a name both take
-    (``pipeline_parallel_size``) goes to the plan, whose stage-0 worker
-    the row then describes; a list, tuple
+    keyword (``extra_config``, ``data_parallel_rank`` ...); the parallel sizes
+    (``pipeline_parallel_size``, ``data_parallel_size`` ...) are the plan's,
+    a PP row describing its stage-0 worker; a list, tuple
     or range is an axis, any other value is held fixed; rows come in
     ``itertools.product`` order.  A plan is built once per distinct set of
     ``plan`` keywords, on ``executor`` when given: any

@@ -645,6 +645,28 @@ def _one_block_bytes(vc, stages: tuple, rank: int) -> int:
     return int(cfg.kv_cache_tensors[0].size)
 
 
+#: The most bytes a KV cache tensor can have: torch describes sizes and
+#: strides in int64.
+MAX_CACHE_BYTES = 2**63 - 1
+
+
+def check_cache_bytes(vc, cfg) -> None:
+    """Refuse a ``KVCacheConfig`` whose tensors hold more than
+    :data:`MAX_CACHE_BYTES` bytes (one block of them, where it has no block),
+    naming the block size, the blocks and the bound."""
+    blocks = int(cfg.num_blocks)
+    total = sum(int(t.size) for t in cfg.kv_cache_tensors)
+    if total <= MAX_CACHE_BYTES:
+        return
+    block_size = vc.cache_config.block_size
+    raise KVExploreError(
+        f"block_size={block_size} with num_blocks={blocks} gives a KV cache of {total:,} B "
+        f"({total // max(blocks, 1):,} B per block); expected at most {MAX_CACHE_BYTES:,} B, "
+        "the largest tensor torch can describe (int64 sizes): a smaller block_size or "
+        "num_blocks"
+    )
+
+
 def _plan_from_build(src: ModelSource, gpu: GPU, r: PlanRequest, stages: tuple) -> Plan:
     """The plan of pipeline stage ``r.pipeline_parallel_rank``'s worker (the
     only one without pipeline parallelism): the engine core sizes every
@@ -666,6 +688,7 @@ def _plan_from_build(src: ModelSource, gpu: GPU, r: PlanRequest, stages: tuple) 
     memories = [_kv_cache_memory(gpu, b, r, utilization, extensible) for b in stages]
     memory = memories[rank]
     cfg, admission = kv_cache_config_with_admission(vc, stages, memories, rank)
+    check_cache_bytes(vc, cfg)
     # the engine core's next step: the scheduler and hash block sizes, which
     # refuse a prefix_match_unit the groups' block sizes do not allow
     resolve_kv_cache_block_sizes(cfg, vc)
@@ -730,7 +753,9 @@ __all__ = [
     "GroupInfo",
     "Plan",
     "TensorInfo",
+    "MAX_CACHE_BYTES",
     "catalog",
+    "check_cache_bytes",
     "clear_plan_cache",
     "layer_kind",
     "plan",

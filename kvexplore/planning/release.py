@@ -23,7 +23,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from kvexplore.errors import KVExploreError
 
@@ -49,6 +49,29 @@ def in_window(version: str) -> bool:
     except ValueError:
         return False
     return Version(WINDOW[0]) <= v < Version(WINDOW[1])
+
+
+def canonical_release(version: Any) -> str:
+    """The one spelling of a vLLM release of the window: PEP 440's normal
+    form with at least three release numbers, so ``"0.34"``, ``"v0.34.0"``
+    and ``" 0.34.0"`` are all ``"0.34.0"`` (the name of its environment
+    folder and the ``vllm==`` it installs).  Refused with a
+    :class:`KVExploreError` naming the value and the window: anything but a
+    version string, or a release outside the window."""
+    expected = f"expected a release of {window_text()} such as {WINDOW_RELEASES[-1]!r}"
+    if not isinstance(version, str):
+        raise KVExploreError(f"vLLM release {version!r} is invalid; {expected}")
+    try:
+        v = Version(version.strip())
+    except InvalidVersion:
+        raise KVExploreError(f"vLLM release {version!r} is not a version; {expected}") from None
+    numbers = (*v.release, 0, 0)[: max(3, len(v.release))]
+    text = ".".join(str(n) for n in numbers) + str(v)[len(v.base_version):]
+    if v.epoch:
+        text = f"{v.epoch}!{text}"
+    if not in_window(text):
+        raise KVExploreError(f"vLLM release {version!r} is outside kvexplore's window; {expected}")
+    return text
 
 
 @dataclass(frozen=True)
@@ -293,6 +316,17 @@ def capacity_functions():
     return module, builder.get_kv_cache_config_builder
 
 
+def total_num_hidden_layers(model_config) -> int:
+    """The model's decoder layers as the release counts them, the number
+    ``get_pp_indices`` splits over pipeline stages
+    (``ModelConfig.get_total_num_hidden_layers``, else the text config's
+    ``num_hidden_layers``)."""
+    count = getattr(model_config, "get_total_num_hidden_layers", None)
+    if count is not None:
+        return int(count())
+    return int(getattr(model_config.hf_text_config, "num_hidden_layers", 0))
+
+
 def has_v1_model_runner() -> bool:
     """Whether the release still has Model Runner V1 (``VllmConfig.use_v2_model_runner``
     chooses between the two where it does)."""
@@ -437,6 +471,8 @@ __all__ = [
     "Release",
     "admission_hint",
     "builds_no_draft_model",
+    "canonical_release",
+    "total_num_hidden_layers",
     "capacity_functions",
     "init_speculator",
     "uses_v2_model_runner",

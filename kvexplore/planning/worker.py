@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from kvexplore.errors import KVExploreError
 from kvexplore.layout import FrozenDict
 from kvexplore.planning import release
 from kvexplore.planning.drafter import Drafter, build_drafter, draft_specs
@@ -274,10 +275,22 @@ def build_stages(
     """Every pipeline stage's worker, built by :func:`build_model` (one
     without pipeline parallelism), each with the engine core's global groups:
     ``get_global_kv_cache_groups`` over every stage's specs, which the engine
-    core projects onto each worker (``get_kv_cache_configs``)."""
+    core projects onto each worker (``get_kv_cache_configs``).  Refused before
+    any stage is built: more stages than the model has layers (some stage
+    would hold none)."""
     from vllm.config import set_current_vllm_config
 
     stages = int(engine_kwargs.get("pipeline_parallel_size", 1))
+    if stages > 1:
+        with emulate(gpu):
+            layers = release.total_num_hidden_layers(
+                _engine_config(model_dir, engine_kwargs).model_config)
+        if stages > layers:
+            raise KVExploreError(
+                f"pipeline_parallel_size={stages} is more than the model's {layers} layers "
+                f"(num_hidden_layers); expected at most {layers}: vLLM's get_pp_indices "
+                f"would leave {stages - layers} stage(s) without a layer"
+            )
     built = [build_model(model_dir, gpu, engine_kwargs, kv_cache_layout, rank)
              for rank in range(stages)]
     if stages == 1:

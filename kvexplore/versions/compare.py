@@ -28,7 +28,11 @@ import pandas as pd
 
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import FrozenDict, jsonable
-from kvexplore.planning.release import WINDOW_RELEASES, installed_release
+from kvexplore.planning.release import (
+    WINDOW_RELEASES,
+    canonical_release,
+    installed_release,
+)
 from kvexplore.rendering.releases import (
     page_facts,
     page_summary,
@@ -243,7 +247,9 @@ def model_argument(model: Any) -> Any:
 
 def facts_in(release: str, model: Any, plan_kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """:func:`deployment_facts` as vLLM ``release`` answers, in its own
-    environment (this process for the installed release)."""
+    environment (this process for the installed release); ``release`` as
+    :func:`~kvexplore.planning.release.canonical_release` spells it."""
+    release = canonical_release(release)
     if release == installed_release().version:
         return deployment_facts(model, **plan_kwargs)
     from kvexplore.versions.environments import run_in
@@ -264,19 +270,34 @@ def compare_versions(model: Any = "Qwen/Qwen3.5-0.8B", *,
     ``vllm``, each answered by that release's own code in its own environment
     (created with uv on first use), with every fact that differs.
 
-    Refused with a :class:`KVExploreError`: a release outside the window, a
-    release named twice or fewer than two, an environment that cannot be
-    created (uv's message), a release that cannot answer (its last lines)."""
-    releases = list(vllm) if not isinstance(vllm, str) else vllm.split(",")
-    if len(releases) < 2 or len(set(releases)) != len(releases):
+    Each release is spelled as
+    :func:`~kvexplore.planning.release.canonical_release` spells it
+    (``"0.34"`` is ``"0.34.0"``) before any environment is looked for.
+    Refused with a :class:`KVExploreError`: ``vllm`` not a list of release
+    strings (or one comma-separated string), a release outside the window, a
+    release named twice (after that spelling) or fewer than two, an
+    environment that cannot be created (uv's message), a release that cannot
+    answer (its last lines)."""
+    expected = f"expected two or more different releases of {list(WINDOW_RELEASES)}"
+    if isinstance(vllm, str):
+        given = vllm.split(",")
+    elif isinstance(vllm, Sequence) and all(isinstance(r, str) for r in vllm):
+        given = list(vllm)
+    else:
         raise KVExploreError(
-            f"vllm={list(releases)!r} is invalid; expected two or more different releases of "
-            f"{list(WINDOW_RELEASES)}"
+            f"vllm={vllm!r:.80} is invalid; {expected}, as a list of strings such as "
+            "['0.33.0', '0.34.0'] or one comma-separated string"
         )
-    from kvexplore.versions.environments import environment_path
-
-    for r in releases:
-        environment_path(r)  # refuses a release outside the window
+    releases = [canonical_release(r) for r in given]  # refuses a release outside the window
+    twice = sorted({r for r in releases if releases.count(r) > 1})
+    if twice:
+        same = [g for g, r in zip(given, releases, strict=True) if r == twice[0]]
+        raise KVExploreError(
+            f"vllm={given!r} is invalid: {' and '.join(map(repr, same))} are the same release "
+            f"{twice[0]}; {expected}"
+        )
+    if len(releases) < 2:
+        raise KVExploreError(f"vllm={given!r} is invalid; {expected}")
     facts = {r: facts_in(r, model, plan_kwargs) for r in releases}
     name = model if isinstance(model, str) else getattr(model, "name", type(model).__name__)
     return VersionComparison(str(name), FrozenDict(plan_kwargs), FrozenDict(facts))

@@ -38,8 +38,7 @@ from kvexplore.paths import cache_dir
 from kvexplore.planning.release import (
     REQUIREMENT,
     WINDOW_RELEASES,
-    in_window,
-    window_text,
+    canonical_release,
 )
 
 #: What every release environment holds besides vLLM: kvexplore's runtime
@@ -65,18 +64,12 @@ def environments_dir() -> Path:
     return cache_dir() / "envs"
 
 
-def _check_release(version: str) -> str:
-    if not isinstance(version, str) or not in_window(version):
-        raise KVExploreError(
-            f"vLLM release {version!r} is outside kvexplore's window; expected one of "
-            f"{list(WINDOW_RELEASES)} ({window_text()})"
-        )
-    return version
-
-
 def environment_path(version: str) -> Path:
-    """Where the environment of vLLM ``version`` lives (whether or not it exists)."""
-    return environments_dir() / f"vllm-{_check_release(version)}"
+    """Where the environment of vLLM ``version`` lives (whether or not it
+    exists), named by the release's one spelling
+    (:func:`~kvexplore.planning.release.canonical_release`: ``"0.34"`` and
+    ``"v0.34.0"`` are ``vllm-0.34.0``)."""
+    return environments_dir() / f"vllm-{canonical_release(version)}"
 
 
 def _python(env: Path) -> Path:
@@ -149,7 +142,10 @@ def environment(version: str, *, create: bool = True) -> Path:
     Refused with a :class:`KVExploreError`: a release outside the window, a
     missing environment with ``create=False``, an install that fails or cannot
     reach a package index (uv's message quoted).  A failed creation removes
-    its temporary folder."""
+    its temporary folder.  ``version`` is spelled as
+    :func:`~kvexplore.planning.release.canonical_release` spells it before any
+    folder is made or install runs."""
+    version = canonical_release(version)
     env = environment_path(version)
     python = _python(env)
     if python.exists():
@@ -209,7 +205,7 @@ def child_environment(version: str | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(link), *filter(None, [env.get("PYTHONPATH")])])
-    if version is not None:
+    if version is not None:  # environment_path spells the release canonically
         env["VLLM_CACHE_ROOT"] = str(environment_path(version) / "vllm-cache")
     return env
 

@@ -1,0 +1,230 @@
+"""Clear refusals: each names the argument, the value and what is allowed.
+
+One spelling of a vLLM release before any folder is made or install runs
+(release environments are placed by hand in a temporary cache folder, never
+created), ``compare_versions`` given no releases or one release twice, more
+pipeline stages than layers, a misspelt ``capacity()`` keyword, an
+offloading ``extra_config`` no backend could use, and a block size whose
+cache no tensor can describe.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+import kvexplore
+from kvexplore.cli import main
+from kvexplore.errors import KVExploreError
+from kvexplore.offloading.config import OffloadConfigError, offload_config
+from kvexplore.planning.release import canonical_release
+from kvexplore.versions import compare as compare_module
+from kvexplore.versions import environments
+
+QWEN = "Qwen/Qwen3.5-0.8B"
+LLAMA_1B = "meta-llama/Llama-3.2-1B-Instruct"
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """An empty kvexplore cache folder; uv is never run from it."""
+    monkeypatch.setenv("KVEXPLORE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(environments, "_uv", lambda: pytest.fail("uv would run"))
+    return tmp_path
+
+
+def _place_environment(cache, folder: str):
+    """A release environment as a user would copy one in: bin/python."""
+    python = cache / "envs" / folder / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    return python
+
+
+@pytest.mark.parametrize("given", ["0.34", "v0.34.0", " 0.34.0", "0.34.0", "V0.34"])
+def test_a_release_has_one_spelling(given, cache):
+    assert canonical_release(given) == "0.34.0"
+    assert environments.environment_path(given).name == "vllm-0.34.0"
+
+
+@pytest.mark.parametrize("given", ["0.35", "0.30.9", "latest", "", None, 0.34])
+def test_a_release_outside_the_window_is_refused(given, cache):
+    with pytest.raises(KVExploreError) as info:
+        environments.environment(given)
+    text = str(info.value)
+    assert repr(given) in text and "0.31.0 up to (not including) 0.35" in text
+    assert not (cache / "envs").exists()  # no folder made
+
+
+def test_an_environment_is_found_under_its_one_spelling(cache):
+    python = _place_environment(cache, "vllm-0.34.0")
+    for given in ("0.34", "v0.34.0", " 0.34.0"):
+        assert environments.environment(given) == python
+    assert sorted(p.name for p in (cache / "envs").iterdir()) == ["vllm-0.34.0"]
+
+
+def test_cli_envs_lists_one_spelling_and_refuses_a_release_named_twice(cache, capsys):
+    _place_environment(cache, "vllm-0.34.0")
+    assert main(["envs", "0.34", "v0.32", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["release"], r["exists"]) for r in rows] == [
+        ("0.34.0", True),
+        ("0.32.0", False),
+    ]
+    assert [r["environment"].rsplit("/", 1)[-1] for r in rows] == [
+        "vllm-0.34.0",
+        "vllm-0.32.0",
+    ]
+    assert main(["envs", "v0.34.0", " 0.34.0", "--create"]) != 0
+    err = capsys.readouterr().err
+    assert "0.34.0 more than once" in err and err.count("\n") == 1
+    assert sorted(p.name for p in (cache / "envs").iterdir()) == ["vllm-0.34.0"]
+
+
+@pytest.mark.parametrize(
+    "vllm, facts",
+    [
+        (["0.33", "0.33.0"], ["'0.33' and '0.33.0' are the same release 0.33.0"]),
+        (["v0.34.0", "0.33.0", " 0.34.0"], ["'v0.34.0' and ' 0.34.0'", "0.34.0"]),
+        (None, ["vllm=None is invalid", "two or more different releases"]),
+        (33, ["vllm=33 is invalid"]),
+        (["0.33.0", None], ["vllm=['0.33.0', None] is invalid"]),
+        (["0.33"], ["vllm=['0.33'] is invalid", "two or more"]),
+        (["0.33.0", "0.36.0"], ["'0.36.0' is outside kvexplore's window"]),
+    ],
+)
+def test_compare_versions_refuses_before_any_environment(vllm, facts, monkeypatch):
+    monkeypatch.setattr(
+        compare_module, "facts_in", lambda *a: pytest.fail("a release ran")
+    )
+    with pytest.raises(KVExploreError) as info:
+        kvexplore.compare_versions(QWEN, vllm=vllm, gpu="A100")
+    for fact in facts:
+        assert fact in str(info.value), (fact, str(info.value))
+
+
+def test_compare_versions_runs_each_release_once_by_its_one_name(monkeypatch):
+    asked = []
+    monkeypatch.setattr(
+        compare_module,
+        "facts_in",
+        lambda release, *a: asked.append(release) or {"vllm": release},
+    )
+    c = kvexplore.compare_versions(QWEN, vllm="v0.33, 0.34", gpu="A100")
+    assert asked == ["0.33.0", "0.34.0"] and c.releases == ("0.33.0", "0.34.0")
+
+
+def test_more_pipeline_stages_than_layers_is_refused_by_name():
+    layers = kvexplore.load_model_config(LLAMA_1B).config["num_hidden_layers"]
+    with pytest.raises(KVExploreError) as info:
+        kvexplore.plan(LLAMA_1B, gpu="H100", pipeline_parallel_size=layers + 1)
+    text = str(info.value)
+    assert f"pipeline_parallel_size={layers + 1}" in text
+    assert f"{layers} layers (num_hidden_layers); expected at most {layers}" in text
+
+
+def test_a_misspelt_capacity_keyword_offers_the_near_spelling():
+    with pytest.raises(KVExploreError) as info:
+        kvexplore.capacity(QWEN, gpu_memory_utilisation=0.9)
+    text = str(info.value)
+    assert text.startswith(
+        "capacity() got an unknown keyword gpu_memory_utilisation=0.9"
+    )
+    assert "did you mean 'gpu_memory_utilization'?" in text
+
+
+@pytest.fixture(scope="module")
+def qwen_a100():
+    return kvexplore.plan(QWEN, gpu="A100")
+
+
+@pytest.mark.parametrize(
+    "extra, code, facts",
+    [
+        (
+            {"block_size": 0},
+            "block_size_not_positive",
+            [
+                "extra_config['block_size']=0",
+                "0 blocks per chunk",
+                "positive multiple",
+                "(544, 1088",
+            ],
+        ),
+        (
+            {"block_size": -544},
+            "block_size_not_positive",
+            [
+                "extra_config['block_size']=-544",
+                "-1 blocks per chunk",
+                "positive multiple",
+            ],
+        ),
+        (
+            {"block_size": 1088.7},
+            "not_a_whole_number",
+            [
+                "extra_config['block_size']=1088.7",
+                "expected an integer",
+                "truncate it to 1088",
+            ],
+        ),
+        (
+            {"blocks_per_chunk": 2.5},
+            "not_a_whole_number",
+            ["extra_config['blocks_per_chunk']=2.5", "expected an integer"],
+        ),
+        (
+            {"canonical_layout": "false"},
+            "canonical_layout_not_bool",
+            [
+                "extra_config['canonical_layout']='false'",
+                "expected true or false",
+                "as True",
+            ],
+        ),
+    ],
+)
+def test_an_extra_config_no_backend_could_use_is_refused(qwen_a100, extra, code, facts):
+    with pytest.raises(OffloadConfigError) as info:
+        offload_config(qwen_a100, extra_config=extra)
+    assert info.value.code == code
+    for fact in facts:
+        assert fact in str(info.value), (fact, str(info.value))
+
+
+def test_whole_values_are_still_taken(qwen_a100):
+    assert (
+        offload_config(
+            qwen_a100, extra_config={"block_size": 1088.0}
+        ).config.cache.blocks_per_chunk
+        == 2
+    )
+    assert offload_config(
+        qwen_a100, extra_config={"canonical_layout": 1}
+    ).config.canonical_layout
+
+
+def test_a_sweep_row_of_an_unusable_extra_config_carries_the_reason():
+    df = kvexplore.sweep(
+        QWEN,
+        gpu="A100",
+        store=False,
+        extra_config=[{"block_size": 0}, {"block_size": 1088}],
+    )
+    bad, good = df.to_dict("records")
+    assert "extra_config['block_size']=0" in bad["error"] and pd.isna(
+        bad["blocks_per_chunk"]
+    )
+    assert pd.isna(good["error"]) and good["blocks_per_chunk"] == 2
+
+
+def test_a_cache_no_tensor_can_describe_is_refused_with_the_bound():
+    with pytest.raises(KVExploreError) as info:
+        kvexplore.plan(LLAMA_1B, gpu="A100", block_size=2**62, num_blocks=2)
+    text = str(info.value)
+    assert f"block_size={2**62}" in text and "num_blocks=2" in text
+    assert f"expected at most {2**63 - 1:,} B" in text

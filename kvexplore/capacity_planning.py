@@ -89,7 +89,7 @@ CALIBRATED_TERMS = ("total_memory_bytes", "weight_bytes", "activation_peak_bytes
 
 
 @dataclass(frozen=True, kw_only=True)
-class Calibration:
+class Calibration(Displayable):
     """Memory terms measured on one machine and vLLM release (one start-up
     log: :func:`kvexplore.calibrate`), for :func:`capacity` to answer other
     deployments from.

@@ -24,7 +24,12 @@ from typing import Any
 from kvexplore.capacity_planning import CALIBRATED_TERMS, Calibration, capacity
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import FrozenDict
-from kvexplore.logs.deployment import as_log, resolve, resolve_gpu_of
+from kvexplore.logs.deployment import (
+    as_log,
+    resolve,
+    resolve_gpu_of,
+    subtracts_cudagraphs,
+)
 from kvexplore.logs.reading import VllmLog
 
 #: Which missing term takes the residual, in order of preference.
@@ -83,6 +88,12 @@ def calibrate(log: Any, model: Any = None, gpu: Any = None, **overrides) -> Cali
                 f"{log.get('equivalent_utilization')}) (line "
                 f"{log.first('equivalent_utilization').line}: is equivalent to)"
             )
+    if values["cudagraph_bytes"] is None and subtracts_cudagraphs(log) is False:
+        values["cudagraph_bytes"] = 0
+        sources["cudagraph_bytes"] = (
+            f"0: vLLM {log.release} does not subtract CUDA graphs from the KV memory (the "
+            "estimate is the default from v0.21.0) and the log states none"
+        )
     measured = [n for n in CALIBRATED_TERMS if values[n] is not None]
     if values["total_memory_bytes"] is None:
         low, high = g.total_memory_range
@@ -136,6 +147,11 @@ def calibrate(log: Any, model: Any = None, gpu: Any = None, **overrides) -> Cali
         sources[absorber] = (
             f"residual: {values[absorber]:,} = ceil(total {values['total_memory_bytes']:,} x "
             f"{util}) - KV cache memory {kv:,} ({kv_source}) - the other terms"
+            + (
+                "; negative: the other terms as taken add up to more than the log leaves"
+                if values[absorber] < 0
+                else ""
+            )
         )
         measured.append(absorber)
     elif missing and report is not None:

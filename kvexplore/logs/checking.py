@@ -21,7 +21,7 @@ from kvexplore.capacity_planning import CapacityReport, capacity
 from kvexplore.display import Displayable
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import GiB
-from kvexplore.logs.deployment import Deployment, as_log, resolve
+from kvexplore.logs.deployment import Deployment, as_log, resolve, subtracts_cudagraphs
 from kvexplore.logs.reading import VllmLog
 from kvexplore.planning.release import release_name
 
@@ -377,6 +377,13 @@ def check_log(log: Any, model: Any = None, gpu: Any = None, **overrides) -> LogC
         extra["cudagraph_bytes"] = 0
         notes.append(
             "enforce_eager=True: no CUDA graphs, kvexplore's CUDA-graph term is 0"
+        )
+    elif subtracts_cudagraphs(log) is False:
+        extra["cudagraph_bytes"] = 0
+        notes.append(
+            f"vLLM {log.release} does not subtract CUDA graphs from the KV memory (the "
+            "estimate is the default from v0.21.0): kvexplore's CUDA-graph term is 0, as "
+            "that release accounts it"
         )
     try:
         report = capacity(dep.model, gpu=dep.gpu, **extra, **kwargs)

@@ -36,6 +36,44 @@ PLAN_FIGURES = (
 )
 
 
+#: The first release whose memory profile subtracts a CUDA-graph estimate by
+#: default, as vLLM's own log line says ("CUDA graph memory profiling is
+#: enabled (default since v0.21.0)").
+CUDAGRAPH_PROFILING_SINCE = (0, 21)
+
+
+def release_numbers(release: str | None) -> tuple[int, ...] | None:
+    """``"0.19.0"`` -> ``(0, 19, 0)``; a development suffix is dropped
+    (``"0.29.1rc1.dev339"`` -> ``(0, 29, 1)``); None when not a release."""
+    if not release:
+        return None
+    numbers = []
+    for part in release.split(".")[:3]:
+        digits = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        numbers.append(int(digits))
+        if len(digits) != len(part):
+            break
+    return tuple(numbers) if len(numbers) >= 2 else None
+
+
+def subtracts_cudagraphs(log: VllmLog) -> bool | None:
+    """Whether the release that printed ``log`` subtracts CUDA graphs from
+    the KV memory: True when the log states the estimate, False for a release
+    before :data:`CUDAGRAPH_PROFILING_SINCE` that states none, else None."""
+    if "cudagraph_bytes" in log or "equivalent_utilization" in log:
+        return True
+    numbers = release_numbers(log.release)
+    if numbers is None:
+        return None
+    return numbers[:2] >= CUDAGRAPH_PROFILING_SINCE
+
+
 @dataclass(frozen=True)
 class Deployment:
     """What to plan for a log: ``model`` (what ``plan()`` takes), ``gpu``,

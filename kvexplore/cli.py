@@ -8,6 +8,7 @@
     kvexplore envs [RELEASE ...] [--create] [--python]
     kvexplore versions MODEL --vllm 0.33.0,0.34.0 [--gpu G ... --all --json]
     kvexplore capacity MODEL [--gpu G --gpu-memory-utilization 0.92 --max-model-len N --weight-bytes N --cpu-bytes-to-use N --extra JSON --json]
+    kvexplore check-log server.log [--model PATH --gpu G --json]
 
 ``--gpu`` names the GPU (default H100); the other flags are vLLM's engine
 arguments and the fields of ``OffloadOptions``.  ``--verbose`` shows vLLM's
@@ -483,6 +484,17 @@ def cmd_capacity(ns) -> None:
     _answered(ns, compute)
 
 
+def cmd_check_log(ns) -> None:
+    """A vLLM start-up log checked line by line against kvexplore's plan of it."""
+    from kvexplore.logs.checking import check_log
+
+    result = check_log(ns.log, model=ns.model, gpu=ns.gpu)
+    if ns.json:
+        _print_json(result.to_dict())
+    else:
+        print(result.text())
+
+
 def _finish(p: argparse.ArgumentParser, func) -> None:
     """The flags every subcommand ends with, and the function it runs."""
     p.add_argument("--json", action="store_true")
@@ -537,6 +549,14 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--vllm", default="0.33.0,0.34.0", help="comma-separated releases of the window")
     v.add_argument("--all", action="store_true", help="every fact, not only those that differ")
     _finish(v, cmd_versions)
+    g = sub.add_parser("check-log", help="a vLLM start-up log checked line by line against "
+                       "kvexplore's plan of the deployment it describes")
+    g.add_argument("log", help="the log file")
+    g.add_argument("--model", default=None, help="catalog id, config.json or its directory "
+                   "(default: the model the log names)")
+    g.add_argument("--gpu", default=None, help="a GPU of `kvexplore gpus` (default: the card "
+                   "the log names)")
+    _finish(g, cmd_check_log)
     e = sub.add_parser("envs", help="one environment per vLLM release of the window (uv)")
     e.add_argument("releases", nargs="*", help="releases (default: the whole window)")
     e.add_argument("--create", action="store_true", help="create the missing environments")

@@ -10,10 +10,12 @@ current --gpu-memory-utilization=U is equivalent to ...=E``: ``total =
 CUDA graphs / (U - E)``.  What the log does not state is the residual it
 implies: ``ceil(total x utilization) - KV cache memory - the stated terms``.
 When one term is missing the residual is that term; when several are, every
-missing term but one is kvexplore's estimate for the deployment
-(:func:`kvexplore.capacity`) and the residual less those is the last one:
-non-torch memory (the machine's) where it is missing, else the activation
-peak, else the CUDA graphs.  ``sources`` says which is which.
+missing term but one is kvexplore's estimate for the deployment (the high end
+of :func:`kvexplore.profile_estimates`, as :func:`kvexplore.capacity`
+subtracts it) and the residual less those is the last one: the weights where
+the log does not state them (the checkpoint the log loaded, quantized or
+not), else non-torch memory (the machine's), else the activation peak, else
+the CUDA graphs.  ``sources`` says which is which.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kvexplore.capacity_planning import CALIBRATED_TERMS, Calibration, capacity
+from kvexplore.capacity_planning import CALIBRATED_TERMS, Calibration, profile_estimates
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import FrozenDict
 from kvexplore.logs.deployment import (
@@ -33,7 +35,12 @@ from kvexplore.logs.deployment import (
 from kvexplore.logs.reading import VllmLog
 
 #: Which missing term takes the residual, in order of preference.
-ABSORBERS = ("non_torch_bytes", "activation_peak_bytes", "cudagraph_bytes")
+ABSORBERS = (
+    "weight_bytes",
+    "non_torch_bytes",
+    "activation_peak_bytes",
+    "cudagraph_bytes",
+)
 
 
 def _stated(log: VllmLog, name: str) -> tuple[int | None, str]:
@@ -96,14 +103,13 @@ def calibrate(log: Any, model: Any = None, gpu: Any = None, **overrides) -> Cali
         )
     measured = [n for n in CALIBRATED_TERMS if values[n] is not None]
     if values["total_memory_bytes"] is None:
-        low, high = g.total_memory_range
-        values["total_memory_bytes"] = (low + high) // 2
+        low, _ = g.total_memory_range
+        values["total_memory_bytes"] = low
         sources["total_memory_bytes"] = (
-            f"kvexplore's reading for the {g.name} ({g.total_memory_source}): the log states none"
+            f"kvexplore's reading for the {g.name}, the low end as capacity() takes it "
+            f"({g.total_memory_source}): the log states none"
         )
     missing = [n for n in ABSORBERS if values[n] is None]
-    if values["weight_bytes"] is None:
-        missing.append("weight_bytes")
     dep = None
     model_name = None
     try:
@@ -121,23 +127,18 @@ def calibrate(log: Any, model: Any = None, gpu: Any = None, **overrides) -> Cali
                 f"estimate all but one of them: {exc}"
             ) from None
     tokens = estimate = None
-    report = None
+    estimates: dict[str, int] = {}
     if dep is not None:
-        kwargs = dict(dep.plan_kwargs)
-        if util is not None:
-            kwargs["gpu_memory_utilization"] = util
-        if "quantization" in kwargs and _refused(dep, kwargs):
-            kwargs.pop("quantization")
-        report = capacity(dep.model, gpu=g, **kwargs)
-        p = report.plan
+        p = _plan(dep, util)
+        estimates = {name: high for name, (_, high, _) in profile_estimates(p).items()}
         tokens = int(p.vllm_config.scheduler_config.max_num_batched_tokens)
-        estimate = report.activation_peak_bytes
+        estimate = estimates["activation_peak_bytes"]
         model_name = p.model.name
     if kv is not None and util is not None and missing:
         requested = math.ceil(values["total_memory_bytes"] * util)
-        if report is not None:
+        if estimates:
             for name in missing[1:]:
-                values[name] = getattr(report, name)
+                values[name] = estimates[name]
                 sources[name] = (
                     f"kvexplore's estimate for {model_name}: the log states none"
                 )
@@ -154,9 +155,9 @@ def calibrate(log: Any, model: Any = None, gpu: Any = None, **overrides) -> Cali
             )
         )
         measured.append(absorber)
-    elif missing and report is not None:
+    elif missing and estimates:
         for name in missing:
-            values[name] = getattr(report, name)
+            values[name] = estimates[name]
             sources[name] = (
                 f"kvexplore's estimate for {model_name}: the log states neither it "
                 "nor the KV cache memory and utilization a residual needs"
@@ -186,15 +187,21 @@ def calibrate(log: Any, model: Any = None, gpu: Any = None, **overrides) -> Cali
     )
 
 
-def _refused(dep, kwargs) -> bool:
-    """Whether ``plan()`` refuses the log's quantization for this config."""
+def _plan(dep, util):
+    """kvexplore's plan of the log's deployment; a quantization the config
+    does not hold (a quantized checkpoint of a bf16 config) is left out."""
     from kvexplore.planning.planner import plan
 
+    kwargs = dict(dep.plan_kwargs)
+    if util is not None:
+        kwargs["gpu_memory_utilization"] = util
     try:
-        plan(dep.model, gpu=dep.gpu, **kwargs, num_blocks=1)
+        return plan(dep.model, gpu=dep.gpu, **kwargs)
     except KVExploreError:
-        return True
-    return False
+        if "quantization" not in kwargs:
+            raise
+        kwargs.pop("quantization")
+        return plan(dep.model, gpu=dep.gpu, **kwargs)
 
 
 __all__ = ["ABSORBERS", "calibrate"]

@@ -23,6 +23,7 @@ from kvexplore.errors import KVExploreError
 from kvexplore.layout import GiB
 from kvexplore.logs.deployment import Deployment, as_log, resolve, subtracts_cudagraphs
 from kvexplore.logs.reading import VllmLog
+from kvexplore.planning.planner import plan
 from kvexplore.planning.release import release_name
 
 #: Each memory term: (term, rule) for the comparison table.
@@ -108,6 +109,21 @@ _MEMORY_DEPENDENT = (
     "max_concurrency",
     "estimated_max_model_len",
 )
+#: What kvexplore cannot answer when its own memory estimate refuses the deployment.
+_UNANSWERED = (
+    "total_memory_bytes",
+    "requested_memory_bytes",
+    "weight_bytes",
+    "activation_peak_bytes",
+    "non_torch_bytes",
+    "cudagraph_bytes",
+    "kv_cache_memory_bytes",
+    "num_gpu_blocks",
+    "kv_cache_size_tokens",
+    "max_concurrency",
+    "estimated_max_model_len",
+    "equivalent_utilization",
+)
 _MEMORY_TERMS = (
     "total_memory_bytes",
     "weight_bytes",
@@ -142,13 +158,18 @@ class LogCheck(Displayable):
 
     log: VllmLog = field(repr=False)
     deployment: Deployment = field(repr=False)
-    report: CapacityReport = field(repr=False)
+    report: CapacityReport | None = field(repr=False)
     at_log_memory: CapacityReport | None = field(repr=False)
     rows: pd.DataFrame = field(repr=False, compare=False)
     release: str | None
     installed: str
     notes: tuple[str, ...]
     contradictions: pd.DataFrame = field(repr=False, compare=False)
+
+    @property
+    def plan(self):
+        """The plan kvexplore made of the log's deployment."""
+        return (self.report if self.report is not None else self.at_log_memory).plan
 
     @property
     def differences(self) -> pd.DataFrame:
@@ -177,6 +198,9 @@ class LogCheck(Displayable):
         implies) beside kvexplore's: the figure's data."""
         r = self.report
         log = self.log
+        util_default = (
+            r if r is not None else self.at_log_memory
+        ).gpu_memory_utilization
         names = (
             "weight_bytes",
             "activation_peak_bytes",
@@ -193,12 +217,14 @@ class LogCheck(Displayable):
                 "total_memory_bytes",
             )
         }
-        util = _value(log, "gpu_memory_utilization") or r.gpu_memory_utilization
+        util = _value(log, "gpu_memory_utilization") or util_default
         requested = stated["requested_memory_bytes"]
         if requested is None and stated["total_memory_bytes"] is not None:
             requested = round(stated["total_memory_bytes"] * util)
         for n in names:
-            rows.append({"term": n, "log": stated[n], "kvexplore": getattr(r, n)})
+            rows.append(
+                {"term": n, "log": stated[n], "kvexplore": getattr(r, n) if r else None}
+            )
         known = sum(v for n, v in stated.items() if n in names and v is not None)
         residual = None
         if requested is not None and stated["kv_cache_memory_bytes"] is not None:
@@ -210,7 +236,7 @@ class LogCheck(Displayable):
             {
                 "term": "kv_cache_memory_bytes",
                 "log": stated["kv_cache_memory_bytes"],
-                "kvexplore": r.kv_cache_memory,
+                "kvexplore": r.kv_cache_memory if r else None,
             }
         )
         return pd.DataFrame(rows, columns=["term", "log", "kvexplore"])
@@ -358,6 +384,33 @@ def _term_of_memory_difference(log: VllmLog, ours: dict, r: CapacityReport) -> s
     return "memory: " + "; ".join(parts)
 
 
+def _row(name, figure, ours, at, equal, term, rule) -> dict[str, Any]:
+    return {
+        "figure": name,
+        "line": figure.line,
+        "log": figure.text,
+        "kvexplore": _show(name, ours.get(name))
+        if ours.get(name) is not None
+        else "not answered",
+        "equal": equal,
+        "kvexplore at the log's KV memory": _show(name, at),
+        "term": term,
+        "rule": rule,
+    }
+
+
+def _group_aware_tokens(log: VllmLog) -> bool:
+    """Whether the log's ``GPU KV cache size`` is ``int(max_concurrency x
+    max_model_len)`` (vLLM's group-aware ``get_kv_cache_capacity``) within the
+    concurrency's printed precision; True when it cannot tell."""
+    tokens, conc = log.first("kv_cache_size_tokens"), log.first("max_concurrency")
+    length = _value(log, "max_model_len")
+    if tokens is None or conc is None or length is None:
+        return True
+    slack = conc.resolution * length + 1
+    return abs(tokens.value - conc.value * length) <= slack
+
+
 def check_log(log: Any, model: Any = None, gpu: Any = None, **overrides) -> LogCheck:
     """Check a start-up log (a :class:`VllmLog`, its text or its path) against
     kvexplore's plan of the deployment it describes.
@@ -385,23 +438,44 @@ def check_log(log: Any, model: Any = None, gpu: Any = None, **overrides) -> LogC
             "estimate is the default from v0.21.0): kvexplore's CUDA-graph term is 0, as "
             "that release accounts it"
         )
+    log_kv = _value(log, "kv_cache_memory_bytes")
+    report = None
+    refusal = None
     try:
         report = capacity(dep.model, gpu=dep.gpu, **extra, **kwargs)
     except KVExploreError as exc:
+        refusal = exc
         if "quantization" in kwargs:
             q = kwargs.pop("quantization")
             notes.append(
                 f"quantization={q!r}: not planned ({exc}); weights differ from the log's"
             )
-            report = capacity(dep.model, gpu=dep.gpu, **extra, **kwargs)
-        else:
-            raise
+            try:
+                report = capacity(dep.model, gpu=dep.gpu, **extra, **kwargs)
+                refusal = None
+            except KVExploreError as again:
+                refusal = again
+    if report is None:
+        if log_kv is None:
+            raise refusal
+        notes.append(
+            f"kvexplore's own memory estimate refuses this deployment ({refusal}); the "
+            "figures that depend on memory are answered at the log's KV cache memory only"
+        )
     at_log = None
-    log_kv = _value(log, "kv_cache_memory_bytes")
     if log_kv is not None:
-        at_log = capacity(report.plan.replace(kv_cache_memory_bytes=int(log_kv)))
-    ours = _kvexplore_values(report)
+        base = (
+            report.plan
+            if report is not None
+            else plan(dep.model, gpu=dep.gpu, **kwargs)
+        )
+        at_log = capacity(base.replace(kv_cache_memory_bytes=int(log_kv)))
     theirs = _kvexplore_values(at_log) if at_log is not None else {}
+    if report is not None:
+        ours = _kvexplore_values(report)
+    else:
+        ours = {k: (None if k in _UNANSWERED else v) for k, v in theirs.items()}
+    report_or_log = report if report is not None else at_log
     rows = []
     contradicted = set(log.contradictions.figure)
     for name, (term, rule) in RULES.items():
@@ -423,31 +497,36 @@ def check_log(log: Any, model: Any = None, gpu: Any = None, **overrides) -> LogC
                 }
             )
             continue
-        equal = _equal(name, figure, ours.get(name), report)
         at = theirs.get(name) if name in _MEMORY_DEPENDENT else None
+        if ours.get(name) is None and at is not None:
+            equal = _equal(
+                name, figure, at, at_log
+            )  # answered at the log's memory only
+        else:
+            equal = _equal(name, figure, ours.get(name), report_or_log)
+        if name == "kv_cache_size_tokens" and not _group_aware_tokens(log):
+            blocks = at_log if at_log is not None else report
+            term = (
+                "admission: this log's 'GPU KV cache size' is not max_concurrency x "
+                "max_model_len; its release prints num_blocks x block_size"
+                + (
+                    f" (kvexplore's at the log's memory: {blocks.num_blocks * blocks.block_size:,})"
+                    if blocks is not None
+                    else ""
+                )
+            )
+            rows.append(_row(name, figure, ours, at, equal, term, rule))
+            continue
         if name == "kv_cache_memory_bytes" and equal is False:
-            term = _term_of_memory_difference(log, ours, report)
+            term = _term_of_memory_difference(log, ours, report_or_log)
         elif name in _MEMORY_DEPENDENT and equal is False and at is not None:
-            if _equal(name, figure, at, at_log):
+            if ours.get(name) is not None and _equal(name, figure, at, at_log):
                 term = "memory (equal at the log's KV memory)"
             else:
                 term = (
                     "admission (differs at the log's KV memory too: blocks per request)"
                 )
-        rows.append(
-            {
-                "figure": name,
-                "line": figure.line,
-                "log": figure.text,
-                "kvexplore": _show(name, ours.get(name))
-                if ours.get(name) is not None
-                else "not answered",
-                "equal": equal,
-                "kvexplore at the log's KV memory": _show(name, at),
-                "term": term,
-                "rule": rule,
-            }
-        )
+        rows.append(_row(name, figure, ours, at, equal, term, rule))
     table = pd.DataFrame(rows, columns=COLUMNS)
     return LogCheck(
         log=log,

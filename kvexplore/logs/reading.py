@@ -160,7 +160,7 @@ _INT = r"(?<![\d,.])(?:\d{1,3}(?:,\d{3})+|\d+)(?!\d)(?!,\d)(?!\.\d)"
 _DEC = r"\d+(?:\.\d+)?"
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 _PROCESS = re.compile(
-    r"\((?P<tag>[A-Za-z][\w.]*(?: pid=\d+)?(?:, ip=[\d.]+)?)\)|\[(?P<rank>rank\d+)\]:"
+    r"\((?P<tag>[A-Za-z][\w.]*(?: rank=\d+)?(?: pid=\d+)?(?:, ip=[\d.]+)?)\)|\[(?P<rank>rank\d+)\]:"
 )
 
 

@@ -114,8 +114,8 @@ def log_figure(log):
 def check_text(c) -> str:
     """The release note, how the deployment was read, the comparison table."""
     head = (
-        f"{c.report.plan.model.name} on {c.report.plan.gpu} TP "
-        f"{c.report.plan.tensor_parallel_size}: {int((c.rows.equal == True).sum())} of "  # noqa: E712
+        f"{c.plan.model.name} on {c.plan.gpu} TP "
+        f"{c.plan.tensor_parallel_size}: {int((c.rows.equal == True).sum())} of "  # noqa: E712
         f"{len(c.rows)} figures equal, {len(c.differences)} differ"
     )
     table = c.rows[
@@ -181,7 +181,7 @@ def check_figure(c):
         [1, 0], [f"log (vLLM {c.release or '?'})", f"kvexplore ({c.installed})"]
     )
     ax.set_xlabel("GiB per rank")
-    p = c.report.plan
+    p = c.plan
     ax.set_title(
         f"{p.model.name} on {p.gpu.name} TP {p.tensor_parallel_size}: the log's memory "
         "and kvexplore's",

@@ -11,13 +11,14 @@ graphs, block alignment, padding, group count, backend, layout, admission).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 import pandas as pd
 
-from kvexplore.capacity_planning import CapacityReport, capacity
+from kvexplore.capacity_planning import CapacityReport, capacity, profile_estimates
 from kvexplore.display import Displayable
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import GiB
@@ -195,19 +196,25 @@ class LogCheck(Displayable):
     @cached_property
     def memory_bars(self) -> pd.DataFrame:
         """Bytes per memory term, the log's (stated, or the residual it
-        implies) beside kvexplore's: the figure's data."""
+        implies for the terms it does not state, from the card's total as the
+        log or kvexplore gives it) beside kvexplore's (its estimates, each
+        term's high end, when its own answer refuses the deployment): the
+        figure's data."""
         r = self.report
         log = self.log
-        util_default = (
-            r if r is not None else self.at_log_memory
-        ).gpu_memory_utilization
+        p = self.plan
         names = (
             "weight_bytes",
             "activation_peak_bytes",
             "non_torch_bytes",
             "cudagraph_bytes",
         )
-        rows = []
+        if r is not None:
+            ours = {n: getattr(r, n) for n in names}
+            ours["kv_cache_memory_bytes"] = r.kv_cache_memory
+        else:
+            ours = {n: high for n, (_, high, _) in profile_estimates(p).items()}
+            ours["kv_cache_memory_bytes"] = None
         stated = {
             n: _value(log, n)
             for n in (
@@ -217,17 +224,15 @@ class LogCheck(Displayable):
                 "total_memory_bytes",
             )
         }
-        util = _value(log, "gpu_memory_utilization") or util_default
+        util = _value(log, "gpu_memory_utilization") or p.gpu_memory_utilization
         requested = stated["requested_memory_bytes"]
-        if requested is None and stated["total_memory_bytes"] is not None:
-            requested = round(stated["total_memory_bytes"] * util)
-        for n in names:
-            rows.append(
-                {"term": n, "log": stated[n], "kvexplore": getattr(r, n) if r else None}
-            )
+        if requested is None:
+            total = stated["total_memory_bytes"] or p.gpu.total_memory_range[0]
+            requested = math.ceil(total * util)
+        rows = [{"term": n, "log": stated[n], "kvexplore": ours[n]} for n in names]
         known = sum(v for n, v in stated.items() if n in names and v is not None)
         residual = None
-        if requested is not None and stated["kv_cache_memory_bytes"] is not None:
+        if stated["kv_cache_memory_bytes"] is not None:
             residual = requested - known - stated["kv_cache_memory_bytes"]
         rows.append(
             {"term": "not stated (residual)", "log": residual, "kvexplore": None}
@@ -236,9 +241,10 @@ class LogCheck(Displayable):
             {
                 "term": "kv_cache_memory_bytes",
                 "log": stated["kv_cache_memory_bytes"],
-                "kvexplore": r.kv_cache_memory if r else None,
+                "kvexplore": ours["kv_cache_memory_bytes"],
             }
         )
+        rows.append({"term": "requested", "log": requested, "kvexplore": requested})
         return pd.DataFrame(rows, columns=["term", "log", "kvexplore"])
 
     def explain(self) -> str:

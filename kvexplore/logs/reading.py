@@ -798,7 +798,7 @@ class VllmLog(Displayable):
                     "vllm line": first.where,
                 }
             )
-        return pd.DataFrame(
+        table = pd.DataFrame(
             rows,
             columns=[
                 "figure",
@@ -812,6 +812,8 @@ class VllmLog(Displayable):
                 "vllm line",
             ],
         )
+        table["value"] = pd.Series([r["value"] for r in rows], dtype=object)
+        return table
 
     @property
     def release(self) -> str | None:

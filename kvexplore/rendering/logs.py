@@ -160,7 +160,7 @@ def check_figure(c):
     ax = fig.subplots()
     for y, column in ((1, "log"), (0, "kvexplore")):
         left = 0.0
-        for row in bars.itertuples(index=False):
+        for row in bars[bars.term != "requested"].itertuples(index=False):
             value = getattr(row, column)
             if value is None or value != value or value <= 0:
                 continue
@@ -177,6 +177,14 @@ def check_figure(c):
                     color="white",
                 )
             left += value / GiB
+    requested = bars.set_index("term").loc["requested", "log"]
+    ax.axvline(
+        requested / GiB,
+        color="k",
+        lw=1,
+        ls="--",
+        label="requested (utilization x total)",
+    )
     ax.set_yticks(
         [1, 0], [f"log (vLLM {c.release or '?'})", f"kvexplore ({c.installed})"]
     )

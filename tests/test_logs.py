@@ -553,8 +553,8 @@ def test_check_log_reports_a_contradiction(tmp_path):
 def test_calibration_predicts_another_log_of_the_same_model_and_gpu():
     """Llama-3.1-8B on an RTX 3090 (vLLM V0, no chunked prefill: the dummy
     forward is max_model_len tokens): calibrated on the 20,000-token log, the
-    29,000-token log's KV cache memory is predicted within 2% (measured:
-    -0.4%); uncalibrated, kvexplore's estimate is further off."""
+    29,000-token log's KV cache memory is predicted within 2%; uncalibrated,
+    kvexplore's estimate is further off."""
     kw = {"max_model_len": 20000, "max_num_batched_tokens": 20000}
     cal = kvexplore.calibrate(
         LOGS / "llama31-8b-3090-20k.log",

@@ -961,12 +961,9 @@ def read_log(text_or_path: Any) -> VllmLog:
     is not a file, an empty log, a binary file, and a text with no vLLM
     start-up line (an SGLang log is named as such)."""
     text, name = _text_of(text_or_path)
+    what = f"log {name!r}" if name else "the log given"
     if not text.strip():
-        raise KVExploreError(
-            f"log {name or ''!s} is empty; expected a vLLM start-up log".replace(
-                "log  is", "the log is"
-            )
-        )
+        raise KVExploreError(f"{what} is empty; expected a vLLM start-up log")
     lines = [_ANSI.sub("", raw).rstrip("\r") for raw in text.split("\n")]
     figures: list[LogFigure] = []
     unread: list[tuple[int, str]] = []
@@ -1036,13 +1033,11 @@ def read_log(text_or_path: Any) -> VllmLog:
     if not figures:
         if _SGLANG.search(text):
             raise KVExploreError(
-                f"log {name or ''} looks like an SGLang log ('KV Cache is allocated. #tokens'); "
-                "expected a vLLM start-up log (lines such as 'GPU KV cache size: N tokens')".replace(
-                    "log  looks", "the log looks"
-                )
+                f"{what} looks like an SGLang log ('KV Cache is allocated. #tokens'); "
+                "expected a vLLM start-up log (lines such as 'GPU KV cache size: N tokens')"
             )
         raise KVExploreError(
-            f"no vLLM start-up figure found in {name or 'the text given'} ({len(lines)} lines); "
+            f"no vLLM start-up figure found in {what} ({len(lines)} lines); "
             "expected lines such as 'Initializing a V1 LLM engine (v0.31.0) with config: ...', "
             "'Available KV cache memory: X GiB' or 'GPU KV cache size: N tokens'"
         )

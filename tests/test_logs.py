@@ -633,3 +633,76 @@ def test_a_read_log_displays():
     assert "3.76GiB" in log.text() and "not stated" in log.text()
     assert "<table" in log._repr_html_()
     assert len(log.figure().axes[0].patches) == 4
+
+
+def test_the_lines_of_newer_releases():
+    """Lines as vLLM 0.33's source prints them (``logger`` format strings in
+    ``gpu_model_runner.py``, ``platforms/interface.py``, ``kv_cache_utils.py``,
+    ``kv_cache_planning.py``, ``gpu_worker.py``, ``attention/backends/utils.py``)."""
+    text = "\n".join(
+        [
+            "(Worker_TP1 pid=7) INFO [gpu_model_runner.py:5089] Model loading took 38.8 GiB memory "
+            "and 41.200000 seconds",
+            "(EngineCore_DP0 pid=3) INFO [interface.py:1109] Setting attention block size to 640 "
+            "tokens to ensure that attention page size is >= mamba page size.",
+            "(EngineCore_DP0 pid=3) INFO [interface.py:1133] Padding mamba page size by 20.75% to "
+            "ensure that mamba page size and attention page size are exactly equal.",
+            "(EngineCore_DP0 pid=3) INFO [kv_cache_utils.py:865] kv cache group sizes (640, 640, 640)",
+            "(EngineCore_DP0 pid=3) INFO [kv_cache_utils.py:866] kv lcm block sizes 640",
+            "(EngineCore_DP0 pid=3) INFO [utils.py:381] Using BLHNC KV cache layout.",
+            "(Worker_TP0 pid=6) INFO [cuda.py:448] Using FLASH_ATTN backend.",
+            "(EngineCore_DP0 pid=3) WARNING [kv_cache_planning.py:538] Add 6 padding layers, may "
+            "waste at most 15.38% KV cache memory",
+            "(Worker_TP0 pid=6) INFO [gpu_worker.py:790] CUDA graph memory profiling is enabled "
+            "(default since v0.21.0). The current --gpu-memory-utilization=0.9000 is equivalent to "
+            "--gpu-memory-utilization=0.8874 without CUDA graph memory profiling. To maintain the "
+            "same effective KV cache size as before, increase --gpu-memory-utilization to 0.9126. "
+            "To disable, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0.",
+            "[rank0]: the current vLLM instance can use total_gpu_memory (79.19GiB) x "
+            "gpu_memory_utilization (0.90) = 71.27GiB",
+            "GPU 0: NVIDIA H200 (139.81 GiB)",
+            "kv cache group sizes [16, 32]",
+        ]
+    )
+    log = read_log(text)
+    assert log.get("weight_bytes") == round(38.8 * GiB)
+    assert log.get("attention_block_size") == 640
+    assert log.first("mamba_padding_percent").text == "20.75%"
+    assert log.statements("kv_cache_group_block_sizes")[0].value == (640, 640, 640)
+    assert log.statements("kv_cache_group_block_sizes")[1].value == (16, 32)
+    assert "kv_cache_group_block_sizes" in set(log.contradictions.figure)
+    assert log.get("kv_lcm_block_size") == 640
+    assert log.get("kv_cache_layout") == "BLHNC"
+    assert log.get("attention_backend") == "FLASH_ATTN"
+    assert (log.get("padding_layers"), log.get("padding_layers_waste_percent")) == (
+        6,
+        15.38,
+    )
+    assert (log.get("equivalent_utilization"), log.get("suggested_utilization")) == (
+        0.8874,
+        0.9126,
+    )
+    assert log.statements("gpu_memory_utilization")[0].value == 0.9
+    assert log.statements("total_memory_bytes")[0].text == "79.19GiB"
+    assert log.first("total_memory_bytes").process == "rank0"
+    assert log.get("gpu_name") == "NVIDIA H200"
+    from kvexplore.logs.deployment import resolve_gpu_of
+
+    assert resolve_gpu_of(log, None)[0].name == "H200"
+
+
+def test_calibrate_without_a_model_when_the_log_states_every_term():
+    cal = kvexplore.calibrate(LOGS / "breakdown-workers-3090.log", gpu="RTX 3090")
+    assert cal.model is None and cal.gpu == "RTX 3090"
+    assert (cal.total_memory_bytes, cal.weight_bytes, cal.non_torch_bytes) == (
+        round(23.58 * GiB),
+        round(21.21 * GiB),
+        round(0.20 * GiB),
+    )
+    assert cal.activation_peak_bytes == round(0.37 * GiB)
+    # the one term it does not state takes the residual: the rounding of five figures
+    assert abs(cal.cudagraph_bytes) < 0.03 * GiB and cal.sources[
+        "cudagraph_bytes"
+    ].startswith("residual")
+    with pytest.raises(KVExploreError, match="needs the model"):
+        kvexplore.calibrate(LOGS / "cudagraph-estimate-tp2.log", gpu="RTX 4090")

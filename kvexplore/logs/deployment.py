@@ -22,6 +22,7 @@ PLAN_FIGURES = (
     "tensor_parallel_size",
     "pipeline_parallel_size",
     "data_parallel_size",
+    "decode_context_parallel_size",
     "enable_expert_parallel",
     "max_model_len",
     "dtype",

@@ -74,6 +74,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "tensor_parallel_size": ("deployment", "TP"),
     "pipeline_parallel_size": ("deployment", "PP"),
     "data_parallel_size": ("deployment", "DP"),
+    "decode_context_parallel_size": ("deployment", "DCP"),
     "enable_expert_parallel": ("deployment", "EP"),
     "max_model_len": ("deployment", "max_model_len (the banner's max_seq_len)"),
     "block_size": ("deployment", "--block-size as requested"),
@@ -585,6 +586,7 @@ _BANNER_KEYS = {
     "tensor_parallel_size": "tensor_parallel_size",
     "pipeline_parallel_size": "pipeline_parallel_size",
     "data_parallel_size": "data_parallel_size",
+    "decode_context_parallel_size": "decode_context_parallel_size",
     "quantization": "quantization",
     "enforce_eager": "enforce_eager",
     "kv_cache_dtype": "kv_cache_dtype",
@@ -650,6 +652,18 @@ def _banner_value(raw: str) -> tuple[bool, Any]:
     if raw.startswith("torch."):
         return True, raw.removeprefix("torch.")
     return True, raw
+
+
+def _speculative(value: Any) -> Any:
+    """The banner's ``SpeculativeConfig(method='mtp', ..., num_spec_tokens=3)``
+    as ``{"method": "mtp", "num_speculative_tokens": 3}``; other values as given."""
+    if not isinstance(value, str) or not value.startswith("SpeculativeConfig("):
+        return value
+    method = re.search(r"method='?([\w-]+)'?", value)
+    tokens = re.search(r"num_spec(?:ulative)?_tokens=(\d+)", value)
+    if method is None or tokens is None:
+        return value
+    return FrozenDict({"method": method[1], "num_speculative_tokens": int(tokens[1])})
 
 
 def _banner_pairs(text: str) -> tuple[dict[str, tuple[Any, str]], bool]:
@@ -946,6 +960,8 @@ def _banner_figures(lines: list[str], i: int, m: re.Match) -> tuple[Found, bool]
     for key, name in _BANNER_KEYS.items():
         if key in pairs:
             value, raw = pairs[key]
+            if name == "speculative_config":
+                value = _speculative(value)
             found.append((name, value, raw, 0.0))
     for key in ("served_model_name",):
         if "model" not in pairs and key in pairs:

@@ -7,7 +7,7 @@
     kvexplore sweep MODEL[,MODEL...] --tp 1,2,4,8 [--dcp 1,2 --block-size none,64 --nnodes-within-dp 1,2 --out rows.parquet]
     kvexplore envs [RELEASE ...] [--create] [--python]
     kvexplore versions MODEL --vllm 0.33.0,0.34.0 [--gpu G ... --all --json]
-    kvexplore capacity MODEL [--gpu G --gpu-memory-utilization 0.92 --max-model-len N --weight-bytes N --cpu-bytes-to-use N --extra JSON --json]
+    kvexplore capacity MODEL [--gpu G --gpu-memory-utilization 0.92 --max-model-len N --weight-bytes N --cpu-bytes-to-use N --extra JSON --calibration LOG --json]
     kvexplore check-log server.log [--model PATH --gpu G --json]
 
 ``--gpu`` names the GPU (default H100); the other flags are vLLM's engine
@@ -346,12 +346,33 @@ def _offload_key(ns) -> dict:
     return answer_key(ns.model, {"offload": options}, **_kwargs(ns, _PLAN_KEYS))
 
 
-def _capacity_kwargs(ns) -> dict:
-    """``capacity()``'s keywords the flags give (the plan's and its own)."""
+def _capacity_kwargs(ns, *, calibrated: bool = True) -> dict:
+    """``capacity()``'s keywords the flags give (the plan's and its own);
+    ``--calibration LOG`` is :func:`kvexplore.calibrate` of that log (with
+    ``calibrated``)."""
     kwargs = _kwargs(ns, (*_PLAN_KEYS, *_CAPACITY_BYTES))
     if ns.offload_extra_config is not None:
         kwargs["offload_extra_config"] = _extra(ns.offload_extra_config)
+    if calibrated and ns.calibration is not None:
+        from kvexplore.logs.calibrating import calibrate
+
+        gpu = kwargs.get("gpu")
+        try:
+            kwargs["calibration"] = calibrate(ns.calibration, gpu=gpu)
+        except KVExploreError:  # the log's model is not one kvexplore finds: MODEL's
+            kwargs["calibration"] = calibrate(ns.calibration, model=ns.model, gpu=gpu)
     return kwargs
+
+
+def _log_digest(path: str) -> str:
+    """The SHA-256 of a log file's bytes (the store key of a calibration)."""
+    import hashlib
+
+    try:
+        return hashlib.sha256(open(path, "rb").read()).hexdigest()
+    except OSError as exc:
+        raise KVExploreError(f"--calibration {path!r} cannot be read ({exc}); expected a "
+                             "vLLM start-up log file") from None
 
 
 def _prompt_lengths(ns) -> list[int]:
@@ -361,9 +382,11 @@ def _prompt_lengths(ns) -> list[int]:
 def _capacity_key(ns) -> dict:
     """The store key of ``capacity``: the plan's (:func:`plan_key`), the
     capacity keywords given and the ``--prompt-tokens`` lengths (:func:`answer_key`)."""
-    kwargs = _capacity_kwargs(ns)
+    kwargs = _capacity_kwargs(ns, calibrated=False)
     planned = {k: v for k, v in kwargs.items() if k in _PLAN_KEYS}
     own = {k: v for k, v in kwargs.items() if k not in planned}
+    if ns.calibration is not None:
+        own["calibration_log"] = _log_digest(ns.calibration)
     return answer_key(ns.model, {"capacity": own, "prompt_tokens": _prompt_lengths(ns)}, **planned)
 
 
@@ -542,6 +565,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="kv_connector_extra_config of the CPU tier: a JSON object")
     k.add_argument("--prompt-tokens", dest="prompt_tokens", default=None,
                    help="comma-separated prompt lengths: tokens a repeat reuses")
+    k.add_argument("--calibration", default=None, help="a vLLM start-up log of this GPU: "
+                   "its measured memory terms (kvexplore.calibrate)")
     _finish(k, cmd_capacity)
     k.set_defaults(answer_from_store=answer_from_store)
     v = sub.add_parser("versions", help="one deployment across vLLM releases, side by side")

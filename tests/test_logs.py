@@ -706,3 +706,24 @@ def test_calibrate_without_a_model_when_the_log_states_every_term():
     ].startswith("residual")
     with pytest.raises(KVExploreError, match="needs the model"):
         kvexplore.calibrate(LOGS / "cudagraph-estimate-tp2.log", gpu="RTX 4090")
+
+
+def test_capacity_command_takes_a_calibration_log(capsys):
+    from kvexplore.cli import main
+
+    log = str(LOGS / "gpt-oss-20b-a100.log")
+    argv = [
+        "capacity",
+        "openai/gpt-oss-20b",
+        "--gpu",
+        "A100",
+        "--calibration",
+        log,
+        "--json",
+        "--no-cache",
+    ]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    # at the log's own settings the calibrated answer gives back the log's KV cache memory
+    assert abs(out["kv_cache_memory"] - round(36.56 * GiB)) <= 0.005 * GiB
+    assert "weight_bytes carried" in out["derivation"]["calibration"]

@@ -390,6 +390,18 @@ def _term_of_memory_difference(log: VllmLog, ours: dict, r: CapacityReport) -> s
     return "memory: " + "; ".join(parts)
 
 
+def _equal_at_log(name: str, figure, at: Any, log: VllmLog) -> bool:
+    """Whether ``figure`` equals kvexplore's value ``at`` the log's KV cache
+    memory, within what the memory's printed precision moves it (the log's
+    ``X.XX GiB`` is +-0.005 GiB; blocks, tokens and concurrency scale with it)."""
+    kv = log.first("kv_cache_memory_bytes")
+    share = kv.resolution / kv.value if kv is not None and kv.value else 0.0
+    slack = abs(float(at)) * share + figure.resolution
+    if name in ("num_gpu_blocks", "kv_cache_size_tokens", "estimated_max_model_len"):
+        slack += 1
+    return abs(float(figure.value) - float(at)) <= slack
+
+
 def _row(name, figure, ours, at, equal, term, rule) -> dict[str, Any]:
     return {
         "figure": name,
@@ -505,9 +517,8 @@ def check_log(log: Any, model: Any = None, gpu: Any = None, **overrides) -> LogC
             continue
         at = theirs.get(name) if name in _MEMORY_DEPENDENT else None
         if ours.get(name) is None and at is not None:
-            equal = _equal(
-                name, figure, at, at_log
-            )  # answered at the log's memory only
+            # answered at the log's memory only
+            equal = _equal_at_log(name, figure, at, log)
         else:
             equal = _equal(name, figure, ours.get(name), report_or_log)
         if name == "kv_cache_size_tokens" and not _group_aware_tokens(log):
@@ -526,8 +537,8 @@ def check_log(log: Any, model: Any = None, gpu: Any = None, **overrides) -> LogC
         if name == "kv_cache_memory_bytes" and equal is False:
             term = _term_of_memory_difference(log, ours, report_or_log)
         elif name in _MEMORY_DEPENDENT and equal is False and at is not None:
-            if ours.get(name) is not None and _equal(name, figure, at, at_log):
-                term = "memory (equal at the log's KV memory)"
+            if ours.get(name) is not None and _equal_at_log(name, figure, at, log):
+                term = "memory (equal at the log's KV memory, within its printed precision)"
             else:
                 term = (
                     "admission (differs at the log's KV memory too: blocks per request)"

@@ -139,6 +139,30 @@ EXPECTED = {
         "enable_prefix_caching": False,
         "speculative_config": None,
     },
+    "qwen38-dummy-h100-block-544.log": {
+        "max_model_len": 2048,
+        "max_num_batched_tokens": 16384,
+        "attention_backend": "FLASH_ATTN",
+        "attention_block_size": 544,
+        "mamba_padding_percent": "2.64%",
+    },
+    "qwen3-next-awq-gfx906-args.log": {
+        "vllm_version": "0.10.2.dev756+gfx906.update1.gcdfcd781c",
+        "model": "/mnt/models/vllm_models/Qwen3-Next-80B-A3B-Thinking-AWQ-8bit/",
+        "tensor_parallel_size": 4,
+        "gpu_memory_utilization": 0.95,
+        "max_num_batched_tokens": 7168,
+        "max_num_seqs": 80,
+        "max_model_len": 131072,
+    },
+    "qwen35-122b-gptq-logo-dev.log": {
+        "vllm_version": "0.1.dev14845+g57a314d15.d20260316",
+        "model": "Qwen/Qwen3.5-122B-A10B-GPTQ-Int4",
+        "tensor_parallel_size": 2,
+        "enable_prefix_caching": True,
+        "max_num_seqs": 16,
+        "max_model_len": 131072,
+    },
     "qwen3-model-loading-v085-docker.log": {"weight_bytes": "14.2474 GiB"},
     "qwen3-next-kv-fp8.log": {
         "kv_cache_size_tokens": 90048,
@@ -318,6 +342,7 @@ EXPECTED = {
 #: Lines each excerpt names a figure on without a readable value (a cut-off paste).
 UNREAD = {
     "nvfp4-kv-5090-laptop.log": [5, 6],
+    "qwen3-next-awq-gfx906-args.log": [6],
     "qwen3-8b-lmcache-v0102.log": [4],
     "qwen36-35b-autoround-dual5090-banner.log": [4],
     "qwen36-35b-nvfp4-5090-a.log": [8],

@@ -565,7 +565,16 @@ RULES: list[tuple[str, re.Pattern, Callable[[re.Match], Found]]] = [
         ),
         _gpu_card,
     ),
-    ("the logo", re.compile(r"[█▀▄]\s+(?P<key>version|model) (?P<val>\S+)\s*$"), _logo),
+    (
+        "vLLM API server version",
+        re.compile(r"vLLM API server version (?P<val>[0-9][\w.+\-]*)"),
+        lambda m: [("vllm_version", m["val"], m["val"], 0.0)],
+    ),
+    (
+        "the logo",
+        re.compile(r"[█▀▄]\s+(?P<key>version|model)\s+(?P<val>\S+)\s*$"),
+        _logo,
+    ),
 ]
 
 #: Words of a line that states a figure: a line with one of them and no rule

@@ -28,6 +28,7 @@ from kvexplore.errors import KVExploreError
 from kvexplore.layout import FrozenDict
 from kvexplore.logs.deployment import (
     as_log,
+    printer,
     resolve,
     resolve_gpu_of,
     subtracts_cudagraphs,
@@ -98,7 +99,7 @@ def calibrate(log: Any, model: Any = None, gpu: Any = None, **overrides) -> Cali
     if values["cudagraph_bytes"] is None and subtracts_cudagraphs(log) is False:
         values["cudagraph_bytes"] = 0
         sources["cudagraph_bytes"] = (
-            f"0: vLLM {log.release} does not subtract CUDA graphs from the KV memory (the "
+            f"0: {printer(log)} does not subtract CUDA graphs from the KV memory (the "
             "estimate is the default from v0.21.0) and the log states none"
         )
     measured = [n for n in CALIBRATED_TERMS if values[n] is not None]

@@ -22,8 +22,14 @@ from kvexplore.capacity_planning import CapacityReport, capacity, profile_estima
 from kvexplore.display import Displayable
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import GiB
-from kvexplore.logs.deployment import Deployment, as_log, resolve, subtracts_cudagraphs
-from kvexplore.logs.reading import VllmLog
+from kvexplore.logs.deployment import (
+    Deployment,
+    as_log,
+    printer,
+    resolve,
+    subtracts_cudagraphs,
+)
+from kvexplore.logs.reading import LogFigure, VllmLog
 from kvexplore.planning.planner import plan
 from kvexplore.planning.release import release_name
 
@@ -352,6 +358,29 @@ def _equal(name: str, figure, ours: Any, r: CapacityReport) -> bool | None:
     return value == ours
 
 
+def _first(log: VllmLog, name: str) -> LogFigure | None:
+    """The log's first statement of ``name``; for the activation peak, V0's
+    ``peak_torch_memory`` less the weights when the log states no activation
+    peak of its own."""
+    figure = log.first(name)
+    if figure is not None or name != "activation_peak_bytes":
+        return figure
+    peak, weights = log.first("peak_torch_bytes"), log.first("weight_bytes")
+    if peak is None or weights is None:
+        return None
+    return LogFigure(
+        name,
+        peak.value - weights.value,
+        f"{(peak.value - weights.value) / GiB:.2f} GiB (peak_torch_memory {peak.text} less the "
+        "weights)",
+        peak.line,
+        peak.source,
+        peak.process,
+        peak.where,
+        peak.resolution + weights.resolution,
+    )
+
+
 def _term_of_memory_difference(log: VllmLog, ours: dict, r: CapacityReport) -> str:
     """Which terms make the KV memory differ: those the log states that
     differ (with the difference), and the residual the log implies for the
@@ -359,7 +388,7 @@ def _term_of_memory_difference(log: VllmLog, ours: dict, r: CapacityReport) -> s
     parts, unstated = [], []
     stated_sum = 0
     for name in _MEMORY_TERMS[1:]:
-        figure = log.first(name)
+        figure = _first(log, name)
         if figure is None:
             unstated.append(name)
             continue
@@ -452,7 +481,7 @@ def check_log(log: Any, model: Any = None, gpu: Any = None, **overrides) -> LogC
     elif subtracts_cudagraphs(log) is False:
         extra["cudagraph_bytes"] = 0
         notes.append(
-            f"vLLM {log.release} does not subtract CUDA graphs from the KV memory (the "
+            f"{printer(log)} does not subtract CUDA graphs from the KV memory (the "
             "estimate is the default from v0.21.0): kvexplore's CUDA-graph term is 0, as "
             "that release accounts it"
         )
@@ -497,10 +526,9 @@ def check_log(log: Any, model: Any = None, gpu: Any = None, **overrides) -> LogC
     rows = []
     contradicted = set(log.contradictions.figure)
     for name, (term, rule) in RULES.items():
-        stated = log.statements(name)
-        if not stated:
+        figure = _first(log, name)
+        if figure is None:
             continue
-        figure = stated[0]
         if name in contradicted:
             rows.append(
                 {

@@ -63,12 +63,24 @@ def release_numbers(release: str | None) -> tuple[int, ...] | None:
     return tuple(numbers) if len(numbers) >= 2 else None
 
 
+def printer(log: VllmLog) -> str:
+    """``"vLLM 0.19.0"``, or ``"the release that printed it"`` when the log does not say."""
+    return f"vLLM {log.release}" if log.release else "the release that printed it"
+
+
 def subtracts_cudagraphs(log: VllmLog) -> bool | None:
     """Whether the release that printed ``log`` subtracts CUDA graphs from
-    the KV memory: True when the log states the estimate, False for a release
-    before :data:`CUDAGRAPH_PROFILING_SINCE` that states none, else None."""
+    the KV memory: True when the log states the estimate; False for a release
+    before :data:`CUDAGRAPH_PROFILING_SINCE` that states none, a V0 engine, and
+    a log in the memory formats of those releases (V0's ``Memory profiling
+    results``, the ``total_gpu_memory (..) x gpu_memory_utilization (..)``
+    breakdown); else None."""
     if "cudagraph_bytes" in log or "equivalent_utilization" in log:
         return True
+    if "peak_torch_bytes" in log or "requested_memory_bytes" in log:
+        return False  # V0's profile and the older breakdown: printed only before v0.21
+    if "engine" in log and log.first("engine").value == "V0":
+        return False
     numbers = release_numbers(log.release)
     if numbers is None:
         return None

@@ -8,7 +8,7 @@
     kvexplore envs [RELEASE ...] [--create] [--python]
     kvexplore versions MODEL --vllm 0.33.0,0.34.0 [--gpu G ... --all --json]
     kvexplore capacity MODEL [--gpu G --gpu-memory-utilization 0.92 --max-model-len N --weight-bytes N --cpu-bytes-to-use N --extra JSON --calibration LOG --json]
-    kvexplore check-log server.log [--model PATH --gpu G --json]
+    kvexplore check-log server.log [--model PATH --gpu G --tp N ... --json]
 
 ``--gpu`` names the GPU (default H100); the other flags are vLLM's engine
 arguments and the fields of ``OffloadOptions``.  ``--verbose`` shows vLLM's
@@ -82,11 +82,14 @@ def _cli_int_or_none(text: str) -> int | None:
 _PARSERS = {"int": _cli_int, "float": _cli_float, "int_or_none": _cli_int_or_none, "str": str}
 
 
-def _add_plan_args(p: argparse.ArgumentParser, *, lists: bool = False) -> None:
-    """``MODEL``, ``--gpu`` and one option per ``PlanRequest`` field, made from
-    the field's metadata (flags, help, choices and how its text is read); for
-    a sweep (``lists``), the fields it can vary take comma-separated lists."""
-    p.add_argument("model", help="catalog id (see `kvexplore catalog`), config.json or its directory")
+def _add_plan_args(p: argparse.ArgumentParser, *, lists: bool = False,
+                   model: bool = True) -> None:
+    """``MODEL`` (with ``model``), ``--gpu`` and one option per ``PlanRequest``
+    field, made from the field's metadata (flags, help, choices and how its
+    text is read); for a sweep (``lists``), the fields it can vary take
+    comma-separated lists."""
+    if model:
+        p.add_argument("model", help="catalog id (see `kvexplore catalog`), config.json or its directory")
     p.add_argument("--gpu", default=None, help="GPU name or compute capability (see `kvexplore gpus`)")
     for f in keyword_fields():
         meta = f.metadata
@@ -511,7 +514,7 @@ def cmd_check_log(ns) -> None:
     """A vLLM start-up log checked line by line against kvexplore's plan of it."""
     from kvexplore.logs.checking import check_log
 
-    result = check_log(ns.log, model=ns.model, gpu=ns.gpu)
+    result = check_log(ns.log, model=ns.model, gpu=ns.gpu, **_kwargs(ns, PLAN_KEYWORDS))
     if ns.json:
         _print_json(result.to_dict())
     else:
@@ -579,8 +582,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("log", help="the log file")
     g.add_argument("--model", default=None, help="catalog id, config.json or its directory "
                    "(default: the model the log names)")
-    g.add_argument("--gpu", default=None, help="a GPU of `kvexplore gpus` (default: the card "
-                   "the log names)")
+    _add_plan_args(g, model=False)  # --gpu (default: the card the log names) and plan flags
+                                    # over the log's
     _finish(g, cmd_check_log)
     e = sub.add_parser("envs", help="one environment per vLLM release of the window (uv)")
     e.add_argument("releases", nargs="*", help="releases (default: the whole window)")

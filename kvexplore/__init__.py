@@ -8,6 +8,7 @@ the stages before it:
 * :mod:`kvexplore.editing`    every LMCache release's validation and edits, the round-trip proof
 * :mod:`kvexplore.offloading` the ``OffloadingConfig`` vLLM hands a backend, sweeps
 * :mod:`kvexplore.capacity_planning`   memory, tokens, concurrency, prefix-cache hits, host tier
+* :mod:`kvexplore.logs`       a vLLM start-up log read, checked against kvexplore, calibrated
 * :mod:`kvexplore.rendering`  layouts as data, text, HTML and figures
 * :mod:`kvexplore.explorer`   the Explorer widget over plain-Python state
 * :mod:`kvexplore.cli`        the command line, mirroring this API
@@ -31,6 +32,7 @@ from kvexplore.version import VERSION
 #: :data:`_PLAIN`) also imports :mod:`kvexplore.rendering`, which registers
 #: every result's display forms.
 _NAMES = {
+    "Calibration": "kvexplore.capacity_planning",
     "CapacityReport": "kvexplore.capacity_planning",
     "capacity": "kvexplore.capacity_planning",
     "capacity_sweep": "kvexplore.capacity_planning",
@@ -80,6 +82,11 @@ _NAMES = {
     "load_model_config": "kvexplore.planning",
     "plan": "kvexplore.planning",
     "plan_facts": "kvexplore.planning.stored",
+    "LogCheck": "kvexplore.logs.checking",
+    "VllmLog": "kvexplore.logs.reading",
+    "calibrate": "kvexplore.logs.calibrating",
+    "check_log": "kvexplore.logs.checking",
+    "read_log": "kvexplore.logs.reading",
     "REGISTRATIONS": "kvexplore.registration",
     "allocate": "kvexplore.registration",
     "prefix_cache_figure": "kvexplore.rendering.capacity",
@@ -202,10 +209,17 @@ __all__ = [
     "host_sizing",
     "lmcache_chunk_sizes",
     # capacity
+    "Calibration",
     "CapacityReport",
     "capacity",
     "capacity_sweep",
     "profile_estimates",
+    # start-up logs
+    "LogCheck",
+    "VllmLog",
+    "calibrate",
+    "check_log",
+    "read_log",
     # errors
     "KVExploreError",
     # rendering and the Explorer

@@ -57,7 +57,7 @@ import pandas as pd
 
 from kvexplore.display import Displayable
 from kvexplore.errors import KVExploreError
-from kvexplore.layout import FrozenDict, cdiv, check_int, jsonable
+from kvexplore.layout import FrozenDict, GiB, cdiv, check_int, jsonable
 from kvexplore.memo import per_plan
 from kvexplore.planning import release
 from kvexplore.planning.admission import blocks_and_admission, largest_max_model_len
@@ -83,6 +83,111 @@ def profile_estimates(p: Plan) -> dict[str, tuple[int, int, str]]:
         low, high, source = out["activation_peak_bytes"]
         out["activation_peak_bytes"] = (low, high, source + "; leaves out " + ", ".join(leaves_out))
     return out
+
+
+#: The memory terms a :class:`Calibration` can carry, in ``determine_available_memory``'s order.
+CALIBRATED_TERMS = ("total_memory_bytes", "weight_bytes", "activation_peak_bytes",
+                    "non_torch_bytes", "cudagraph_bytes")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Calibration(Displayable):
+    """Memory terms measured on one machine and vLLM release (one start-up
+    log: :func:`kvexplore.calibrate`), for :func:`capacity` to answer other
+    deployments from.
+
+    Each term of :data:`CALIBRATED_TERMS` is bytes per rank, or None when not
+    known; ``sources`` says for each where it comes from (the log line that
+    states it, the residual the log implies, or kvexplore's estimate).
+    ``measured`` names the terms the log states or implies (the others are
+    kvexplore's estimates and are recomputed for any deployment).  ``model``,
+    ``gpu``, ``tensor_parallel_size``, ``quantization`` and
+    ``max_num_batched_tokens`` describe the deployment measured; ``release``
+    the vLLM release that printed the log; ``gpu_memory_utilization`` and
+    ``kv_cache_memory_bytes`` what it ran at and found.
+
+    :func:`capacity` carries a measured term to a deployment when it applies
+    there: the total, non-torch memory (same TP) and CUDA graphs on the same
+    GPU, for any model; weights and the activation peak for the same model,
+    TP and quantization (the activation peak rescaled by kvexplore's estimate
+    when ``max_num_batched_tokens`` differs); every other term is recomputed.
+    """
+
+    model: str | None
+    gpu: str
+    release: str | None
+    tensor_parallel_size: int = 1
+    quantization: str | None = None
+    max_num_batched_tokens: int | None = None
+    gpu_memory_utilization: float | None = None
+    kv_cache_memory_bytes: int | None = None
+    total_memory_bytes: int | None = None
+    weight_bytes: int | None = None
+    activation_peak_bytes: int | None = None
+    non_torch_bytes: int | None = None
+    cudagraph_bytes: int | None = None
+    estimated_activation_peak_bytes: int | None = None
+    measured: tuple[str, ...] = ()
+    sources: FrozenDict = field(default_factory=FrozenDict, compare=False)
+
+    @property
+    def table(self) -> pd.DataFrame:
+        """One row per term: bytes, GiB, measured or not, source."""
+        rows = [{"term": name, "bytes": getattr(self, name),
+                 "GiB": None if getattr(self, name) is None else round(getattr(self, name) / GiB, 3),
+                 "measured": name in self.measured, "source": self.sources.get(name, "")}
+                for name in CALIBRATED_TERMS]
+        return pd.DataFrame(rows, columns=["term", "bytes", "GiB", "measured", "source"])
+
+    def explain(self) -> str:
+        head = (f"calibration: {self.model or 'model not named'} on {self.gpu}, TP "
+                f"{self.tensor_parallel_size}, measured by vLLM {self.release or '(release not stated)'}")
+        return "\n".join([head] + [f"{name}: {self.sources.get(name, 'not known')}"
+                                   for name in CALIBRATED_TERMS])
+
+
+def _calibrated_terms(p: Plan, c: Calibration, given: dict) -> tuple[dict, dict, dict]:
+    """The terms :func:`capacity` takes from calibration ``c`` for plan ``p``
+    (those the caller did not give), their sources, and for every term
+    whether it was ``carried``, ``rescaled`` or ``recomputed``."""
+    if c.gpu != p.gpu.name:
+        raise KVExploreError(
+            f"calibration={c.gpu!r} measures a {c.gpu}, but the deployment asked about runs on "
+            f"a {p.gpu.name}; expected gpu={c.gpu!r} (a calibration carries one machine's terms)")
+    same_model = (c.model == p.model.name and c.tensor_parallel_size == p.tensor_parallel_size
+                  and (c.quantization or None) == (p.request.quantization or c.quantization or None))
+    tokens = int(p.vllm_config.scheduler_config.max_num_batched_tokens)
+    where = (f"{c.model or 'a model'} on {c.gpu} TP {c.tensor_parallel_size}, vLLM "
+             f"{c.release or '(release not stated)'}")
+    values, sources, how = {}, {}, {}
+    for name in CALIBRATED_TERMS:
+        measured = getattr(c, name)
+        if given[name] is not None:
+            how[name] = "given"
+            continue
+        if name not in c.measured or measured is None:
+            how[name] = "recomputed"
+            continue
+        if name in ("weight_bytes", "activation_peak_bytes") and not same_model:
+            how[name] = "recomputed"
+            continue
+        if name == "non_torch_bytes" and c.tensor_parallel_size != p.tensor_parallel_size:
+            how[name] = "recomputed"
+            continue
+        if (name == "activation_peak_bytes" and c.max_num_batched_tokens not in (None, tokens)
+                and c.estimated_activation_peak_bytes):
+            estimate = p.memory_terms()["activation_peak_bytes"].high
+            values[name] = round(measured * estimate / c.estimated_activation_peak_bytes)
+            sources[name] = (
+                f"rescaled: {values[name]:,} = measured {measured:,} x kvexplore's estimate "
+                f"{estimate:,} at max_num_batched_tokens={tokens} / "
+                f"{c.estimated_activation_peak_bytes:,} at {c.max_num_batched_tokens} ({where})")
+            how[name] = "rescaled"
+            continue
+        values[name] = measured
+        sources[name] = f"carried: {measured:,} from {where}: {c.sources.get(name, 'measured')}"
+        how[name] = "carried"
+    return values, sources, how
 
 
 # ---------------------------------------------------------------------------
@@ -135,6 +240,7 @@ class CapacityReport(Displayable):
     cache_hit_alignment: int
     warnings: tuple[str, ...]
     host: Any = field(default=None, compare=False)
+    calibrated: FrozenDict = field(default_factory=FrozenDict, compare=False)
     _vllm: Any = field(default=None, repr=False, compare=False)
 
     # -- prefix caching --------------------------------------------------------
@@ -427,6 +533,7 @@ def capacity(
     cudagraph_bytes: int | None = None,
     cpu_bytes_to_use: int | None = None,
     offload_extra_config: Mapping[str, Any] | None = None,
+    calibration: Calibration | None = None,
     **plan_kwargs,
 ) -> CapacityReport:
     """vLLM's KV cache capacity for ``model`` (an id, a config, or a
@@ -446,8 +553,24 @@ def capacity(
     (the cache is sized over every stage's worker: :func:`kvexplore.plan`).
     A keyword neither capacity() nor :func:`kvexplore.plan` takes is refused
     naming it and the nearest spellings.
+
+    ``calibration`` (a :class:`Calibration`, from :func:`kvexplore.calibrate`
+    of a start-up log) replaces the estimated terms with the measured ones
+    where they apply (see :class:`Calibration`; ``calibrated`` on the report
+    says for each term whether it was carried, rescaled or recomputed); it
+    also supplies the GPU and, when none is given, the utilization the log
+    ran at.  A calibration from another GPU is refused.
     """
     check_capacity_keywords(plan_kwargs)
+    if calibration is not None and not isinstance(calibration, Calibration):
+        raise KVExploreError(
+            f"calibration={calibration!r} is invalid; expected a kvexplore Calibration "
+            "(kvexplore.calibrate(log))")
+    if calibration is not None:
+        if not isinstance(model, Plan):
+            plan_kwargs.setdefault("gpu", calibration.gpu)
+        if gpu_memory_utilization is None and calibration.gpu_memory_utilization is not None:
+            gpu_memory_utilization = calibration.gpu_memory_utilization
     if gpu_memory_utilization is not None:
         as_fraction("gpu_memory_utilization", gpu_memory_utilization)
     given = {"total_memory_bytes": total_memory_bytes, "weight_bytes": weight_bytes,
@@ -468,8 +591,15 @@ def capacity(
     util = (p.gpu_memory_utilization if gpu_memory_utilization is None
             else float(gpu_memory_utilization))
     given_kv = p.request.kv_cache_memory_bytes
+    calibrated: dict[str, str] = {}
     if given_kv is None:
+        labels: dict[str, str] = {}
+        if calibration is not None:
+            values, labels, calibrated = _calibrated_terms(p, calibration, given)
+            given = {**given, **values}
         memory = _memory(p, util, given)
+        if labels:
+            memory["sources"] = FrozenDict({**memory["sources"], **labels})
     else:
         memory = {
             "total_memory_bytes": 0, "requested_memory_bytes": 0,
@@ -493,7 +623,7 @@ def capacity(
         host = host_sizing(offload_config(p, extra_config=offload_extra_config), cpu_bytes_to_use)
     return CapacityReport(plan=p, gpu_memory_utilization=util, kv_cache_memory=available,
                           kv_cache_memory_given=given_kv is not None, host=host,
-                          **memory, **answers)
+                          calibrated=FrozenDict(calibrated), **memory, **answers)
 
 
 def _warnings(f: _Facts, admission_message: str | None) -> list[str]:
@@ -537,6 +667,8 @@ def _derivation(r: CapacityReport) -> dict[str, str]:
         )
         for name in ("weight_bytes", "activation_peak_bytes", "non_torch_bytes", "cudagraph_bytes"):
             out[name] = r.sources[name]
+        if r.calibrated:
+            out["calibration"] = ", ".join(f"{name} {how}" for name, how in r.calibrated.items())
         out["kv_cache_memory"] = (
             f"{r.kv_cache_memory:,} = {r.requested_memory_bytes:,} - {r.weight_bytes:,} weights "
             f"- {r.activation_peak_bytes:,} activations - {r.non_torch_bytes:,} non-torch "
@@ -763,7 +895,9 @@ def capacity_sweep(models: Iterable[Any], *, executor=None, output=None, store: 
 
 
 __all__ = [
+    "CALIBRATED_TERMS",
     "CAPACITY_COLUMNS",
+    "Calibration",
     "FILE_KEY_COLUMN",
     "CapacityReport",
     "capacity",

@@ -9,7 +9,8 @@
     kvexplore versions MODEL --vllm 0.33.0,0.34.0 [--gpu G ... --all --json]
     kvexplore edits MODEL [--lmcache 0.5.2 --registration legacy --gpu G ... --json]
     kvexplore matrix MODEL [--vllm 0.33.0,0.34.0 --lmcache 0.5.2,0.5.6 --registration legacy ... --json]
-    kvexplore capacity MODEL [--gpu G --gpu-memory-utilization 0.92 --max-model-len N --weight-bytes N --cpu-bytes-to-use N --extra JSON --json]
+    kvexplore capacity MODEL [--gpu G --gpu-memory-utilization 0.92 --max-model-len N --weight-bytes N --cpu-bytes-to-use N --extra JSON --calibration LOG --json]
+    kvexplore check-log server.log [--model PATH --gpu G --tp N ... --json]
 
 ``--gpu`` names the GPU (default H100); the other flags are vLLM's engine
 arguments and the fields of ``OffloadOptions``.  ``--verbose`` shows vLLM's
@@ -84,11 +85,14 @@ def _cli_int_or_none(text: str) -> int | None:
 _PARSERS = {"int": _cli_int, "float": _cli_float, "int_or_none": _cli_int_or_none, "str": str}
 
 
-def _add_plan_args(p: argparse.ArgumentParser, *, lists: bool = False) -> None:
-    """``MODEL``, ``--gpu`` and one option per ``PlanRequest`` field, made from
-    the field's metadata (flags, help, choices and how its text is read); for
-    a sweep (``lists``), the fields it can vary take comma-separated lists."""
-    p.add_argument("model", help="catalog id (see `kvexplore catalog`), config.json or its directory")
+def _add_plan_args(p: argparse.ArgumentParser, *, lists: bool = False,
+                   model: bool = True) -> None:
+    """``MODEL`` (with ``model``), ``--gpu`` and one option per ``PlanRequest``
+    field, made from the field's metadata (flags, help, choices and how its
+    text is read); for a sweep (``lists``), the fields it can vary take
+    comma-separated lists."""
+    if model:
+        p.add_argument("model", help="catalog id (see `kvexplore catalog`), config.json or its directory")
     p.add_argument("--gpu", default=None, help="GPU name or compute capability (see `kvexplore gpus`)")
     for f in keyword_fields():
         meta = f.metadata
@@ -401,12 +405,33 @@ def _offload_key(ns) -> dict:
     return answer_key(ns.model, {"offload": options}, **_kwargs(ns, _PLAN_KEYS))
 
 
-def _capacity_kwargs(ns) -> dict:
-    """``capacity()``'s keywords the flags give (the plan's and its own)."""
+def _capacity_kwargs(ns, *, calibrated: bool = True) -> dict:
+    """``capacity()``'s keywords the flags give (the plan's and its own);
+    ``--calibration LOG`` is :func:`kvexplore.calibrate` of that log (with
+    ``calibrated``)."""
     kwargs = _kwargs(ns, (*_PLAN_KEYS, *_CAPACITY_BYTES))
     if ns.offload_extra_config is not None:
         kwargs["offload_extra_config"] = _extra(ns.offload_extra_config)
+    if calibrated and ns.calibration is not None:
+        from kvexplore.logs.calibrating import calibrate
+
+        gpu = kwargs.get("gpu")
+        try:
+            kwargs["calibration"] = calibrate(ns.calibration, gpu=gpu)
+        except KVExploreError:  # the log's model is not one kvexplore finds: MODEL's
+            kwargs["calibration"] = calibrate(ns.calibration, model=ns.model, gpu=gpu)
     return kwargs
+
+
+def _log_digest(path: str) -> str:
+    """The SHA-256 of a log file's bytes (the store key of a calibration)."""
+    import hashlib
+
+    try:
+        return hashlib.sha256(open(path, "rb").read()).hexdigest()
+    except OSError as exc:
+        raise KVExploreError(f"--calibration {path!r} cannot be read ({exc}); expected a "
+                             "vLLM start-up log file") from None
 
 
 def _prompt_lengths(ns) -> list[int]:
@@ -416,9 +441,11 @@ def _prompt_lengths(ns) -> list[int]:
 def _capacity_key(ns) -> dict:
     """The store key of ``capacity``: the plan's (:func:`plan_key`), the
     capacity keywords given and the ``--prompt-tokens`` lengths (:func:`answer_key`)."""
-    kwargs = _capacity_kwargs(ns)
+    kwargs = _capacity_kwargs(ns, calibrated=False)
     planned = {k: v for k, v in kwargs.items() if k in _PLAN_KEYS}
     own = {k: v for k, v in kwargs.items() if k not in planned}
+    if ns.calibration is not None:
+        own["calibration_log"] = _log_digest(ns.calibration)
     return answer_key(ns.model, {"capacity": own, "prompt_tokens": _prompt_lengths(ns)}, **planned)
 
 
@@ -552,6 +579,17 @@ def cmd_capacity(ns) -> None:
     _answered(ns, compute)
 
 
+def cmd_check_log(ns) -> None:
+    """A vLLM start-up log checked line by line against kvexplore's plan of it."""
+    from kvexplore.logs.checking import check_log
+
+    result = check_log(ns.log, model=ns.model, gpu=ns.gpu, **_kwargs(ns, PLAN_KEYWORDS))
+    if ns.json:
+        _print_json(result.to_dict())
+    else:
+        print(result.text())
+
+
 def _finish(p: argparse.ArgumentParser, func) -> None:
     """The flags every subcommand ends with, and the function it runs."""
     p.add_argument("--json", action="store_true")
@@ -599,6 +637,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="kv_connector_extra_config of the CPU tier: a JSON object")
     k.add_argument("--prompt-tokens", dest="prompt_tokens", default=None,
                    help="comma-separated prompt lengths: tokens a repeat reuses")
+    k.add_argument("--calibration", default=None, help="a vLLM start-up log of this GPU: "
+                   "its measured memory terms (kvexplore.calibrate)")
     _finish(k, cmd_capacity)
     k.set_defaults(answer_from_store=answer_from_store)
     v = sub.add_parser("versions", help="one deployment across vLLM releases, side by side")
@@ -619,6 +659,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated LMCache releases (default: every one kvexplore knows)")
     m.add_argument("--registration", default="unified", choices=("unified", "legacy"))
     _finish(m, cmd_matrix)
+    g = sub.add_parser("check-log", help="a vLLM start-up log checked line by line against "
+                       "kvexplore's plan of the deployment it describes")
+    g.add_argument("log", help="the log file")
+    g.add_argument("--model", default=None, help="catalog id, config.json or its directory "
+                   "(default: the model the log names)")
+    _add_plan_args(g, model=False)  # --gpu (default: the card the log names) and plan flags
+                                    # over the log's
+    _finish(g, cmd_check_log)
     e = sub.add_parser("envs", help="one environment per vLLM release of the window (uv)")
     e.add_argument("releases", nargs="*", help="releases (default: the whole window)")
     e.add_argument("--create", action="store_true", help="create the missing environments")

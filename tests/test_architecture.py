@@ -22,6 +22,7 @@ STAGES = [
     ("editing", ["kvexplore.editing"]),
     ("offloading", ["kvexplore.offloading"]),
     ("capacity", ["kvexplore.capacity_planning"]),
+    ("logs", ["kvexplore.logs"]),
     ("rendering", ["kvexplore.rendering"]),
     ("versions", ["kvexplore.versions"]),
     ("explorer", ["kvexplore.explorer"]),

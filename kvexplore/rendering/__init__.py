@@ -6,14 +6,16 @@ Importing it registers :data:`FORMS` with :mod:`kvexplore.display`'s
 
 from __future__ import annotations
 
-from kvexplore.capacity_planning import CapacityReport
+from kvexplore.capacity_planning import Calibration, CapacityReport
 from kvexplore.display import figure_form, html_form, text_form
 from kvexplore.editing.roundtrip import RoundTripReport
 from kvexplore.editing.rules import EditResult
+from kvexplore.logs.checking import LogCheck
+from kvexplore.logs.reading import VllmLog
 from kvexplore.offloading.config import OffloadResult
 from kvexplore.offloading.sizing import ChunkSizes, HostSizing
 from kvexplore.planning.planner import Plan
-from kvexplore.rendering import capacity, editing, figures, html, layouts, offload
+from kvexplore.rendering import capacity, editing, figures, html, layouts, logs, offload
 
 FORMS = {
     Plan: (layouts.plan_text, html.plan_html, layouts.plan_figure),
@@ -26,6 +28,9 @@ FORMS = {
     OffloadResult: (offload.offload_text, offload.offload_html, offload.offload_figure),
     EditResult: (editing.edit_result_text, editing.edit_result_html, editing.edit_result_figure),
     RoundTripReport: (editing.roundtrip_text, editing.roundtrip_html, editing.roundtrip_figure),
+    VllmLog: (logs.log_text, logs.log_html, logs.log_figure),
+    LogCheck: (logs.check_text, logs.check_html, logs.check_figure),
+    Calibration: (logs.calibration_text, logs.calibration_html, logs.calibration_figure),
 }
 
 for _cls, (_text, _html, _figure) in FORMS.items():

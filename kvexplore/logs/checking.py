@@ -1,0 +1,589 @@
+"""A start-up log checked against kvexplore, line by line.
+
+:func:`check_log` plans the deployment a log describes
+(:mod:`kvexplore.logs.deployment`) with the installed vLLM, answers
+:func:`kvexplore.capacity` for it twice (from kvexplore's own memory
+estimates, and from the KV cache memory the log states), and sets each
+figure the log states beside kvexplore's: equal or not, and for each the
+term and the rule behind it (weights, total, activation peak, non-torch, CUDA
+graphs, block alignment, padding, group count, backend, layout, admission).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import pandas as pd
+
+from kvexplore.capacity_planning import CapacityReport, capacity, profile_estimates
+from kvexplore.display import Displayable
+from kvexplore.errors import KVExploreError
+from kvexplore.layout import GiB
+from kvexplore.logs.deployment import (
+    Deployment,
+    as_log,
+    printer,
+    resolve,
+    subtracts_cudagraphs,
+)
+from kvexplore.logs.reading import LogFigure, VllmLog
+from kvexplore.planning.planner import plan
+from kvexplore.planning.release import release_name
+
+#: Each memory term: (term, rule) for the comparison table.
+RULES = {
+    "total_memory_bytes": (
+        "total",
+        "torch.cuda.mem_get_info() total of the card; kvexplore: its reading in kvexplore.gpus()",
+    ),
+    "requested_memory_bytes": (
+        "total",
+        "ceil(total x gpu_memory_utilization) (worker/utils.py: request_memory)",
+    ),
+    "weight_bytes": (
+        "weights",
+        "torch memory the loaded model holds (gpu_model_runner.load_model); kvexplore: "
+        "parameters and buffers of vLLM's model built on the meta device, per rank",
+    ),
+    "activation_peak_bytes": (
+        "activation peak",
+        "peak of profile_run (dummy forward of max_num_batched_tokens, then the sampler); "
+        "kvexplore: the forward traced on meta tensors",
+    ),
+    "non_torch_bytes": (
+        "non-torch",
+        "memory_profiling's non-torch increase (cuBLAS, NCCL); kvexplore: a range from public logs",
+    ),
+    "cudagraph_bytes": (
+        "CUDA graphs",
+        "profile_cudagraph_memory; kvexplore: a range per captured size",
+    ),
+    "kv_cache_memory_bytes": (
+        "memory",
+        "determine_available_memory: requested - weights - activation peak - non-torch - "
+        "CUDA graphs",
+    ),
+    "attention_block_size": (
+        "block alignment",
+        "update_block_size_for_backend / _align_hybrid_block_size: the kernel alignment x "
+        "cdiv(Mamba page, alignment x attention bytes per token)",
+    ),
+    "mamba_padding_percent": (
+        "padding",
+        "the Mamba page padded to the attention page: (padded - page) / page",
+    ),
+    "kv_cache_group_block_sizes": (
+        "group count",
+        "get_kv_cache_groups: one group per spec kind and layer count (resolve_kv_cache_block_sizes)",
+    ),
+    "kv_lcm_block_size": (
+        "group count",
+        "the scheduler block: lcm of the groups' block sizes (resolve_kv_cache_block_sizes)",
+    ),
+    "attention_backend": ("backend", "the platform's get_attn_backend_cls for the GPU"),
+    "kv_cache_layout": ("layout", "resolve_kv_cache_layout over the model's backends"),
+    "num_gpu_blocks": (
+        "admission",
+        "get_kv_cache_configs: KV memory // bytes of one block id in the pool",
+    ),
+    "kv_cache_size_tokens": (
+        "admission",
+        "get_kv_cache_capacity: int(max_concurrency x max_model_len), Mamba blocks counted",
+    ),
+    "max_concurrency": (
+        "admission",
+        "get_max_concurrency_for_kv_cache_config: num_blocks / blocks one request pins",
+    ),
+    "estimated_max_model_len": (
+        "admission",
+        "_estimate_max_model_len_from_groups on the memory less the null block",
+    ),
+    "max_model_len": ("input", "planned as the log states it"),
+    "gpu_memory_utilization": ("input", "planned as the log states it"),
+    "equivalent_utilization": (
+        "CUDA graphs",
+        "round(gpu_memory_utilization - CUDA graphs / total, 4) (gpu_worker.py)",
+    ),
+}
+
+#: Figures whose kvexplore value depends on the KV memory (also answered from the log's).
+_MEMORY_DEPENDENT = (
+    "num_gpu_blocks",
+    "kv_cache_size_tokens",
+    "max_concurrency",
+    "estimated_max_model_len",
+)
+#: What kvexplore cannot answer when its own memory estimate refuses the deployment.
+_UNANSWERED = (
+    "total_memory_bytes",
+    "requested_memory_bytes",
+    "weight_bytes",
+    "activation_peak_bytes",
+    "non_torch_bytes",
+    "cudagraph_bytes",
+    "kv_cache_memory_bytes",
+    "num_gpu_blocks",
+    "kv_cache_size_tokens",
+    "max_concurrency",
+    "estimated_max_model_len",
+    "equivalent_utilization",
+)
+_MEMORY_TERMS = (
+    "total_memory_bytes",
+    "weight_bytes",
+    "activation_peak_bytes",
+    "non_torch_bytes",
+    "cudagraph_bytes",
+)
+COLUMNS = [
+    "figure",
+    "line",
+    "log",
+    "kvexplore",
+    "equal",
+    "kvexplore at the log's KV memory",
+    "term",
+    "rule",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogCheck(Displayable):
+    """A log's figures beside kvexplore's (:func:`check_log`).
+
+    ``rows`` has one row per figure the log states that kvexplore answers
+    (:data:`COLUMNS`: the log's value as printed, kvexplore's, ``equal``, the
+    value kvexplore finds from the log's own KV cache memory where that
+    applies, the ``term`` and its ``rule``).  ``report`` is kvexplore's
+    capacity from its own estimates, ``at_log_memory`` the one from the log's
+    KV cache memory (None when the log states none).  ``release`` is the
+    release that printed the log, ``installed`` the one that planned;
+    ``notes`` says how the deployment was read and what was not planned."""
+
+    log: VllmLog = field(repr=False)
+    deployment: Deployment = field(repr=False)
+    report: CapacityReport | None = field(repr=False)
+    at_log_memory: CapacityReport | None = field(repr=False)
+    rows: pd.DataFrame = field(repr=False, compare=False)
+    release: str | None
+    installed: str
+    notes: tuple[str, ...]
+    contradictions: pd.DataFrame = field(repr=False, compare=False)
+
+    @property
+    def plan(self):
+        """The plan kvexplore made of the log's deployment."""
+        return (self.report if self.report is not None else self.at_log_memory).plan
+
+    @property
+    def differences(self) -> pd.DataFrame:
+        """The rows where the log and kvexplore differ."""
+        return self.rows[self.rows.equal == False].reset_index(drop=True)  # noqa: E712
+
+    @property
+    def release_note(self) -> str:
+        if self.release is None:
+            return (
+                f"The log does not say which vLLM printed it; kvexplore planned with the "
+                f"installed {self.installed}."
+            )
+        if self.release == self.installed:
+            return f"The log was printed by vLLM {self.release}, the release installed here."
+        return (
+            f"The log was printed by vLLM {self.release}; kvexplore planned with the installed "
+            f"{self.installed}, so rules that moved between the two releases (block alignment, "
+            "CUDA-graph accounting, default block size and utilization) can differ for that "
+            "reason alone."
+        )
+
+    @cached_property
+    def memory_bars(self) -> pd.DataFrame:
+        """Bytes per memory term, the log's (stated, or the residual it
+        implies for the terms it does not state, from the card's total as the
+        log or kvexplore gives it) beside kvexplore's (its estimates, each
+        term's high end, when its own answer refuses the deployment): the
+        figure's data."""
+        r = self.report
+        log = self.log
+        p = self.plan
+        names = (
+            "weight_bytes",
+            "activation_peak_bytes",
+            "non_torch_bytes",
+            "cudagraph_bytes",
+        )
+        if r is not None:
+            ours = {n: getattr(r, n) for n in names}
+            ours["kv_cache_memory_bytes"] = r.kv_cache_memory
+        else:
+            ours = {n: high for n, (_, high, _) in profile_estimates(p).items()}
+            ours["kv_cache_memory_bytes"] = None
+        stated = {
+            n: _value(log, n)
+            for n in (
+                *names,
+                "kv_cache_memory_bytes",
+                "requested_memory_bytes",
+                "total_memory_bytes",
+            )
+        }
+        util = _value(log, "gpu_memory_utilization") or p.gpu_memory_utilization
+        requested = stated["requested_memory_bytes"]
+        if requested is None:
+            total = stated["total_memory_bytes"] or p.gpu.total_memory_range[0]
+            requested = math.ceil(total * util)
+        rows = [{"term": n, "log": stated[n], "kvexplore": ours[n]} for n in names]
+        known = sum(v for n, v in stated.items() if n in names and v is not None)
+        residual = None
+        if stated["kv_cache_memory_bytes"] is not None:
+            residual = requested - known - stated["kv_cache_memory_bytes"]
+        rows.append(
+            {"term": "not stated (residual)", "log": residual, "kvexplore": None}
+        )
+        rows.append(
+            {
+                "term": "kv_cache_memory_bytes",
+                "log": stated["kv_cache_memory_bytes"],
+                "kvexplore": ours["kv_cache_memory_bytes"],
+            }
+        )
+        rows.append({"term": "requested", "log": requested, "kvexplore": requested})
+        return pd.DataFrame(rows, columns=["term", "log", "kvexplore"])
+
+    def explain(self) -> str:
+        lines = [self.release_note, *self.notes]
+        for row in self.rows.itertuples(index=False):
+            verdict = {True: "equal", False: "differs", None: "not compared"}[row.equal]
+            lines.append(
+                f"{row.figure} (line {row.line}): log {row.log}, kvexplore {row.kvexplore}"
+                f" -> {verdict}; {row.term}: {row.rule}"
+            )
+        for row in self.contradictions.itertuples(index=False):
+            lines.append(f"contradiction in the log: {row.figure}: {row.values}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "release": self.release,
+            "installed": self.installed,
+            "notes": list(self.notes),
+            "rows": [
+                {k: _plain(v) for k, v in r.items()}
+                for r in self.rows.to_dict("records")
+            ],
+            "contradictions": self.contradictions.to_dict("records"),
+        }
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return list(value)
+    if hasattr(value, "item"):
+        return value.item()
+    return value
+
+
+def _value(log: VllmLog, name: str) -> Any:
+    """The log's value of ``name``, None when absent or contradicted."""
+    try:
+        return log.get(name)
+    except KVExploreError:
+        return None
+
+
+def _show(name: str, value: Any) -> str:
+    if value is None:
+        return ""
+    if name.endswith("_bytes"):
+        return f"{value / GiB:.2f} GiB"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def _kvexplore_values(r: CapacityReport) -> dict[str, Any]:
+    p = r.plan
+    out: dict[str, Any] = {
+        "total_memory_bytes": r.total_memory_bytes,
+        "requested_memory_bytes": r.requested_memory_bytes,
+        "weight_bytes": r.weight_bytes,
+        "activation_peak_bytes": r.activation_peak_bytes,
+        "non_torch_bytes": r.non_torch_bytes,
+        "cudagraph_bytes": r.cudagraph_bytes,
+        "kv_cache_memory_bytes": r.kv_cache_memory,
+        "attention_block_size": p.block_size,
+        "kv_cache_group_block_sizes": tuple(
+            int(g.kv_cache_spec.block_size) for g in p.groups
+        ),
+        "kv_lcm_block_size": r.scheduler_block_size,
+        "attention_backend": p.attention_backend,
+        "kv_cache_layout": p.kv_cache_layout_name or None,
+        "num_gpu_blocks": r.num_blocks,
+        "kv_cache_size_tokens": r.kv_cache_size_tokens,
+        "max_concurrency": round(r.max_concurrency, 2),
+        "estimated_max_model_len": r.largest_max_model_len,
+        "max_model_len": r.max_model_len,
+        "gpu_memory_utilization": r.gpu_memory_utilization,
+    }
+    if p.mamba_page_size and p.mamba_page_size_padded:
+        out["mamba_padding_percent"] = round(
+            (p.mamba_page_size_padded - p.mamba_page_size) / p.mamba_page_size * 100, 2
+        )
+    if r.total_memory_bytes:
+        out["equivalent_utilization"] = round(
+            r.gpu_memory_utilization - r.cudagraph_bytes / r.total_memory_bytes, 4
+        )
+    return out
+
+
+def _equal(name: str, figure, ours: Any, r: CapacityReport) -> bool | None:
+    if ours is None:
+        return None
+    value = figure.value
+    if name == "kv_cache_memory_bytes":
+        low, high = r.kv_cache_memory_range
+        return low - figure.resolution <= value <= high + figure.resolution
+    if name == "total_memory_bytes":
+        low, high = r.plan.gpu.total_memory_range
+        return low - figure.resolution <= value <= high + figure.resolution
+    if isinstance(value, float) or name.endswith("_bytes"):
+        return abs(float(value) - float(ours)) <= max(figure.resolution, 1e-9)
+    if isinstance(value, str) or isinstance(ours, str):
+        return str(value).upper() == str(ours).upper()
+    return value == ours
+
+
+def _first(log: VllmLog, name: str) -> LogFigure | None:
+    """The log's first statement of ``name``; for the activation peak, V0's
+    ``peak_torch_memory`` less the weights when the log states no activation
+    peak of its own."""
+    figure = log.first(name)
+    if figure is not None or name != "activation_peak_bytes":
+        return figure
+    peak, weights = log.first("peak_torch_bytes"), log.first("weight_bytes")
+    if peak is None or weights is None:
+        return None
+    return LogFigure(
+        name,
+        peak.value - weights.value,
+        f"{(peak.value - weights.value) / GiB:.2f} GiB (peak_torch_memory {peak.text} less the "
+        "weights)",
+        peak.line,
+        peak.source,
+        peak.process,
+        peak.where,
+        peak.resolution + weights.resolution,
+    )
+
+
+def _term_of_memory_difference(log: VllmLog, ours: dict, r: CapacityReport) -> str:
+    """Which terms make the KV memory differ: those the log states that
+    differ (with the difference), and the residual the log implies for the
+    terms it does not state beside kvexplore's estimate of them."""
+    parts, unstated = [], []
+    stated_sum = 0
+    for name in _MEMORY_TERMS[1:]:
+        figure = _first(log, name)
+        if figure is None:
+            unstated.append(name)
+            continue
+        stated_sum += figure.value
+        if not _equal(name, figure, ours[name], r):
+            parts.append(
+                f"{RULES[name][0]} ({(figure.value - ours[name]) / GiB:+.2f} GiB in the log)"
+            )
+    kv = _value(log, "kv_cache_memory_bytes")
+    requested = _value(log, "requested_memory_bytes")
+    total = _value(log, "total_memory_bytes")
+    util = _value(log, "gpu_memory_utilization") or r.gpu_memory_utilization
+    if requested is None:
+        requested = round((total or r.total_memory_bytes) * util)
+    if unstated and kv is not None:
+        residual = requested - stated_sum - kv
+        estimate = sum(ours[name] for name in unstated)
+        parts.append(
+            f"{', '.join(RULES[n][0] for n in unstated)}, which the log does not state: it implies "
+            f"{residual / GiB:.2f} GiB for them"
+            + (
+                ""
+                if total or _value(log, "requested_memory_bytes")
+                else " (with kvexplore's total for the card)"
+            )
+            + f", kvexplore estimates {estimate / GiB:.2f} GiB"
+        )
+    return "memory: " + "; ".join(parts)
+
+
+def _equal_at_log(name: str, figure, at: Any, log: VllmLog) -> bool:
+    """Whether ``figure`` equals kvexplore's value ``at`` the log's KV cache
+    memory, within what the memory's printed precision moves it (the log's
+    ``X.XX GiB`` is +-0.005 GiB; blocks, tokens and concurrency scale with it)."""
+    kv = log.first("kv_cache_memory_bytes")
+    share = kv.resolution / kv.value if kv is not None and kv.value else 0.0
+    slack = abs(float(at)) * share + figure.resolution
+    if name in ("num_gpu_blocks", "kv_cache_size_tokens", "estimated_max_model_len"):
+        slack += 1
+    return abs(float(figure.value) - float(at)) <= slack
+
+
+def _row(name, figure, ours, at, equal, term, rule) -> dict[str, Any]:
+    return {
+        "figure": name,
+        "line": figure.line,
+        "log": figure.text,
+        "kvexplore": _show(name, ours.get(name))
+        if ours.get(name) is not None
+        else "not answered",
+        "equal": equal,
+        "kvexplore at the log's KV memory": _show(name, at),
+        "term": term,
+        "rule": rule,
+    }
+
+
+def _group_aware_tokens(log: VllmLog) -> bool:
+    """Whether the log's ``GPU KV cache size`` is ``int(max_concurrency x
+    max_model_len)`` (vLLM's group-aware ``get_kv_cache_capacity``) within the
+    concurrency's printed precision; True when it cannot tell."""
+    tokens, conc = log.first("kv_cache_size_tokens"), log.first("max_concurrency")
+    length = _value(log, "max_model_len")
+    if tokens is None or conc is None or length is None:
+        return True
+    slack = conc.resolution * length + 1
+    return abs(tokens.value - conc.value * length) <= slack
+
+
+def check_log(log: Any, model: Any = None, gpu: Any = None, **overrides) -> LogCheck:
+    """Check a start-up log (a :class:`VllmLog`, its text or its path) against
+    kvexplore's plan of the deployment it describes.
+
+    ``model`` (a catalog id, ``config.json`` or its directory; default: the
+    model the log names, if kvexplore can find it), ``gpu`` (default: the card
+    the log names) and ``overrides`` (``plan()`` keywords, over the log's)
+    choose what is planned; a missing model or GPU is a
+    :class:`KVExploreError` naming what to give.  Planned with the installed
+    vLLM (:attr:`LogCheck.release_note` says when the log names another)."""
+    log = as_log(log)
+    dep = resolve(log, model, gpu, dict(overrides))
+    kwargs = dict(dep.plan_kwargs)
+    notes = list(dep.notes)
+    extra: dict[str, Any] = {}
+    if dep.enforce_eager:
+        extra["cudagraph_bytes"] = 0
+        notes.append(
+            "enforce_eager=True: no CUDA graphs, kvexplore's CUDA-graph term is 0"
+        )
+    elif subtracts_cudagraphs(log) is False:
+        extra["cudagraph_bytes"] = 0
+        notes.append(
+            f"{printer(log)} does not subtract CUDA graphs from the KV memory (the "
+            "estimate is the default from v0.21.0): kvexplore's CUDA-graph term is 0, as "
+            "that release accounts it"
+        )
+    log_kv = _value(log, "kv_cache_memory_bytes")
+    report = None
+    refusal = None
+    try:
+        report = capacity(dep.model, gpu=dep.gpu, **extra, **kwargs)
+    except KVExploreError as exc:
+        refusal = exc
+        if "quantization" in kwargs:
+            q = kwargs.pop("quantization")
+            notes.append(
+                f"quantization={q!r}: not planned ({exc}); weights differ from the log's"
+            )
+            try:
+                report = capacity(dep.model, gpu=dep.gpu, **extra, **kwargs)
+                refusal = None
+            except KVExploreError as again:
+                refusal = again
+    if report is None:
+        if log_kv is None:
+            raise refusal
+        notes.append(
+            f"kvexplore's own memory estimate refuses this deployment ({refusal}); the "
+            "figures that depend on memory are answered at the log's KV cache memory only"
+        )
+    at_log = None
+    if log_kv is not None:
+        base = (
+            report.plan
+            if report is not None
+            else plan(dep.model, gpu=dep.gpu, **kwargs)
+        )
+        at_log = capacity(base.replace(kv_cache_memory_bytes=int(log_kv)))
+    theirs = _kvexplore_values(at_log) if at_log is not None else {}
+    if report is not None:
+        ours = _kvexplore_values(report)
+    else:
+        ours = {k: (None if k in _UNANSWERED else v) for k, v in theirs.items()}
+    report_or_log = report if report is not None else at_log
+    rows = []
+    contradicted = set(log.contradictions.figure)
+    for name, (term, rule) in RULES.items():
+        figure = _first(log, name)
+        if figure is None:
+            continue
+        if name in contradicted:
+            rows.append(
+                {
+                    "figure": name,
+                    "line": figure.line,
+                    "log": "contradicts itself",
+                    "kvexplore": _show(name, ours.get(name)),
+                    "equal": None,
+                    "kvexplore at the log's KV memory": "",
+                    "term": term,
+                    "rule": "not compared: the log states two values (see contradictions)",
+                }
+            )
+            continue
+        at = theirs.get(name) if name in _MEMORY_DEPENDENT else None
+        if ours.get(name) is None and at is not None:
+            # answered at the log's memory only
+            equal = _equal_at_log(name, figure, at, log)
+        else:
+            equal = _equal(name, figure, ours.get(name), report_or_log)
+        if name == "kv_cache_size_tokens" and not _group_aware_tokens(log):
+            blocks = at_log if at_log is not None else report
+            term = (
+                "admission: this log's 'GPU KV cache size' is not max_concurrency x "
+                "max_model_len; its release prints num_blocks x block_size"
+                + (
+                    f" (kvexplore's at the log's memory: {blocks.num_blocks * blocks.block_size:,})"
+                    if blocks is not None
+                    else ""
+                )
+            )
+            rows.append(_row(name, figure, ours, at, equal, term, rule))
+            continue
+        if name == "kv_cache_memory_bytes" and equal is False:
+            term = _term_of_memory_difference(log, ours, report_or_log)
+        elif name in _MEMORY_DEPENDENT and equal is False and at is not None:
+            if ours.get(name) is not None and _equal_at_log(name, figure, at, log):
+                term = "memory (equal at the log's KV memory, within its printed precision)"
+            else:
+                term = (
+                    "admission (differs at the log's KV memory too: blocks per request)"
+                )
+        rows.append(_row(name, figure, ours, at, equal, term, rule))
+    table = pd.DataFrame(rows, columns=COLUMNS)
+    return LogCheck(
+        log=log,
+        deployment=dep,
+        report=report,
+        at_log_memory=at_log,
+        rows=table,
+        release=log.release,
+        installed=release_name().removeprefix("vLLM "),
+        notes=tuple(notes),
+        contradictions=log.contradictions,
+    )
+
+
+__all__ = ["COLUMNS", "RULES", "LogCheck", "check_log"]

@@ -831,7 +831,64 @@ def _dense_row(plane: torch.Tensor) -> bool:
     )
 
 
-class SubpagedAttentionInterleavedPlaneViewEdit(_ReasonedEdit):
+class _KVPlanesEdit(_ReasonedEdit):
+    """What the two (K, V)-plane rules share: a pair of ``[pages,
+    kernel_block, heads, head_size]`` planes whose kernel block divides the
+    logical block, and the tiling check of ``apply`` (the span of ``ratio``
+    kernel pages, :meth:`span`, against the page, :meth:`page`)."""
+
+    def __init__(self, *, slot_compression: object = None):
+        self.slot_compression = slot_compression or NEWEST_STABLE
+
+    def _pair(self, spec: KVCacheSpec, kv_cache: RegisteredKVCache):
+        """``(K, V, ratio)``, or why the value is no sub-paged (K, V) pair."""
+        planes = _kv_planes(kv_cache)
+        if planes is None:
+            return f"registered value is {describe(kv_cache)}, not a (K, V) pair"
+        ratio = _plane_ratio(spec, *planes, self.slot_compression)
+        return ratio if isinstance(ratio, str) else (*planes, ratio)
+
+    @staticmethod
+    def span(k: torch.Tensor, ratio: int) -> int:
+        """Bytes of one logical block's K and V kernel pages."""
+        raise NotImplementedError
+
+    @staticmethod
+    def page(spec: KVCacheSpec) -> int:
+        """The page bytes those kernel pages must tile."""
+        return spec_page_bytes(spec)
+
+    def _tiled(self, spec: KVCacheSpec, kv_cache: RegisteredKVCache):
+        """``(K, V, ratio)`` for ``apply``, refused unless the kernel pages
+        tile the page and the page count is whole blocks."""
+        planes = _kv_planes(kv_cache)
+        if planes is None:
+            raise KVExploreError(
+                f"attention layer registered as {describe(kv_cache)}; expected a (K, V) pair"
+            )
+        k, v = planes
+        logical, kernel = spec.block_size, k.shape[1]
+        if kernel <= 0 or logical % kernel:
+            raise KVExploreError(
+                f"logical block of {logical} rows is not a multiple of the kernel "
+                f"block of {kernel} rows; expected whole kernel pages"
+            )
+        ratio = logical // kernel
+        span, page = self.span(k, ratio), self.page(spec)
+        if span != page:
+            raise KVExploreError(
+                f"{ratio} kernel pages of K and V ({span} bytes) do not tile the "
+                f"logical page ({page} bytes); expected an exact tiling"
+            )
+        if k.shape[0] % ratio:
+            raise KVExploreError(
+                f"kernel page count {k.shape[0]} is not a multiple of the "
+                f"logical/kernel block ratio {ratio}; expected whole logical blocks"
+            )
+        return k, v, ratio
+
+
+class SubpagedAttentionInterleavedPlaneViewEdit(_KVPlanesEdit):
     """Interleaved (K, V) kernel pages -> one logical page per block
     (``subpaged-attention-interleaved-plane-view``).
 
@@ -846,17 +903,15 @@ class SubpagedAttentionInterleavedPlaneViewEdit(_ReasonedEdit):
     name = "subpaged-attention-interleaved-plane-view"
     era = "legacy"
 
-    def __init__(self, *, slot_compression: object = None):
-        self.slot_compression = slot_compression or NEWEST_STABLE
+    @staticmethod
+    def span(k: torch.Tensor, ratio: int) -> int:
+        return ratio * k.stride(0) * k.element_size()
 
     def why_not(self, spec: KVCacheSpec, kv_cache: RegisteredKVCache) -> str | None:
-        planes = _kv_planes(kv_cache)
-        if planes is None:
-            return f"registered value is {describe(kv_cache)}, not a (K, V) pair"
-        k, v = planes
-        ratio = _plane_ratio(spec, k, v, self.slot_compression)
-        if isinstance(ratio, str):
-            return ratio
+        pair = self._pair(spec, kv_cache)
+        if isinstance(pair, str):
+            return pair
+        k, v, ratio = pair
         if not (_dense_row(k) and _dense_row(v)):
             return "K or V rows are not dense [kernel_block, heads, head_size]"
         row_elems = math.prod(k.shape[1:])
@@ -870,8 +925,11 @@ class SubpagedAttentionInterleavedPlaneViewEdit(_ReasonedEdit):
             return "V does not start one row after K"
         if v.data_ptr() - k.data_ptr() != row_bytes:
             return "V does not start one row after K"
-        if step * ratio != spec_page_bytes(spec):
-            return f"{ratio} kernel pages of {step} B do not span the {spec_page_bytes(spec)}-byte page"
+        if self.span(k, ratio) != self.page(spec):
+            return (
+                f"{ratio} kernel pages of {step} B do not span the "
+                f"{self.page(spec)}-byte page"
+            )
         return None
 
     def apply(
@@ -881,35 +939,11 @@ class SubpagedAttentionInterleavedPlaneViewEdit(_ReasonedEdit):
         *,
         kv_layout: str | None = None,
     ) -> torch.Tensor:
-        planes = _kv_planes(kv_cache)
-        if planes is None:
-            raise KVExploreError(
-                f"attention layer registered as {describe(kv_cache)}; expected a (K, V) pair"
-            )
-        k = planes[0]
-        logical, kernel = spec.block_size, k.shape[1]
-        if kernel <= 0 or logical % kernel:
-            raise KVExploreError(
-                f"logical block of {logical} rows is not a multiple of the kernel "
-                f"block of {kernel} rows; expected whole kernel pages"
-            )
-        ratio = logical // kernel
-        page = spec_page_bytes(spec)
-        span = ratio * k.stride(0) * k.element_size()
-        if span != page:
-            raise KVExploreError(
-                f"{ratio} interleaved kernel pages ({span} bytes) do not tile the "
-                f"logical page ({page} bytes); expected an exact tiling"
-            )
-        if k.shape[0] % ratio:
-            raise KVExploreError(
-                f"kernel page count {k.shape[0]} is not a multiple of the "
-                f"logical/kernel block ratio {ratio}; expected whole logical blocks"
-            )
-        return _page_view(k, k.shape[0] // ratio, logical, page)
+        k, _, ratio = self._tiled(spec, kv_cache)
+        return _page_view(k, k.shape[0] // ratio, spec.block_size, self.page(spec))
 
 
-class SubpagedAttentionContiguousPlaneViewEdit(_ReasonedEdit):
+class SubpagedAttentionContiguousPlaneViewEdit(_KVPlanesEdit):
     """Two dense kernel-paged planes -> each at the logical block
     (``subpaged-attention-contiguous-plane-view``).
 
@@ -923,24 +957,25 @@ class SubpagedAttentionContiguousPlaneViewEdit(_ReasonedEdit):
     name = "subpaged-attention-contiguous-plane-view"
     era = "legacy"
 
-    def __init__(self, *, slot_compression: object = None):
-        self.slot_compression = slot_compression or NEWEST_STABLE
+    @staticmethod
+    def span(k: torch.Tensor, ratio: int) -> int:
+        return 2 * ratio * math.prod(k.shape[1:]) * k.element_size()
+
+    @staticmethod
+    def page(spec: KVCacheSpec) -> int:
+        return _unpadded_page_bytes(spec)
 
     def why_not(self, spec: KVCacheSpec, kv_cache: RegisteredKVCache) -> str | None:
-        planes = _kv_planes(kv_cache)
-        if planes is None:
-            return f"registered value is {describe(kv_cache)}, not a (K, V) pair"
-        k, v = planes
-        ratio = _plane_ratio(spec, k, v, self.slot_compression)
-        if isinstance(ratio, str):
-            return ratio
+        pair = self._pair(spec, kv_cache)
+        if isinstance(pair, str):
+            return pair
+        k, v, ratio = pair
         if not (k.is_contiguous() and v.is_contiguous()):
             return "K or V is not contiguous"
-        row_bytes = math.prod(k.shape[1:]) * k.element_size()
-        if 2 * row_bytes * ratio != _unpadded_page_bytes(spec):
+        if self.span(k, ratio) != self.page(spec):
             return (
-                f"{ratio} kernel pages of K and V ({2 * row_bytes * ratio} B) do not "
-                f"tile the {_unpadded_page_bytes(spec)}-byte unpadded page"
+                f"{ratio} kernel pages of K and V ({self.span(k, ratio)} B) do not "
+                f"tile the {self.page(spec)}-byte unpadded page"
             )
         return None
 
@@ -951,32 +986,8 @@ class SubpagedAttentionContiguousPlaneViewEdit(_ReasonedEdit):
         *,
         kv_layout: str | None = None,
     ) -> list[torch.Tensor]:
-        planes = _kv_planes(kv_cache)
-        if planes is None:
-            raise KVExploreError(
-                f"attention layer registered as {describe(kv_cache)}; expected a (K, V) pair"
-            )
-        k, v = planes
-        logical, kernel = spec.block_size, k.shape[1]
-        if kernel <= 0 or logical % kernel:
-            raise KVExploreError(
-                f"logical block of {logical} rows is not a multiple of the kernel "
-                f"block of {kernel} rows; expected whole kernel pages"
-            )
-        ratio = logical // kernel
-        row_bytes = math.prod(k.shape[1:]) * k.element_size()
-        page = _unpadded_page_bytes(spec)
-        if 2 * row_bytes * ratio != page:
-            raise KVExploreError(
-                f"{ratio} kernel pages of K and V ({2 * row_bytes * ratio} bytes) do "
-                f"not tile the logical page ({page} bytes); expected an exact tiling"
-            )
-        if k.shape[0] % ratio:
-            raise KVExploreError(
-                f"kernel page count {k.shape[0]} is not a multiple of the "
-                f"logical/kernel block ratio {ratio}; expected whole logical blocks"
-            )
-        shape = (k.shape[0] // ratio, logical, k.shape[2], k.shape[3])
+        k, v, ratio = self._tiled(spec, kv_cache)
+        shape = (k.shape[0] // ratio, spec.block_size, k.shape[2], k.shape[3])
         return [k.view(shape), v.view(shape)]
 
 

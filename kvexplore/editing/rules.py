@@ -849,9 +849,9 @@ class _KVPlanesEdit(_ReasonedEdit):
         return ratio if isinstance(ratio, str) else (*planes, ratio)
 
     @staticmethod
+    @abstractmethod
     def span(k: torch.Tensor, ratio: int) -> int:
         """Bytes of one logical block's K and V kernel pages."""
-        raise NotImplementedError
 
     @staticmethod
     def page(spec: KVCacheSpec) -> int:

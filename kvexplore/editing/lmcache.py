@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kvexplore.errors import KVExploreError
@@ -134,10 +135,11 @@ _NEW_SLOT_COMPRESSION = (
 )
 
 
-def _options(**rules: dict) -> FrozenDict:
-    return FrozenDict(
-        {name.replace("_", "-"): FrozenDict(kw) for name, kw in rules.items()}
-    )
+def _options(base: Mapping | None = None, **rules: dict) -> FrozenDict:
+    """``base`` with the variants of ``rules`` (``mamba_page_view=`` for
+    ``mamba-page-view``) replaced: each release states what it changed."""
+    changed = {name.replace("_", "-"): FrozenDict(kw) for name, kw in rules.items()}
+    return FrozenDict({**(base or {}), **changed})
 
 
 _A = dict(
@@ -150,20 +152,17 @@ _A = dict(
 _B = dict(
     rules=_FOUR_RULES,
     options=_options(
+        _A["options"],
         mamba_unified_view={"tiling": "reshape", "hints": ("NHD", "HND")},
         mamba_page_view={"values": "list", "conv_at_storage_start": True},
         subpaged_mla_attention_view={"rows": "block"},
-        subpaged_attention_view={"ranks": (5,)},
     ),
     layout_hint="vllm-getter",
 )
 _C = dict(
     _B,
     options=_options(
-        mamba_unified_view={"tiling": "aligned", "hints": ("NHD", "HND")},
-        mamba_page_view={"values": "list", "conv_at_storage_start": True},
-        subpaged_mla_attention_view={"rows": "block"},
-        subpaged_attention_view={"ranks": (5,)},
+        _B["options"], mamba_unified_view={"tiling": "aligned", "hints": ("NHD", "HND")}
     ),
     snapshot_modes=("align", "all"),
     layout_hint="translated",
@@ -171,11 +170,11 @@ _C = dict(
 _D = dict(
     _C,
     options=_options(
+        _C["options"],
         mamba_unified_view={
             "tiling": "aligned",
             "hints": ("NHD", "HND", "BLHNC", "BLNHC"),
         },
-        mamba_page_view={"values": "list", "conv_at_storage_start": True},
         subpaged_mla_attention_view={"rows": "states"},
         subpaged_attention_view={"ranks": (4, 5)},
     ),
@@ -186,13 +185,8 @@ _E = dict(
     _D,
     rules=_SEVEN_RULES,
     options=_options(
-        mamba_unified_view={
-            "tiling": "aligned",
-            "hints": ("NHD", "HND", "BLHNC", "BLNHC"),
-        },
+        _D["options"],
         mamba_page_view={"values": "page-strided", "conv_at_storage_start": False},
-        subpaged_mla_attention_view={"rows": "states"},
-        subpaged_attention_view={"ranks": (4, 5)},
     ),
     prerelease=True,
 )

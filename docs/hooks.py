@@ -218,8 +218,6 @@ def _api_pages() -> dict[str, str]:
             body += [
                 f"## `kvexplore.{name}` {{#kvexplore.{name} }}",
                 "",
-                f"Defined in `{path.rsplit('.', 1)[0]}`.",
-                "",
                 f"::: {path}",
                 "",
             ]
@@ -304,11 +302,15 @@ def on_page_content(html, page, config, files):
     and the table of contents pointed at the ids its headings carry
     (mkdocs-jupyter slugs its table of contents from the headings' text
     without their code spans, nbconvert slugs the ids with them): the n-th
-    entry is the n-th heading, when the counts agree."""
+    entry is the n-th heading, when the counts agree; the page's title is its
+    first heading's whole text (code spans too)."""
     if page.file.src_uri.endswith(".ipynb"):
         html = WIDGET_VIEW.sub(
             WIDGET_NOTE, WIDGET_STATE.sub("", WIDGET_LOADER.sub("", html))
         )
+        h1 = re.search(r"<h1[^>]*>(.*?)</h1>", html, re.S)
+        if h1:  # the whole heading, code spans included
+            page.title = re.sub(r"<[^>]+>|&para;|¶", "", h1[1]).strip()
         ids = HEADING_ID.findall(html)
         items = list(_toc_items(page.toc))
         if len(ids) == len(items):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from pathlib import Path
 
 import griffe
@@ -251,6 +252,10 @@ PAGES: dict[str, str] = {}
 
 
 def on_config(config):
+    # the site documents the kvexplore beside this file, whatever else is
+    # installed (MkDocs restores sys.path after loading a hook, so here)
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
     from kvexplore.planning.release import window_text
 
     PAGES.clear()

@@ -6,4 +6,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q -e ".[docs]" -c scripts/default-release.txt
-python3 -m mkdocs build --strict "$@"
+# (quiet Material's notice about its successor; it changes nothing built)
+NO_MKDOCS_2_WARNING=1 python3 -m mkdocs build --strict "$@"

@@ -403,24 +403,21 @@ class _Facts:
 
 def _plan_facts(p: Plan) -> _Facts:
     """vLLM's scheduler ``KVCacheConfig`` of ``p``, the bytes one block id
-    costs in the pool (``_pool_bytes_per_block_from_builder``, one probe
-    block placed) and the prefix-cache block sizes."""
+    costs in the pool (:func:`kvexplore.planning.release.pool_bytes_per_block`,
+    the release's own divisor) and the prefix-cache block sizes."""
     from vllm.v1.core.kv_cache_utils import (
         generate_scheduler_kv_cache_config,
-        resolve_cache_hit_alignment_tokens,
         resolve_kv_cache_block_sizes,
     )
 
     from kvexplore.planning.emulation import emulate
 
-    kcp, get_kv_cache_config_builder = release.capacity_functions()
     vc = p.vllm_config
     cfg = generate_scheduler_kv_cache_config([p.kv_cache_config])
     with emulate(p.gpu, meta_tensors=False):
-        builder = get_kv_cache_config_builder(vc)
-        pool = kcp._pool_bytes_per_block_from_builder(builder, vc, list(cfg.kv_cache_groups))
+        pool = release.pool_bytes_per_block(vc, list(cfg.kv_cache_groups))
     scheduler_bs, hash_bs = resolve_kv_cache_block_sizes(cfg, vc)
-    alignment = resolve_cache_hit_alignment_tokens(cfg, vc, scheduler_bs, hash_bs)
+    alignment = release.cache_hit_alignment_tokens(cfg, vc, scheduler_bs, hash_bs)
     return _Facts(vc, cfg, int(pool), int(scheduler_bs), int(hash_bs), int(alignment))
 
 
@@ -441,7 +438,6 @@ def _vllm_answers(p: Plan, available: int) -> dict[str, Any]:
     computed once per plan."""
     from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity
 
-    release.capacity_functions()  # refuses a release without the pool arithmetic
     f = per_plan(p, ("capacity",), lambda: _plan_facts(p))
     vc, cc, groups = f.vc, f.vc.cache_config, list(f.cfg.kv_cache_groups)
     mml = vc.model_config.max_model_len

@@ -12,10 +12,11 @@ fit, what a repeated prompt reuses, and what the CPU tier holds.
    CUDA-graph estimate, each of the last three an overridable ESTIMATE with its
    source (:func:`profile_estimates`, :mod:`kvexplore.planning.profile`).
    ``kv_cache_memory_bytes`` skips all of it, as vLLM's ``--kv-cache-memory-bytes`` does.
-3. Blocks, tokens and concurrency through vLLM's own functions: ``num_blocks``
-   = memory // the pool bytes of one block id, as ``kv_cache_planning.py:
-   get_kv_cache_configs`` divides; ``kv_cache_utils.py: get_kv_cache_capacity``
-   for the logged ``GPU KV cache size: N tokens`` and ``Maximum concurrency``;
+3. Blocks, tokens and concurrency through vLLM's own functions, wherever the
+   release keeps them (:mod:`kvexplore.planning.release`): ``num_blocks``
+   = memory // the pool bytes of one block id, as ``get_kv_cache_configs``
+   (``kv_cache_planning.py``; before 0.33, ``kv_cache_utils.py``) divides;
+   ``kv_cache_utils.py: get_kv_cache_capacity`` for the logged ``GPU KV cache size: N tokens`` and ``Maximum concurrency``;
    ``_estimate_max_model_len_from_groups`` for the largest ``max_model_len``
    that fits, the estimate vLLM prints when a length does not fit.
 4. Prefix caching (``kv_cache_manager.py: get_computed_blocks``, the
@@ -652,6 +653,8 @@ def _warnings(f: _Facts, admission_message: str | None) -> list[str]:
 
 def _derivation(r: CapacityReport) -> dict[str, str]:
     p = r.plan
+    # where the release keeps get_kv_cache_configs and its pool arithmetic
+    planning_file = release.kv_cache_planning().__name__.rsplit(".", 1)[-1] + ".py"
     out: dict[str, str] = {}
     if r.kv_cache_memory_given:
         out["kv_cache_memory"] = r.sources["kv_cache_memory"]
@@ -674,7 +677,7 @@ def _derivation(r: CapacityReport) -> dict[str, str]:
         )
     out["num_blocks"] = (
         f"{r.num_blocks:,} = {r.kv_cache_memory:,} // {r.bytes_per_block:,} B per block id "
-        f"(kv_cache_planning.py: get_kv_cache_configs; one block id = one page in every "
+        f"({planning_file}: get_kv_cache_configs; one block id = one page in every "
         f"tensor of the shared pool)"
     )
     rows = r.group_table
@@ -698,7 +701,7 @@ def _derivation(r: CapacityReport) -> dict[str, str]:
     )
     out["largest_max_model_len"] = (
         f"{r.largest_max_model_len:,}: binary search up to the model's "
-        f"{r.model_max_model_len:,} (kv_cache_planning.py: _estimate_max_model_len_from_groups, "
+        f"{r.model_max_model_len:,} ({planning_file}: _estimate_max_model_len_from_groups, "
         "on the memory less the null block)"
     )
     dcp = p.decode_context_parallel_size

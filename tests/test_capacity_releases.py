@@ -87,6 +87,10 @@ def test_capacity_is_the_releases_own_sizing(model, gpu):
         vc.cache_config.kv_cache_max_concurrency, rel=1e-12
     )
     assert r.admitted and r.admission_message is None
+    # every group blocks alike, so a prefix-cache hit lands on whole blocks
+    assert set(r.group_table.block_size) == {r.block_size}
+    assert r.cache_hit_alignment == r.block_size
+    assert r.prefix_hit_tokens(2 * r.block_size + 1) == 2 * r.block_size
     assert r.plan.vllm_version in r.plan.explain().splitlines()[0]
 
 

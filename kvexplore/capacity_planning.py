@@ -12,10 +12,11 @@ fit, what a repeated prompt reuses, and what the CPU tier holds.
    CUDA-graph estimate, each of the last three an overridable ESTIMATE with its
    source (:func:`profile_estimates`, :mod:`kvexplore.planning.profile`).
    ``kv_cache_memory_bytes`` skips all of it, as vLLM's ``--kv-cache-memory-bytes`` does.
-3. Blocks, tokens and concurrency through vLLM's own functions: ``num_blocks``
-   = memory // the pool bytes of one block id, as ``kv_cache_planning.py:
-   get_kv_cache_configs`` divides; ``kv_cache_utils.py: get_kv_cache_capacity``
-   for the logged ``GPU KV cache size: N tokens`` and ``Maximum concurrency``;
+3. Blocks, tokens and concurrency through vLLM's own functions, wherever the
+   release keeps them (:mod:`kvexplore.planning.release`): ``num_blocks``
+   = memory // the pool bytes of one block id, as ``get_kv_cache_configs``
+   (``kv_cache_planning.py``; before 0.33, ``kv_cache_utils.py``) divides;
+   ``kv_cache_utils.py: get_kv_cache_capacity`` for the logged ``GPU KV cache size: N tokens`` and ``Maximum concurrency``;
    ``_estimate_max_model_len_from_groups`` for the largest ``max_model_len``
    that fits, the estimate vLLM prints when a length does not fit.
 4. Prefix caching (``kv_cache_manager.py: get_computed_blocks``, the
@@ -403,24 +404,21 @@ class _Facts:
 
 def _plan_facts(p: Plan) -> _Facts:
     """vLLM's scheduler ``KVCacheConfig`` of ``p``, the bytes one block id
-    costs in the pool (``_pool_bytes_per_block_from_builder``, one probe
-    block placed) and the prefix-cache block sizes."""
+    costs in the pool (:func:`kvexplore.planning.release.pool_bytes_per_block`,
+    the release's own divisor) and the prefix-cache block sizes."""
     from vllm.v1.core.kv_cache_utils import (
         generate_scheduler_kv_cache_config,
-        resolve_cache_hit_alignment_tokens,
         resolve_kv_cache_block_sizes,
     )
 
     from kvexplore.planning.emulation import emulate
 
-    kcp, get_kv_cache_config_builder = release.capacity_functions()
     vc = p.vllm_config
     cfg = generate_scheduler_kv_cache_config([p.kv_cache_config])
     with emulate(p.gpu, meta_tensors=False):
-        builder = get_kv_cache_config_builder(vc)
-        pool = kcp._pool_bytes_per_block_from_builder(builder, vc, list(cfg.kv_cache_groups))
+        pool = release.pool_bytes_per_block(vc, list(cfg.kv_cache_groups))
     scheduler_bs, hash_bs = resolve_kv_cache_block_sizes(cfg, vc)
-    alignment = resolve_cache_hit_alignment_tokens(cfg, vc, scheduler_bs, hash_bs)
+    alignment = release.cache_hit_alignment_tokens(cfg, vc, scheduler_bs, hash_bs)
     return _Facts(vc, cfg, int(pool), int(scheduler_bs), int(hash_bs), int(alignment))
 
 
@@ -441,7 +439,6 @@ def _vllm_answers(p: Plan, available: int) -> dict[str, Any]:
     computed once per plan."""
     from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity
 
-    release.capacity_functions()  # refuses a release without the pool arithmetic
     f = per_plan(p, ("capacity",), lambda: _plan_facts(p))
     vc, cc, groups = f.vc, f.vc.cache_config, list(f.cfg.kv_cache_groups)
     mml = vc.model_config.max_model_len
@@ -656,6 +653,8 @@ def _warnings(f: _Facts, admission_message: str | None) -> list[str]:
 
 def _derivation(r: CapacityReport) -> dict[str, str]:
     p = r.plan
+    # where the release keeps get_kv_cache_configs and its pool arithmetic
+    planning_file = release.kv_cache_planning().__name__.rsplit(".", 1)[-1] + ".py"
     out: dict[str, str] = {}
     if r.kv_cache_memory_given:
         out["kv_cache_memory"] = r.sources["kv_cache_memory"]
@@ -678,7 +677,7 @@ def _derivation(r: CapacityReport) -> dict[str, str]:
         )
     out["num_blocks"] = (
         f"{r.num_blocks:,} = {r.kv_cache_memory:,} // {r.bytes_per_block:,} B per block id "
-        f"(kv_cache_planning.py: get_kv_cache_configs; one block id = one page in every "
+        f"({planning_file}: get_kv_cache_configs; one block id = one page in every "
         f"tensor of the shared pool)"
     )
     rows = r.group_table
@@ -702,7 +701,7 @@ def _derivation(r: CapacityReport) -> dict[str, str]:
     )
     out["largest_max_model_len"] = (
         f"{r.largest_max_model_len:,}: binary search up to the model's "
-        f"{r.model_max_model_len:,} (kv_cache_planning.py: _estimate_max_model_len_from_groups, "
+        f"{r.model_max_model_len:,} ({planning_file}: _estimate_max_model_len_from_groups, "
         "on the memory less the null block)"
     )
     dcp = p.decode_context_parallel_size

@@ -14,10 +14,8 @@ request.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from dataclasses import dataclass, field
 from functools import cached_property
-from types import SimpleNamespace
 from typing import Any
 
 from kvexplore.planning import release
@@ -131,14 +129,6 @@ def kv_cache_config_with_admission(vc, stages: tuple, memory: list, rank: int = 
     return cfg, admission
 
 
-def _known_pool(pool_bytes: int) -> SimpleNamespace:
-    """A stand-in for vLLM's config builder that answers the pool's bytes per
-    block id (``_get_pool_bytes_per_block``), the one thing the admission
-    arithmetic asks it: the known value spares a probe block on every step of
-    the estimate's search."""
-    return SimpleNamespace(_get_pool_bytes_per_block=lambda _vc, _groups: pool_bytes)
-
-
 def largest_max_model_len(vc, groups: list, pool_bytes: int, check_bytes: int) -> int:
     """The longest request ``check_bytes`` of KV cache memory admits
     (``_estimate_max_model_len_from_groups``, the search vLLM's refusal
@@ -147,31 +137,30 @@ def largest_max_model_len(vc, groups: list, pool_bytes: int, check_bytes: int) -
     is the memory less the null block (:attr:`Admission.available_bytes`)."""
     if check_bytes <= 0:
         return 0
-    kcp = release.kv_cache_planning()
-    return int(kcp._estimate_max_model_len_from_groups(
-        _known_pool(pool_bytes), vc, groups, check_bytes))
+    return int(release.max_model_len_estimator(vc, groups, pool_bytes)(check_bytes))
 
 
 def blocks_and_admission(vc, groups: list, pool_bytes: int,
                          available_bytes: int) -> tuple[int, Admission]:
     """``(num_blocks, Admission)`` for ``available_bytes`` of KV cache memory, as
-    ``get_kv_cache_configs`` computes them (vLLM 0.33 on):
+    ``get_kv_cache_configs`` computes them:
     ``available_bytes // pool_bytes`` blocks, and
     ``_check_enough_kv_cache_memory`` on the memory less the null block's
     ``pool_bytes``, with ``_max_memory_usage_bytes_from_groups`` and
-    ``_estimate_max_model_len_from_groups`` over ``groups`` (the scheduler's
-    ``KVCacheGroupSpec`` list) for ``vc``'s ``max_model_len``.  ``pool_bytes``
-    is the pool's bytes per block id (``_pool_bytes_per_block_from_builder``)."""
+    ``_estimate_max_model_len_from_groups`` over ``groups`` (a
+    ``KVCacheGroupSpec`` list) for ``vc``'s ``max_model_len``, each where the
+    release keeps it (:func:`kvexplore.planning.release.max_memory_usage_bytes_from_groups`,
+    :func:`~kvexplore.planning.release.max_model_len_estimator`).  ``pool_bytes``
+    is the pool's bytes per block id (:func:`~kvexplore.planning.release.pool_bytes_per_block`)."""
     kcp = release.kv_cache_planning()
-    builder = _known_pool(pool_bytes)
-    needed = kcp._max_memory_usage_bytes_from_groups(builder, vc, groups)
+    needed = release.max_memory_usage_bytes_from_groups(vc, groups, pool_bytes)
     check_memory = available_bytes - pool_bytes
     return available_bytes // pool_bytes, Admission(
         ok=needed <= check_memory and check_memory > 0,
         max_model_len=int(vc.model_config.max_model_len), needed_bytes=int(needed),
         available_bytes=int(check_memory), release=release.release_name(),
         _extra=release.admission_hint(vc),
-        _estimate=functools.partial(kcp._estimate_max_model_len_from_groups, builder, vc, groups),
+        _estimate=release.max_model_len_estimator(vc, groups, pool_bytes),
         _check=kcp._check_enough_kv_cache_memory,
     )
 

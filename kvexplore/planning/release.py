@@ -293,27 +293,124 @@ def quantization_methods() -> tuple[str, ...]:
     return tuple(QUANTIZATION_METHODS)
 
 
-def capacity_functions():
-    """``(module, get_kv_cache_config_builder)``: where the release keeps the
-    pool arithmetic ``capacity()`` runs (``_pool_bytes_per_block_from_builder``,
-    ``_max_memory_usage_bytes_from_groups``, ``_estimate_max_model_len_from_groups``
-    and the config builder of ``vllm/v1/core/kv_cache_config_builder.py``).
-    Refused with a :class:`KVExploreError` on a release without them."""
+def _known_pool(pool_bytes: int):
+    """A stand-in for vLLM's config builder that answers the pool's bytes per
+    block id (``KVCacheConfigBuilder._get_pool_bytes_per_block``), the one
+    thing the builder-taking pool arithmetic asks it: the known value spares
+    a probe block on every step of the estimate's search."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(_get_pool_bytes_per_block=lambda _vc, _groups: pool_bytes)
+
+
+def _takes_builder(fn) -> bool:
+    """Whether a pool-arithmetic function takes the config builder first."""
+    return next(iter(inspect.signature(fn).parameters)) == "builder"
+
+
+def pool_bytes_per_block(vc, groups: list) -> int:
+    """Bytes one block id costs in the worker's KV cache pool: the divisor
+    ``get_kv_cache_configs`` turns a worker's memory into ``num_blocks`` with,
+    over ``groups`` (``KVCacheGroupSpec`` list).  Where the release keeps it:
+
+    * 0.33.0 on: ``vllm/v1/core/kv_cache_planning.py:
+      _pool_bytes_per_block_from_builder`` with the builder of
+      ``vllm/v1/core/kv_cache_config_builder.py: get_kv_cache_config_builder``
+      (one probe block placed);
+    * 0.32.0: ``vllm/v1/core/kv_cache_utils.py: _pool_bytes_per_block(vllm_config,
+      kv_cache_groups)`` (aligned for the resolved KV cache layout);
+    * 0.31.0: ``vllm/v1/core/kv_cache_utils.py: _pool_bytes_per_block(kv_cache_groups)``.
+
+    Run it where the platform answers as the GPU."""
     module = kv_cache_planning()
-    names = ("_pool_bytes_per_block_from_builder", "_max_memory_usage_bytes_from_groups",
-             "_estimate_max_model_len_from_groups")
-    try:
-        builder = importlib.import_module("vllm.v1.core.kv_cache_config_builder")
-    except ImportError:
-        builder = None
-    if builder is None or not all(hasattr(module, n) for n in names):
-        raise KVExploreError(
-            f"capacity() runs vLLM's KV cache config builder and its pool arithmetic "
-            f"({', '.join(names)}), which the installed vLLM {installed_release().version} "
-            "does not have (they appear in vLLM 0.33.0); plan() answers for this release, "
-            "capacity() for vLLM 0.33.0 and 0.34.0"
-        )
-    return module, builder.get_kv_cache_config_builder
+    fn = getattr(module, "_pool_bytes_per_block_from_builder", None)
+    if fn is not None:
+        _, get_builder = _first(
+            (("vllm.v1.core.kv_cache_config_builder", "get_kv_cache_config_builder"),),
+            "get_kv_cache_config_builder beside _pool_bytes_per_block_from_builder")
+        return int(fn(get_builder(vc), vc, list(groups)))
+    fn = getattr(module, "_pool_bytes_per_block", None)
+    if fn is None:
+        raise _mismatch("_pool_bytes_per_block beside get_kv_cache_configs")
+    if "vllm_config" in inspect.signature(fn).parameters:
+        return int(fn(vc, list(groups)))
+    return int(fn(list(groups)))
+
+
+def max_memory_usage_bytes_from_groups(vc, groups: list, pool_bytes: int) -> int:
+    """Bytes one request of ``vc``'s ``max_model_len`` takes from the pool over
+    ``groups`` (``pool_bytes`` per block id, :func:`pool_bytes_per_block`):
+    ``_max_memory_usage_bytes_from_groups``, the need ``get_kv_cache_configs``
+    admits a request by.  Where the release keeps it:
+
+    * 0.33.0 on: ``vllm/v1/core/kv_cache_planning.py``, taking the config
+      builder first (given one that answers ``pool_bytes``);
+    * 0.31.0 and 0.32.0: ``vllm/v1/core/kv_cache_utils.py``, taking
+      ``(vllm_config, kv_cache_groups)`` (it computes the pool bytes itself)."""
+    fn = getattr(kv_cache_planning(), "_max_memory_usage_bytes_from_groups", None)
+    if fn is None:
+        raise _mismatch("_max_memory_usage_bytes_from_groups beside get_kv_cache_configs")
+    if _takes_builder(fn):
+        return int(fn(_known_pool(pool_bytes), vc, list(groups)))
+    return int(fn(vc, list(groups)))
+
+
+def max_model_len_estimator(vc, groups: list, pool_bytes: int):
+    """``estimate(available_bytes) -> int``: the longest ``max_model_len`` that
+    memory admits over ``groups`` (a binary search up to ``vc``'s
+    ``max_model_len``; 0 when one token does not fit), the estimate
+    ``get_kv_cache_configs`` hands its admission check:
+    ``_estimate_max_model_len_from_groups``.  Where the release keeps it:
+
+    * 0.33.0 on: ``vllm/v1/core/kv_cache_planning.py``, taking the config
+      builder first (given one that answers ``pool_bytes``);
+    * 0.31.0 and 0.32.0: ``vllm/v1/core/kv_cache_utils.py``, taking
+      ``(vllm_config, kv_cache_groups, available_memory)``."""
+    fn = getattr(kv_cache_planning(), "_estimate_max_model_len_from_groups", None)
+    if fn is None:
+        raise _mismatch("_estimate_max_model_len_from_groups beside get_kv_cache_configs")
+    if _takes_builder(fn):
+        return functools.partial(fn, _known_pool(pool_bytes), vc, list(groups))
+    return functools.partial(fn, vc, list(groups))
+
+
+def cache_hit_alignment_tokens(cfg, vc, scheduler_block_size: int, hash_block_size: int) -> int:
+    """The token granularity prefix-cache hits land on for the scheduler's
+    ``KVCacheConfig`` ``cfg`` (block sizes from ``resolve_kv_cache_block_sizes``).
+    Where the release keeps it:
+
+    * 0.32.0 on: ``vllm/v1/core/kv_cache_utils.py:
+      resolve_cache_hit_alignment_tokens``;
+    * 0.31.0: the coordinator's ``_cache_hit_alignment_tokens``
+      (``vllm/v1/core/kv_cache_coordinator.py``), read from the coordinator
+      ``get_kv_cache_coordinator`` builds for ``cfg`` as the release's
+      ``KVCacheManager`` asks for it (a pool of a few blocks: the alignment
+      does not depend on the pool's size)."""
+    from vllm.v1.core import kv_cache_utils
+
+    fn = getattr(kv_cache_utils, "resolve_cache_hit_alignment_tokens", None)
+    if fn is not None:
+        return int(fn(cfg, vc, scheduler_block_size, hash_block_size))
+    import dataclasses
+
+    _, get_coordinator = _first(
+        (("vllm.v1.core.kv_cache_coordinator", "get_kv_cache_coordinator"),),
+        "get_kv_cache_coordinator")
+    cc, pc = vc.cache_config, vc.parallel_config
+    coordinator = get_coordinator(
+        kv_cache_config=dataclasses.replace(cfg, num_blocks=len(cfg.kv_cache_groups) + 2),
+        max_model_len=vc.model_config.max_model_len,
+        max_in_flight_tokens=getattr(vc, "max_in_flight_tokens", None),
+        use_eagle=False,
+        enable_caching=bool(cc.enable_prefix_caching),
+        enable_kv_cache_events=False,
+        dcp_world_size=pc.decode_context_parallel_size,
+        pcp_world_size=getattr(pc, "prefill_context_parallel_size", 1),
+        scheduler_block_size=scheduler_block_size,
+        hash_block_size=hash_block_size,
+    )
+    alignment = getattr(coordinator, "_cache_hit_alignment_tokens", None)
+    return int(scheduler_block_size if alignment is None else alignment)
 
 
 def total_num_hidden_layers(model_config) -> int:
@@ -473,7 +570,7 @@ __all__ = [
     "builds_no_draft_model",
     "canonical_release",
     "total_num_hidden_layers",
-    "capacity_functions",
+    "cache_hit_alignment_tokens",
     "init_speculator",
     "uses_v2_model_runner",
     "construct",
@@ -491,6 +588,9 @@ __all__ = [
     "kv_cache_configs",
     "kv_cache_dtypes",
     "kv_cache_planning",
+    "max_memory_usage_bytes_from_groups",
+    "max_model_len_estimator",
+    "pool_bytes_per_block",
     "prefill_checkpoint_alignment",
     "quantization_methods",
     "rejects_single_group_prefix_match_unit",

@@ -5,7 +5,7 @@
     kvexplore plan MODEL [--gpu G --tp N --dcp N --block-size N --kv-cache-dtype D --backend B --json]
     kvexplore offload MODEL [--tp N --dcp N --extra JSON --pipeline-parallel-size N ... --json]
     kvexplore sweep MODEL[,MODEL...] --tp 1,2,4,8 [--dcp 1,2 --block-size none,64 --nnodes-within-dp 1,2 --out rows.parquet]
-    kvexplore envs [RELEASE ...] [--create] [--python]
+    kvexplore envs [RELEASE ...] [--create | --repair] [--python]
     kvexplore versions MODEL --vllm 0.33.0,0.34.0 [--gpu G ... --all --json]
     kvexplore edits MODEL [--lmcache 0.5.2 --registration legacy --gpu G ... --json]
     kvexplore matrix MODEL [--vllm 0.33.0,0.34.0 --lmcache 0.5.2,0.5.6 --registration legacy ... --json]
@@ -14,8 +14,9 @@
 
 ``--gpu`` names the GPU (default H100); the other flags are vLLM's engine
 arguments and the fields of ``OffloadOptions``.  ``--verbose`` shows vLLM's
-INFO logs; vLLM's logs always go to stderr, so stdout holds only the answer.
-Every failure prints one line to stderr and exits with status 2.
+INFO logs and torch's and Python's warnings; logs always go to stderr, so
+stdout holds only the answer.  Without ``--verbose`` stderr is empty on
+success, and every failure prints one line to stderr and exits with status 2.
 ``plan``, ``offload``, ``capacity`` and ``sweep`` answer a deployment
 planned before from the answer store (:mod:`kvexplore.store`) without
 building it (``plan``, ``offload`` and ``capacity``, text or ``--json``,
@@ -30,7 +31,9 @@ import dataclasses
 import functools
 import json
 import logging
+import os
 import sys
+import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -276,8 +279,11 @@ def cmd_gpus(ns) -> None:
 
 
 def cmd_envs(ns) -> None:
-    """The window's releases and their environments; ``--create`` makes the
-    missing ones named (with uv); ``--python`` prints only their Pythons."""
+    """The window's releases and their environments, each checked
+    (``problems``: what :func:`kvexplore.versions.check_environment` finds,
+    empty when usable); ``--create`` makes the missing ones named (with uv)
+    and rebuilds those that fail the check, ``--repair`` only rebuilds those;
+    ``--python`` prints only their Pythons."""
     import pandas as pd
 
     from kvexplore.planning.release import (
@@ -285,7 +291,7 @@ def cmd_envs(ns) -> None:
         canonical_release,
         installed_release,
     )
-    from kvexplore.versions import environment, environment_path
+    from kvexplore.versions import environment, environment_path, environment_problems
 
     versions = [canonical_release(v) for v in ns.releases] or list(WINDOW_RELEASES)
     twice = sorted({v for v in versions if versions.count(v) > 1})
@@ -297,9 +303,13 @@ def cmd_envs(ns) -> None:
     rows = []
     for v in versions:
         path = environment_path(v)
-        python = environment(v) if ns.create else path / "bin" / "python"
+        python = path / "bin" / "python"
+        if ns.create or (ns.repair and path.exists()):
+            environment(v, create=ns.create, repair=True)
+        problems = environment_problems(v) if path.exists() else ()
         rows.append({"release": v, "installed_here": v == installed_release().version,
-                     "environment": str(path), "exists": python.exists(), "python": str(python)})
+                     "environment": str(path), "exists": python.exists(), "python": str(python),
+                     "problems": "; ".join(problems)})
     if ns.python:
         print("\n".join(r["python"] for r in rows))
         return
@@ -669,7 +679,10 @@ def build_parser() -> argparse.ArgumentParser:
     _finish(g, cmd_check_log)
     e = sub.add_parser("envs", help="one environment per vLLM release of the window (uv)")
     e.add_argument("releases", nargs="*", help="releases (default: the whole window)")
-    e.add_argument("--create", action="store_true", help="create the missing environments")
+    e.add_argument("--create", action="store_true",
+                   help="create the missing environments and rebuild those that fail the check")
+    e.add_argument("--repair", action="store_true",
+                   help="rebuild the environments that fail the check (in a new folder, swapped in)")
     e.add_argument("--python", action="store_true", help="print only each environment's Python")
     _finish(e, cmd_envs)
     return parser
@@ -707,15 +720,50 @@ def _vllm_logs_routed(verbose: bool) -> Iterator[None]:
         logger.setLevel(before[1])
 
 
+#: Documented settings torch and vLLM read when imported, set (where the user
+#: has not set them) for a command run without ``--verbose``: ``TORCH_LOGS``
+#: ``-all`` puts every torch logger at ERROR (torch._logging), so the
+#: deprecation and "No CUDA runtime is found" warnings it logs on import stay
+#: off stderr; ``TORCH_CPP_LOG_LEVEL`` does the same for c10's C++ log;
+#: ``VLLM_LOGGING_LEVEL`` is vLLM's default level (vllm/envs.py).
+QUIET_SETTINGS = {"TORCH_LOGS": "-all", "TORCH_CPP_LOG_LEVEL": "ERROR",
+                  "VLLM_LOGGING_LEVEL": "ERROR"}
+
+
+@contextlib.contextmanager
+def _quiet(verbose: bool) -> Iterator[None]:
+    """Without ``verbose``: :data:`QUIET_SETTINGS` in ``os.environ`` (for a
+    torch or vLLM not yet imported), torch's logger at ERROR (for one already
+    imported) and Python's warnings ignored, all put back afterwards; with
+    ``verbose`` nothing changes, so they reach stderr."""
+    if verbose:
+        yield
+        return
+    added = {k: v for k, v in QUIET_SETTINGS.items() if k not in os.environ}
+    torch_logger = logging.getLogger("torch")
+    level = torch_logger.level
+    os.environ.update(added)
+    torch_logger.setLevel(max(level, logging.ERROR))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        torch_logger.setLevel(level)
+        for k in added:
+            os.environ.pop(k, None)
+
+
 def main(argv: list[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     try:
-        answer = getattr(ns, "answer_from_store", None)
-        if answer is not None and answer(ns):
-            return 0
-        import kvexplore.rendering  # noqa: F401  registers the results' text forms
-        with _vllm_logs_routed(ns.verbose):
-            ns.func(ns)
+        with _quiet(ns.verbose):
+            answer = getattr(ns, "answer_from_store", None)
+            if answer is not None and answer(ns):
+                return 0
+            import kvexplore.rendering  # noqa: F401  registers the results' text forms
+            with _vllm_logs_routed(ns.verbose):
+                ns.func(ns)
     except Exception as exc:  # noqa: BLE001 - every failure is one line, never a traceback
         why = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
         print("kvexplore: error: " + " ".join(why.splitlines()), file=sys.stderr)

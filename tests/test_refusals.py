@@ -60,10 +60,14 @@ def test_a_release_outside_the_window_is_refused(given, cache):
 
 
 def test_an_environment_is_found_under_its_one_spelling(cache):
-    python = _place_environment(cache, "vllm-0.34.0")
+    _place_environment(cache, "vllm-0.34.0")  # found, checked, refused by its folder
     for given in ("0.34", "v0.34.0", " 0.34.0"):
-        assert environments.environment(given) == python
-    assert sorted(p.name for p in (cache / "envs").iterdir()) == ["vllm-0.34.0"]
+        with pytest.raises(KVExploreError, match="vllm-0.34.0 cannot be used"):
+            environments.environment(given)
+    assert sorted(p.name for p in (cache / "envs").iterdir()) == [
+        ".kvexplore-path",
+        "vllm-0.34.0",
+    ]
 
 
 def test_cli_envs_lists_one_spelling_and_refuses_a_release_named_twice(cache, capsys):
@@ -81,7 +85,8 @@ def test_cli_envs_lists_one_spelling_and_refuses_a_release_named_twice(cache, ca
     assert main(["envs", "v0.34.0", " 0.34.0", "--create"]) != 0
     err = capsys.readouterr().err
     assert "0.34.0 more than once" in err and err.count("\n") == 1
-    assert sorted(p.name for p in (cache / "envs").iterdir()) == ["vllm-0.34.0"]
+    made = sorted(p.name for p in (cache / "envs").iterdir() if p.name.startswith("vllm"))
+    assert made == ["vllm-0.34.0"]
 
 
 @pytest.mark.parametrize(
@@ -228,3 +233,59 @@ def test_a_cache_no_tensor_can_describe_is_refused_with_the_bound():
     text = str(info.value)
     assert f"block_size={2**62}" in text and "num_blocks=2" in text
     assert f"expected at most {2**63 - 1:,} B" in text
+
+
+def test_compatibility_spells_vllm_releases_once(monkeypatch):
+    with pytest.raises(KVExploreError, match="names a release twice"):
+        kvexplore.compatibility(QWEN, vllm=["0.34", "v0.34.0"], gpu="A100")
+    with pytest.raises(KVExploreError, match="outside kvexplore's window"):
+        kvexplore.compatibility(QWEN, vllm=["0.36"], gpu="A100")
+
+
+@pytest.mark.parametrize("kind", ["file", "under a file"])
+def test_a_cache_folder_that_cannot_be_written_is_refused(kind, tmp_path, monkeypatch):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    given = blocker if kind == "file" else blocker / "cache"
+    monkeypatch.setenv("KVEXPLORE_CACHE_DIR", str(given))
+    monkeypatch.setattr(environments, "_uv", lambda: pytest.fail("uv would run"))
+    for call in (
+        lambda: environments.environment("0.32.0"),
+        lambda: kvexplore.plan({**kvexplore.load_model_config(LLAMA_1B).config,
+                                "max_position_embeddings": 4097}, gpu="A100"),
+    ):
+        with pytest.raises(KVExploreError) as info:
+            call()
+        text = str(info.value)
+        assert f"KVEXPLORE_CACHE_DIR={str(given)!r}" in text
+        assert "expected a writable folder" in text
+
+
+def test_a_plan_of_no_blocks_and_a_model_of_no_layers_are_refused():
+    with pytest.raises(KVExploreError, match="num_blocks=0 is invalid; expected an integer >= 1"):
+        kvexplore.plan(LLAMA_1B, gpu="A100", num_blocks=0)
+    config = {**kvexplore.load_model_config(LLAMA_1B).config, "num_hidden_layers": 0}
+    with pytest.raises(KVExploreError, match="registers no KV-cache layer"):
+        kvexplore.plan(config, gpu="A100").text()
+
+
+def _cli(*args: str, env: dict | None = None):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "kvexplore", *args], capture_output=True,
+                          text=True, timeout=600, env={**os.environ, **(env or {})})
+
+
+def test_the_cli_stderr_is_one_line_on_refusal_and_empty_on_success(tmp_path):
+    """torch's import warnings (its deprecations, "No CUDA runtime is found")
+    stay off stderr unless --verbose is given."""
+    env = {"KVEXPLORE_CACHE_DIR": str(tmp_path)}
+    bad = _cli("plan", LLAMA_1B, "--gpu", "A100", "--block-size", "17", "--no-cache", env=env)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert bad.stderr.startswith("kvexplore: error: ") and "block_size=17" in bad.stderr
+    good = _cli("plan", LLAMA_1B, "--gpu", "A100", "--no-cache", env=env)
+    assert good.returncode == 0 and good.stderr == "" and "LlamaForCausalLM" in good.stdout
+    loud = _cli("plan", LLAMA_1B, "--gpu", "A100", "--no-cache", "--verbose", env=env)
+    assert loud.returncode == 0 and "site-packages/torch/" in loud.stderr

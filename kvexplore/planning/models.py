@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kvexplore.errors import KVExploreError
-from kvexplore.paths import cache_dir
+from kvexplore.paths import cache_dir, cache_folder
 from kvexplore.planning.release import release_name
 
 DEFAULT_MODEL = "Qwen/Qwen3.5-0.8B"
@@ -161,7 +161,7 @@ def _materialise(name: str, config: dict[str, Any], quant_config: dict | None = 
     d = configs_dir() / digest[:32]
     with _WRITE_LOCK:
         if not (d / "config.json").is_file():
-            d.mkdir(parents=True, exist_ok=True)
+            cache_folder("configs", d.name)  # refuses a cache folder it cannot write
             for file, data in files.items():  # config.json's presence means complete
                 # one staging name per process and thread; the rename is atomic
                 staged = d / f".{file}.{os.getpid()}.{threading.get_ident()}"

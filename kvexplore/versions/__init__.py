@@ -8,8 +8,10 @@ from kvexplore.versions.compare import (
     deployment_facts,
 )
 from kvexplore.versions.environments import (
+    check_environment,
     environment,
     environment_path,
+    environment_problems,
     environments_dir,
     existing_environments,
     run_in,
@@ -19,11 +21,13 @@ from kvexplore.versions.matrix import Compatibility, compatibility
 __all__ = [
     "Compatibility",
     "VersionComparison",
+    "check_environment",
     "compatibility",
     "compare_versions",
     "deployment_facts",
     "environment",
     "environment_path",
+    "environment_problems",
     "environments_dir",
     "existing_environments",
     "run_in",

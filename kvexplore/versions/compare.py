@@ -248,19 +248,17 @@ def model_argument(model: Any) -> Any:
 def facts_in(release: str, model: Any, plan_kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """:func:`deployment_facts` as vLLM ``release`` answers, in its own
     environment (this process for the installed release); ``release`` as
-    :func:`~kvexplore.planning.release.canonical_release` spells it."""
+    :func:`~kvexplore.planning.release.canonical_release` spells it.  The
+    facts' ``vllm`` is the release that ran; an environment that fails its
+    check or answers as another release is refused
+    (:func:`~kvexplore.versions.environments.answer_in`)."""
     release = canonical_release(release)
     if release == installed_release().version:
         return deployment_facts(model, **plan_kwargs)
-    from kvexplore.versions.environments import run_in
+    from kvexplore.versions.environments import answer_in
 
     request = json.dumps({"model": model_argument(model), **plan_kwargs})
-    out = run_in(release, ["-m", "kvexplore.versions.compare", request], timeout=1800)
-    lines = out.stdout.strip().splitlines()
-    if out.returncode != 0 or not lines:
-        tail = " ".join((out.stderr or "").strip().splitlines()[-3:])
-        raise KVExploreError(f"vLLM {release} could not answer: {tail[-600:]}")
-    return json.loads(lines[-1])
+    return answer_in(release, "kvexplore.versions.compare", request)
 
 
 def compare_versions(model: Any = "Qwen/Qwen3.5-0.8B", *,
@@ -276,8 +274,9 @@ def compare_versions(model: Any = "Qwen/Qwen3.5-0.8B", *,
     Refused with a :class:`KVExploreError`: ``vllm`` not a list of release
     strings (or one comma-separated string), a release outside the window, a
     release named twice (after that spelling) or fewer than two, an
-    environment that cannot be created (uv's message), a release that cannot
-    answer (its last lines)."""
+    environment that cannot be created (uv's message) or fails its check
+    (:func:`~kvexplore.versions.check_environment`), a release that cannot
+    answer (its last lines) or answers as another release."""
     expected = f"expected two or more different releases of {list(WINDOW_RELEASES)}"
     if isinstance(vllm, str):
         given = vllm.split(",")

@@ -13,8 +13,15 @@ itself is the running copy, put on the child's ``PYTHONPATH``
 (:func:`run_in`).  :data:`OVERRIDES` lists the one requirement a release pins
 that the package index does not serve, with the release kvexplore installs
 instead and why.  An environment is created in a temporary folder and renamed
-into place only when its ``vllm`` imports with the expected version, so a
-failed or interrupted install leaves nothing half-created.
+into place only when it passes :func:`check_environment`, so a failed or
+interrupted install leaves nothing half-created.
+
+Every environment is checked before it runs anything
+(:func:`check_environment`: its Python starts, its vLLM's package metadata is
+the release it is filed under and is the ``vllm`` module it imports, it holds
+:data:`PACKAGES`, and it imports this kvexplore); one that fails is refused
+naming its folder and the fix (``kvexplore envs R --repair``), which rebuilds
+it the same way and swaps it in.
 
 >>> environment_path("0.34.0").name
 'vllm-0.34.0'
@@ -25,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -33,8 +41,10 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from packaging.requirements import Requirement
+
 from kvexplore.errors import KVExploreError
-from kvexplore.paths import cache_dir
+from kvexplore.paths import cache_dir, cache_folder
 from kvexplore.planning.release import (
     REQUIREMENT,
     WINDOW_RELEASES,
@@ -58,10 +68,14 @@ OVERRIDES: dict[str, tuple[str, ...]] = {
 INSTALL_TIMEOUT_S = 1800
 
 
+#: The folder of the environments inside kvexplore's cache folder.
+ENVS = "envs"
+
+
 def environments_dir() -> Path:
     """``kvexplore.paths.cache_dir() / "envs"`` (by default
     ``~/.cache/kvexplore/envs``; ``$KVEXPLORE_CACHE_DIR`` moves it)."""
-    return cache_dir() / "envs"
+    return cache_dir() / ENVS
 
 
 def environment_path(version: str) -> Path:
@@ -76,17 +90,129 @@ def _python(env: Path) -> Path:
     return env / "bin" / "python"
 
 
-def _installed_version(python: Path) -> str | None:
-    """The vLLM version ``python`` has installed, from its metadata, or None."""
+#: Seconds the check of one environment may take (it starts one Python that
+#: reads package metadata and imports nothing).
+CHECK_TIMEOUT_S = 60
+
+#: What the check runs in the environment's Python: its vLLM's metadata
+#: (version, and the ``vllm/__init__.py`` that distribution installed), where
+#: ``vllm`` and ``kvexplore`` would be imported from (found, not imported),
+#: and which of the distributions named in ``argv`` are not installed.
+_CHECK_CODE = """\
+import importlib.metadata as m, importlib.util as u, json, sys
+out = {"python": sys.version.split()[0], "vllm": None, "vllm_files": None}
+try:
+    d = m.distribution("vllm")
+    out["vllm"], out["vllm_files"] = d.version, str(d.locate_file("vllm/__init__.py"))
+except m.PackageNotFoundError:
+    pass
+for name in ("vllm", "kvexplore"):
+    spec = u.find_spec(name)
+    out[name + "_module"] = spec.origin if spec is not None else None
+missing = []
+for name in sys.argv[1:]:
+    try:
+        m.version(name)
+    except m.PackageNotFoundError:
+        missing.append(name)
+out["missing"] = missing
+print(json.dumps(out))
+"""
+
+
+def _package() -> Path:
+    """This kvexplore package's folder (what a release environment imports)."""
+    return Path(__file__).resolve().parents[1]
+
+
+def _same_file(a: str | None, b: str | os.PathLike) -> bool:
+    return a is not None and Path(a).resolve() == Path(b).resolve()
+
+
+def _problems(env: Path, version: str) -> list[str]:
+    """What is wrong with the environment at ``env`` for vLLM ``version``
+    (empty when nothing is): one run of its Python, with this kvexplore on its
+    path as :func:`run_in` puts it."""
+    python = _python(env)
+    if not python.is_file():
+        return [f"{python} is missing"]
+    if not os.access(python, os.X_OK):
+        return [f"{python} is not executable"]
+    distributions = [Requirement(r).name for r in PACKAGES]
     try:
         out = subprocess.run(
-            [str(python), "-c",
-             "import importlib.metadata as m; print(m.version('vllm'))"],
-            capture_output=True, text=True, timeout=120, check=False,
+            [str(python), "-c", _CHECK_CODE, *distributions],
+            capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, check=False,
+            env=child_environment(), cwd=env,
         )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
+    except subprocess.TimeoutExpired:
+        return [f"{python} did not answer within {CHECK_TIMEOUT_S} s"]
+    except OSError as exc:
+        return [f"{python} does not run ({type(exc).__name__}: {exc.strerror or exc})"]
+    lines = out.stdout.strip().splitlines()
+    try:
+        facts = json.loads(lines[-1]) if out.returncode == 0 and lines else None
+    except ValueError:
+        facts = None
+    if not isinstance(facts, dict) or not isinstance(facts.get("missing"), list):
+        said = " ".join((out.stderr or out.stdout).split())[-300:]
+        return [f"{python} does not run Python's package checks (exit {out.returncode}"
+                f"{': ' + said if said else ''})"]
+    problems = []
+    got = facts.get("vllm")
+    if got is None:
+        problems.append("it has no vllm installed")
+    elif got != version:
+        problems.append(f"its vllm is {got} (package metadata), not {version}")
+    elif not _same_file(facts.get("vllm_module"), facts.get("vllm_files") or ""):
+        problems.append(f"it imports vllm from {facts.get('vllm_module')}, not from the "
+                        f"vllm {got} its metadata installed ({facts.get('vllm_files')})")
+    if facts["missing"]:
+        problems.append(f"it lacks {', '.join(facts['missing'])}")
+    if not _same_file(facts.get("kvexplore_module"), _package() / "__init__.py"):
+        problems.append(f"it imports kvexplore from {facts.get('kvexplore_module')}, not "
+                        f"from {_package()}")
+    return problems
+
+
+def check_environment(version: str) -> Path:
+    """The Python of vLLM ``version``'s environment, once it has proved what
+    it is: one run of that Python (which reads package metadata and imports
+    nothing) shows that it starts, that its ``vllm`` distribution is release
+    ``version`` and is the ``vllm`` module it imports, that it holds
+    :data:`PACKAGES`, and that it imports this kvexplore when run as
+    :func:`run_in` runs it.
+
+    Refused with a :class:`KVExploreError` naming the folder, what is wrong
+    and the fix (``kvexplore envs R --repair``): a missing, non-executable or
+    failing ``bin/python``, another vLLM release or none, a missing package,
+    another kvexplore; and a release outside the window."""
+    version = canonical_release(version)
+    env = environment_path(version)
+    problems = _problems(env, version)
+    if problems:
+        raise _unusable(env, version, problems)
+    return _python(env)
+
+
+def environment_problems(version: str) -> tuple[str, ...]:
+    """What :func:`check_environment` finds wrong with vLLM ``version``'s
+    environment, one phrase each: empty when it can be used, ``("missing",)``
+    when there is none."""
+    version = canonical_release(version)
+    env = environment_path(version)
+    if not env.exists():
+        return ("missing",)
+    return tuple(_problems(env, version))
+
+
+def _unusable(env: Path, version: str, problems: Sequence[str]) -> KVExploreError:
+    return KVExploreError(
+        f"the vLLM {version} environment at {env} cannot be used: "
+        f"{'; '.join(problems)}; expected vLLM {version} with {', '.join(PACKAGES)} "
+        f"and this kvexplore; rebuild it with `kvexplore envs {version} --repair` "
+        f"(kvexplore.environment({version!r}, repair=True))"
+    )
 
 
 def existing_environments() -> dict[str, Path]:
@@ -115,7 +241,7 @@ def _uv() -> str:
 @contextlib.contextmanager
 def _locked(folder: Path) -> Iterator[None]:
     """One creator at a time per environments folder (other processes wait)."""
-    folder.mkdir(parents=True, exist_ok=True)
+    cache_folder(ENVS)
     with open(folder / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
@@ -135,30 +261,40 @@ def _run(cmd: Sequence[str], what: str) -> None:
         raise KVExploreError(f"{what} failed (exit {out.returncode}):\n{tail}")
 
 
-def environment(version: str, *, create: bool = True) -> Path:
-    """The Python of vLLM ``version``'s environment, created with ``uv`` when
-    missing and ``create`` is true.
+def environment(version: str, *, create: bool = True, repair: bool = False) -> Path:
+    """The Python of vLLM ``version``'s environment, checked
+    (:func:`check_environment`) before it is returned; created with ``uv``
+    when missing and ``create`` is true; rebuilt when it fails the check and
+    ``repair`` is true.
 
-    Refused with a :class:`KVExploreError`: a release outside the window, a
-    missing environment with ``create=False``, an install that fails or cannot
-    reach a package index (uv's message quoted).  A failed creation removes
-    its temporary folder.  ``version`` is spelled as
-    :func:`~kvexplore.planning.release.canonical_release` spells it before any
-    folder is made or install runs."""
+    A creation or rebuild installs into a temporary folder beside it and
+    renames it into place only once it passes the check (a rebuild then
+    removes the old folder), so a failed or interrupted install leaves the
+    folder as it was.  Refused with a :class:`KVExploreError`: a release
+    outside the window, a missing environment with ``create=False``, one that
+    fails the check without ``repair`` (naming its folder, what is wrong and
+    the fix), an install that fails or cannot reach a package index (uv's
+    message quoted), a cache folder that cannot be written.  ``version`` is
+    spelled as :func:`~kvexplore.planning.release.canonical_release` spells
+    it before any folder is made or install runs."""
     version = canonical_release(version)
     env = environment_path(version)
     python = _python(env)
-    if python.exists():
-        return python
-    if not create:
+    if env.exists():
+        problems = _problems(env, version)
+        if not problems:
+            return python
+        if not repair:
+            raise _unusable(env, version, problems)
+    elif not create:
         raise KVExploreError(
             f"no environment for vLLM {version} at {env}; expected one made by "
-            f"kvexplore.environment({version!r}) or `kvexplore envs {version}`"
+            f"kvexplore.environment({version!r}) or `kvexplore envs {version} --create`"
         )
-    uv = _uv()
     with _locked(env.parent):
-        if python.exists():  # another process made it meanwhile
+        if env.exists() and not _problems(env, version):  # made or mended meanwhile
             return python
+        uv = _uv()
         tmp = Path(tempfile.mkdtemp(prefix=f".vllm-{version}-", dir=env.parent))
         try:
             _run([uv, "venv", "--quiet", "--relocatable", "--python", sys.executable, str(tmp)],
@@ -171,18 +307,34 @@ def environment(version: str, *, create: bool = True) -> Path:
                 override_file.write_text("\n".join(overrides) + "\n")
                 cmd += ["--override", str(override_file)]
             _run(cmd, f"installing vllm=={version} into {tmp} (uv pip install)")
-            got = _installed_version(_python(tmp))
-            if got != version:
+            problems = _problems(tmp, version)
+            if problems:
                 raise KVExploreError(
-                    f"the environment made for vLLM {version} has vLLM {got}; expected {version}"
+                    f"the environment made for vLLM {version} at {tmp} cannot be used: "
+                    f"{'; '.join(problems)}; expected vLLM {version}"
                 )
-            os.replace(tmp, env)  # a relocatable venv names no folder of its own
+            _swap_in(tmp, env)  # a relocatable venv names no folder of its own
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
-            if not _python(env).exists():
-                shutil.rmtree(env, ignore_errors=True)
             raise
     return python
+
+
+def _swap_in(new: Path, env: Path) -> None:
+    """``new`` renamed to ``env``; an ``env`` already there is renamed aside
+    first and removed after."""
+    if not (env.exists() or env.is_symlink()):
+        os.rename(new, env)
+        return
+    aside = Path(tempfile.mkdtemp(prefix=f".{env.name}-old-", dir=env.parent))
+    os.rename(env, aside / env.name)
+    try:
+        os.rename(new, env)
+    except BaseException:
+        os.rename(aside / env.name, env)
+        raise
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def child_environment(version: str | None = None) -> dict[str, str]:
@@ -191,9 +343,8 @@ def child_environment(version: str | None = None) -> dict[str, str]:
     and, with ``version``, vLLM's cache root inside that release's environment
     (releases inspect model classes into files of the same names, so a shared
     cache makes each release redo the other's)."""
-    package = Path(__file__).resolve().parents[1]  # the kvexplore package
-    link_dir = environments_dir() / ".kvexplore-path"
-    link_dir.mkdir(parents=True, exist_ok=True)
+    package = _package()
+    link_dir = cache_folder(ENVS, ".kvexplore-path")
     link = link_dir / hashlib.sha256(str(package).encode()).hexdigest()[:16]
     target = link / "kvexplore"
     if not target.exists() or target.resolve() != package:
@@ -213,19 +364,50 @@ def child_environment(version: str | None = None) -> dict[str, str]:
 def run_in(version: str, args: Sequence[str], *, timeout: float | None = None,
            cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
     """``python args...`` in vLLM ``version``'s environment (created if
-    missing), with this kvexplore importable; output captured as text."""
+    missing, refused if it fails :func:`check_environment`), with this
+    kvexplore importable; output captured as text."""
     python = environment(version)
     return subprocess.run([str(python), *args], capture_output=True, text=True,
                           timeout=timeout, env=child_environment(version), cwd=cwd, check=False)
+
+
+def answer_in(version: str, module: str, request: str, *, timeout: float = 1800) -> dict:
+    """``python -m module request`` in vLLM ``version``'s environment
+    (:func:`run_in`), whose last line of output is a JSON object with a
+    ``"vllm"`` entry naming the release that answered.
+
+    Refused with a :class:`KVExploreError` naming the environment's folder:
+    an environment that fails :func:`check_environment`, a run that fails or
+    prints no JSON object (its last lines quoted), and an answer from another
+    release than ``version`` (with the fix, ``kvexplore envs R --repair``)."""
+    version = canonical_release(version)
+    env = environment_path(version)
+    out = run_in(version, ["-m", module, request], timeout=timeout)
+    lines = out.stdout.strip().splitlines()
+    try:
+        answer = json.loads(lines[-1]) if out.returncode == 0 and lines else None
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        tail = " ".join((out.stderr or out.stdout or "").strip().splitlines()[-3:])
+        raise KVExploreError(
+            f"vLLM {version} (the environment at {env}) could not answer: {tail[-600:]}"
+        )
+    if answer.get("vllm") != version:
+        raise _unusable(env, version, [f"it answered as vLLM {answer.get('vllm')}"])
+    return answer
 
 
 __all__ = [
     "OVERRIDES",
     "PACKAGES",
     "REQUIREMENT",
+    "answer_in",
+    "check_environment",
     "child_environment",
     "environment",
     "environment_path",
+    "environment_problems",
     "environments_dir",
     "existing_environments",
     "run_in",

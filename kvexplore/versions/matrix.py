@@ -31,7 +31,7 @@ import pandas as pd
 from kvexplore.editing.lmcache import lmcache_release, lmcache_releases
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import FrozenDict, jsonable
-from kvexplore.planning.release import installed_release
+from kvexplore.planning.release import canonical_release, installed_release
 from kvexplore.rendering.releases import matrix_figure, matrix_html
 from kvexplore.versions.compare import FACT_BLOCKS
 
@@ -257,19 +257,16 @@ def _word(row: Mapping[str, Any]) -> str:
 
 def outcomes_in(release: str, model: Any, request: Mapping[str, Any]) -> dict[str, Any]:
     """:func:`lmcache_outcomes` as vLLM ``release`` answers, in its own
-    environment (this process for the installed release)."""
+    environment (this process for the installed release); an environment
+    that fails its check or answers as another release is refused
+    (:func:`~kvexplore.versions.environments.answer_in`)."""
     if release == installed_release().version:
         return lmcache_outcomes(model, **request)
     from kvexplore.versions.compare import model_argument
-    from kvexplore.versions.environments import run_in
+    from kvexplore.versions.environments import answer_in
 
     payload = json.dumps({"model": model_argument(model), **request})
-    out = run_in(release, ["-m", "kvexplore.versions.matrix", payload], timeout=1800)
-    lines = out.stdout.strip().splitlines()
-    if out.returncode != 0 or not lines:
-        tail = " ".join((out.stderr or "").strip().splitlines()[-3:])
-        raise KVExploreError(f"vLLM {release} could not answer: {tail[-600:]}")
-    return json.loads(lines[-1])
+    return answer_in(release, "kvexplore.versions.matrix", payload)
 
 
 def compatibility(
@@ -333,6 +330,8 @@ def _releases(what: str, value: object, default: list[str]) -> list[str]:
     if not isinstance(value, (list, tuple)) or not value:
         raise KVExploreError(f"{what}={value!r}; expected a list of release strings")
     out = [str(v).strip() for v in value]
+    if what == "vllm":
+        out = [canonical_release(v) for v in value]  # refuses a release outside the window
     if len(set(out)) != len(out):
         raise KVExploreError(
             f"{what}={list(value)!r} names a release twice; expected each once"

@@ -407,13 +407,19 @@ class RowFile:
         """``row`` with :data:`RELEASE_COLUMN` set to :attr:`release`."""
         return {**row, RELEASE_COLUMN: self.release}
 
-    def find(self, inputs: dict) -> dict | None:
+    def find(self, inputs: dict, check: Callable[[dict], bool] | None = None) -> dict | None:
         """The row of the file, written by the installed release, whose key
-        columns equal ``inputs``'s; None when there is none or ``inputs`` has
-        no key (its task must run)."""
+        columns equal ``inputs``'s and that ``check`` accepts (the key
+        computed again from the row's own columns); None when there is none,
+        ``check`` refuses it (a row whose cells were edited: its task runs
+        again and its new row replaces it) or ``inputs`` has no key (its
+        task must run)."""
         if not self.keyed(inputs):
             return None
-        return self.existing.get(row_key(inputs, self.key_columns))
+        row = self.existing.get(row_key(inputs, self.key_columns))
+        if row is not None and check is not None and not check(row):
+            return None
+        return row
 
     def add(self, rows: list[dict]) -> None:
         """Rows that arrived (stamped with :attr:`release`): kept, written at

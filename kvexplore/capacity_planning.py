@@ -778,6 +778,11 @@ def capacity_row(model: Any, kwargs: dict) -> dict[str, Any]:
     }
 
 
+def capacity_rows(model: Any, kwargs: dict) -> list[dict[str, Any]]:
+    """``[capacity_row(model, kwargs)]``: one task's rows in a sweep."""
+    return [capacity_row(model, kwargs)]
+
+
 def capacity_question(model: Any, kwargs: dict):
     """The :class:`~kvexplore.store.Question` of one :func:`capacity_sweep`
     row: the model (by name and config content), the plan's keywords and
@@ -842,7 +847,7 @@ def capacity_sweep(models: Iterable[Any], *, executor=None, output=None, store: 
     whose key cannot be computed (a refused input).  Rows another release
     wrote are computed again and kept in the file beside this release's (the
     returned frame holds this release's only)."""
-    from kvexplore.fleet import RowFile, check_executor, run_groups
+    from kvexplore.fleet import RowFile, check_executor, resumable_sweep
     from kvexplore.store import answer_store
 
     check_executor(executor)  # a closed executor is refused before any work
@@ -856,46 +861,15 @@ def capacity_sweep(models: Iterable[Any], *, executor=None, output=None, store: 
             tasks.append((model, {**m.inputs, **kwargs}))
         else:
             tasks.append((m, kwargs))
-    rows: list = [None] * len(tasks)
-    keys: list = [None] * len(tasks)
-    file_keys: list = [None] * len(tasks)
-    pending = []
-    for i, task in enumerate(tasks):
-        if answers is not None or out is not None:
-            keys[i] = capacity_question(*task)
-            file_keys[i] = capacity_file_key(keys[i])
-        if out is not None and keys[i] is not None:
-            found = out.find({FILE_KEY_COLUMN: file_keys[i]}, _agrees(keys[i]))
-            if found is not None:
-                rows[i] = {c: found[c] for c in CAPACITY_COLUMNS}
-                continue
-        if answers is not None and keys[i] is not None:
-            hit = answers.get(keys[i], lambda v: isinstance(v, dict) and list(v) == list(CAPACITY_COLUMNS))
-            if hit is not None:
-                rows[i] = hit
-                if out is not None:
-                    out.add([{**hit, FILE_KEY_COLUMN: file_keys[i]}])
-                continue
-        pending.append(i)
-
-    def arrived(n: int, row: dict) -> None:
-        i = pending[n]
-        rows[i] = row
-        if answers is not None and keys[i] is not None:
-            answers.put(keys[i], row)
-        if out is not None:
-            out.add([{**row, FILE_KEY_COLUMN: file_keys[i]}])
-
-    try:
-        run_groups(capacity_row, [tasks[i] for i in pending], executor, what="capacity",
-                   on_result=arrived)
-    finally:
-        if out is not None:
-            out.flush(force=True)
-    if out is not None:
-        out.finish([{**r, FILE_KEY_COLUMN: k} for r, k in zip(rows, file_keys, strict=True)])
-    if answers is not None:
-        answers.prune()
+    keyed = answers is not None or out is not None
+    questions = [capacity_question(*task) if keyed else None for task in tasks]
+    file_keys = [[capacity_file_key(q)] for q in questions]
+    rows = resumable_sweep(
+        capacity_rows, tasks, columns=CAPACITY_COLUMNS, key_column=FILE_KEY_COLUMN,
+        questions=[[q] if q is not None else None for q in questions], file_keys=file_keys,
+        checks=[[_agrees(q) if q is not None else None] for q in questions],
+        executor=executor, output=out, store=answers, what="capacity")
+    rows = [r for [r] in rows]
     return pd.DataFrame(rows, columns=list(CAPACITY_COLUMNS))
 
 
@@ -910,6 +884,7 @@ __all__ = [
     "capacity_question",
     "check_capacity_keywords",
     "capacity_row",
+    "capacity_rows",
     "capacity_sweep",
     "profile_estimates",
 ]

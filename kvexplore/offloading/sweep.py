@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from kvexplore.errors import KVExploreError
-from kvexplore.fleet import RowFile, check_executor, run_groups
+from kvexplore.fleet import RowFile, check_executor, resumable_sweep, run_groups
 from kvexplore.layout import jsonable
 from kvexplore.offloading.options import OffloadOptions
 from kvexplore.planning.inputs import PLAN_DEFAULTS
@@ -150,15 +150,6 @@ def _rows_of_plan(model: Any, plan_kwargs: dict, combos: list[dict]) -> list[dic
     return rows
 
 
-def _stored_rows(rows: list) -> list[dict]:
-    """Rows read back from the answer store (lists were tuples)."""
-    return [{k: tuple(v) if isinstance(v, list) else v for k, v in r.items()} for r in rows]
-
-
-def _keyed(rows: list[dict], keys: list[str | None]) -> list[dict]:
-    return [{**r, KEY_COLUMN: k} for r, k in zip(rows, keys, strict=True)]
-
-
 def row_question(model: Any, cells: Mapping[str, Any]):
     """The :class:`~kvexplore.store.Question` of one sweep row: ``model`` (as
     ``plan()`` takes it) and the row's input ``cells`` (``plan()`` keywords
@@ -236,7 +227,6 @@ def sweep(model: Any = "Qwen/Qwen3.5-0.8B", *, executor=None, output=None, store
         model_names.append(load_model_config(portable).name)  # the model column a worker writes
     columns = ["model", *names, *RESULT_COLUMNS]
     out = RowFile(output, [*columns, KEY_COLUMN], [KEY_COLUMN]) if output is not None else None
-    answers = answer_store(store)
     by_name = dict(zip(model_names, portables, strict=True))
 
     def checked(key: str | None):
@@ -257,54 +247,27 @@ def sweep(model: Any = "Qwen/Qwen3.5-0.8B", *, executor=None, output=None, store
             key = (index, _key(tuple(plan_kwargs.values())))
             groups.setdefault(key, (index, plan_kwargs, []))[2].append(given)
             order.append((key, len(groups[key][2]) - 1))
-    by_key: dict[Any, list[dict]] = {}
-    pending, questions, file_keys = [], {}, {}
-    row_columns = set(columns)
-    for k, (index, _, combos) in groups.items():
-        inputs = [{n: _cell(n, v) for n, v in given.items()} for given in combos]
-        file_keys[k] = [_file_key(portables[index], c) for c in inputs]
-        if out is not None:
-            found = [out.find({KEY_COLUMN: f}, checked(f)) if f else None for f in file_keys[k]]
-            if all(r is not None for r in found):
-                by_key[k] = [{c: r[c] for c in columns} for r in found]
-                continue
-        if answers is not None:
-            try:
-                questions[k] = [row_question(portables[index], c) for c in inputs]
-            except (KVExploreError, TypeError, ValueError):
-                questions[k] = None  # a refused input: its row carries the reason
-            hits = [answers.get(q, lambda v: isinstance(v, dict) and set(v) == row_columns)
-                    for q in questions[k] or []]
-            if questions[k] and all(h is not None for h in hits):
-                by_key[k] = _stored_rows(hits)
-                if out is not None:
-                    out.add(_keyed(by_key[k], file_keys[k]))
-                continue
-        pending.append(k)
-
-    def arrived(i: int, rows: list[dict]) -> None:
-        k = pending[i]
-        by_key[k] = rows
-        if answers is not None and questions.get(k) is not None:
-            for q, r in zip(questions[k], rows, strict=True):
-                answers.put(q, r)
-        if out is not None:
-            out.add(_keyed(rows, file_keys[k]))
-
-    try:
-        run_groups(_rows_of_plan, [(portables[groups[k][0]], *groups[k][1:]) for k in pending],
-                   executor, what="sweep", on_result=arrived,
-                   weights=[len(groups[k][2]) for k in pending])
-    finally:
-        if out is not None:
-            out.flush(force=True)
+    keys = list(groups)
+    position = {k: n for n, k in enumerate(keys)}
+    cells = [[{n: _cell(n, v) for n, v in given.items()} for given in groups[k][2]] for k in keys]
+    file_keys = [[_file_key(portables[groups[k][0]], c) for c in rows]
+                 for k, rows in zip(keys, cells, strict=True)]
+    questions = []
+    for k, rows in zip(keys, cells, strict=True):
+        try:
+            questions.append([row_question(portables[groups[k][0]], c) for c in rows])
+        except (KVExploreError, TypeError, ValueError):
+            questions.append(None)  # a refused input: its row carries the reason
+    results = resumable_sweep(
+        _rows_of_plan, [(portables[groups[k][0]], *groups[k][1:]) for k in keys],
+        columns=columns, key_column=KEY_COLUMN, questions=questions, file_keys=file_keys,
+        checks=[[checked(f) for f in fs] for fs in file_keys], executor=executor, output=out,
+        store=answer_store(store), what="sweep",
+        order=[(position[key], i) for key, i in order])
+    by_key = dict(zip(keys, results, strict=True))
     import pandas as pd
 
     rows = [by_key[key][i] for key, i in order]
-    if out is not None:
-        out.finish([{**by_key[key][i], KEY_COLUMN: file_keys[key][i]} for key, i in order])
-    if answers is not None:
-        answers.prune()
     return pd.DataFrame(rows, columns=columns)
 
 

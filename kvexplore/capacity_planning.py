@@ -45,9 +45,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
-import hashlib
 import inspect
-import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -68,7 +66,6 @@ from kvexplore.planning.models import load_model_config
 from kvexplore.planning.planner import Plan, plan
 from kvexplore.planning.profile import Term, kv_cache_memory_range
 from kvexplore.planning.release import release_name
-from kvexplore.store import canonical
 
 
 def profile_estimates(p: Plan) -> dict[str, tuple[int, int, str]]:
@@ -780,17 +777,22 @@ def capacity_row(model: Any, kwargs: dict) -> dict[str, Any]:
     }
 
 
-def capacity_row_key(model: Any, kwargs: dict) -> dict | None:
-    """The answer store's key of one :func:`capacity_sweep` row: the model (by
-    name and config content), the plan's keywords and ``gpu`` (``plan_key``),
-    and the other capacity keywords of ``kwargs``; None when a value cannot be
-    keyed (the row is computed on every run)."""
-    from kvexplore.planning.stored import plan_key
+def capacity_rows(model: Any, kwargs: dict) -> list[dict[str, Any]]:
+    """``[capacity_row(model, kwargs)]``: one task's rows in a sweep."""
+    return [capacity_row(model, kwargs)]
+
+
+def capacity_question(model: Any, kwargs: dict):
+    """The :class:`~kvexplore.store.Question` of one :func:`capacity_sweep`
+    row: the model (by name and config content), the plan's keywords and
+    ``gpu``, and the other capacity keywords of ``kwargs`` as its options;
+    None when a value cannot be keyed (the row is computed on every run)."""
+    from kvexplore.planning.stored import question
 
     planned = {k: v for k, v in kwargs.items() if k == "gpu" or k in PLAN_DEFAULTS}
     rest = {k: v for k, v in kwargs.items() if k not in planned}
     try:
-        return {"plan": plan_key(model, **planned), "capacity": json.loads(canonical(rest))}
+        return question(CAPACITY_KIND, model, rest, **planned)
     except (KVExploreError, TypeError, ValueError):
         return None
 
@@ -800,17 +802,24 @@ def capacity_row_key(model: Any, kwargs: dict) -> dict | None:
 FILE_KEY_COLUMN = "capacity_key"
 
 
-def capacity_file_key(key: dict | None) -> str | None:
-    """The :data:`FILE_KEY_COLUMN` of a row whose :func:`capacity_row_key` is
-    ``key``: the SHA-256 of its model (name and config digest), GPU, plan
-    request and capacity keywords, i.e. the store key less the vLLM release
-    (the file's ``vllm`` column, :data:`kvexplore.fleet.RELEASE_COLUMN`, which
-    the file resumes by too) and kvexplore's code version; None when ``key``
-    is None (the row is computed again)."""
-    if key is None:
-        return None
-    plan = {k: v for k, v in key["plan"].items() if k not in ("vllm", "kvexplore")}
-    return hashlib.sha256(canonical({"plan": plan, "capacity": key["capacity"]}).encode()).hexdigest()
+def capacity_file_key(question) -> str | None:
+    """The :data:`FILE_KEY_COLUMN` of a row whose :func:`capacity_question`
+    is ``question``: its key less the releases (the vLLM release is the
+    file's ``vllm`` column, :data:`kvexplore.fleet.RELEASE_COLUMN`, which the
+    file resumes by too); None when ``question`` is None (the row is
+    computed again)."""
+    return None if question is None else question.replace(releases=None).key()
+
+
+def _agrees(question) -> Any:
+    """Whether a file row's own cells (model, GPU, TP) are the ones
+    ``question`` asks for: a row whose cells were edited is computed again."""
+    request = dict(question.request)
+
+    def check(row: dict) -> bool:
+        return (row.get("model") == question.model["name"] and row.get("gpu") == question.gpu["name"]
+                and row.get("tp") == request.get("tensor_parallel_size"))
+    return check
 
 
 def capacity_sweep(models: Iterable[Any], *, executor=None, output=None, store: Any = True,
@@ -832,11 +841,12 @@ def capacity_sweep(models: Iterable[Any], *, executor=None, output=None, store: 
     :data:`FILE_KEY_COLUMN` and ``vllm`` (the installed vLLM release) after
     :data:`CAPACITY_COLUMNS`; a re-run with the same file takes the rows the
     installed release wrote there (same model, plan and capacity keywords,
-    :func:`capacity_file_key`) and computes only the others, and always the rows
+    :func:`capacity_file_key`, with the model, GPU and TP cells the key asks
+    for) and computes only the others, and always the rows
     whose key cannot be computed (a refused input).  Rows another release
     wrote are computed again and kept in the file beside this release's (the
     returned frame holds this release's only)."""
-    from kvexplore.fleet import RowFile, check_executor, run_groups
+    from kvexplore.fleet import RowFile, check_executor, resumable_sweep
     from kvexplore.store import answer_store
 
     check_executor(executor)  # a closed executor is refused before any work
@@ -850,46 +860,15 @@ def capacity_sweep(models: Iterable[Any], *, executor=None, output=None, store: 
             tasks.append((model, {**m.inputs, **kwargs}))
         else:
             tasks.append((m, kwargs))
-    rows: list = [None] * len(tasks)
-    keys: list = [None] * len(tasks)
-    file_keys: list = [None] * len(tasks)
-    pending = []
-    for i, task in enumerate(tasks):
-        if answers is not None or out is not None:
-            keys[i] = capacity_row_key(*task)
-            file_keys[i] = capacity_file_key(keys[i])
-        if out is not None:
-            found = out.find({FILE_KEY_COLUMN: file_keys[i]})
-            if found is not None:
-                rows[i] = {c: found[c] for c in CAPACITY_COLUMNS}
-                continue
-        if answers is not None and keys[i] is not None:
-            hit = answers.get(CAPACITY_KIND, keys[i])
-            if isinstance(hit, dict) and list(hit) == list(CAPACITY_COLUMNS):
-                rows[i] = hit
-                if out is not None:
-                    out.add([{**hit, FILE_KEY_COLUMN: file_keys[i]}])
-                continue
-        pending.append(i)
-
-    def arrived(n: int, row: dict) -> None:
-        i = pending[n]
-        rows[i] = row
-        if answers is not None and keys[i] is not None:
-            answers.put(CAPACITY_KIND, keys[i], row)
-        if out is not None:
-            out.add([{**row, FILE_KEY_COLUMN: file_keys[i]}])
-
-    try:
-        run_groups(capacity_row, [tasks[i] for i in pending], executor, what="capacity",
-                   on_result=arrived)
-    finally:
-        if out is not None:
-            out.flush(force=True)
-    if out is not None:
-        out.finish([{**r, FILE_KEY_COLUMN: k} for r, k in zip(rows, file_keys, strict=True)])
-    if answers is not None:
-        answers.prune()
+    keyed = answers is not None or out is not None
+    questions = [capacity_question(*task) if keyed else None for task in tasks]
+    file_keys = [[capacity_file_key(q)] for q in questions]
+    rows = resumable_sweep(
+        capacity_rows, tasks, columns=CAPACITY_COLUMNS, key_column=FILE_KEY_COLUMN,
+        questions=[[q] if q is not None else None for q in questions], file_keys=file_keys,
+        checks=[[_agrees(q) if q is not None else None] for q in questions],
+        executor=executor, output=out, store=answers, what="capacity")
+    rows = [r for [r] in rows]
     return pd.DataFrame(rows, columns=list(CAPACITY_COLUMNS))
 
 
@@ -901,9 +880,10 @@ __all__ = [
     "CapacityReport",
     "capacity",
     "capacity_file_key",
+    "capacity_question",
     "check_capacity_keywords",
     "capacity_row",
-    "capacity_row_key",
+    "capacity_rows",
     "capacity_sweep",
     "profile_estimates",
 ]

@@ -45,14 +45,13 @@ from kvexplore.offloading.sweep import sweep
 from kvexplore.planning.gpus import gpus
 from kvexplore.planning.inputs import PLAN_KEYWORDS, keyword_fields
 from kvexplore.planning.stored import (
-    answer_key,
+    PLAN_KIND,
+    is_payload,
     json_facts,
     plan_answer,
-    plan_key,
-    stored_answer,
-    stored_plan,
+    question,
 )
-from kvexplore.store import AnswerStore, answer_store
+from kvexplore.store import Question, answer, answer_store
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -368,51 +367,11 @@ def cmd_matrix(ns) -> None:
     print(c.text())
 
 
-def plan_from_store(ns) -> bool:
-    """``plan`` (``--json`` or text) answered from the answer store, before
-    vLLM is imported: True when the store held what it prints (the facts,
-    or the text :func:`cmd_plan` printed), now printed the same way."""
-    if ns.no_cache:
-        return False
-    kwargs = _kwargs(ns, _PLAN_KEYS)
-    try:
-        key = plan_key(ns.model, **kwargs)
-    except KVExploreError:
-        return False  # the full path gives plan()'s own refusal
-    answer = stored_plan(answer_store(True), key)
-    if answer is None:
-        return False
-    if ns.json:
-        _print_json(answer["facts"])
-    elif answer["text"] is not None:
-        print(answer["text"])
-    else:
-        return False  # stored without its text: cmd_plan plans and stores it
-    return True
-
-
-def cmd_plan(ns) -> None:
-    kwargs = _kwargs(ns, _PLAN_KEYS)
-    # what a hit in the store prints (plan_from_store): the same JSON values or text
-    answer = plan_answer(ns.model, store=not ns.no_cache, text=not ns.json, **kwargs)
-    if ns.json:
-        _print_json(answer["facts"])
-    else:
-        print(answer["text"])
-
-
 #: The answer store's kind of ``kvexplore offload``'s answer (its facts and text).
 OFFLOAD_KIND = "offload"
 
 #: The answer store's kind of ``kvexplore capacity``'s answer (its facts and text).
 CAPACITY_KIND = "capacity"
-
-
-def _offload_key(ns) -> dict:
-    """The store key of ``offload``: the plan's (:func:`plan_key`) and every
-    ``OffloadOptions`` field, defaults filled in (:func:`answer_key`)."""
-    options = OffloadOptions.from_kwargs(**_kwargs(ns, OffloadOptions.names())).as_dict()
-    return answer_key(ns.model, {"offload": options}, **_kwargs(ns, _PLAN_KEYS))
 
 
 def _capacity_kwargs(ns, *, calibrated: bool = True) -> dict:
@@ -448,46 +407,56 @@ def _prompt_lengths(ns) -> list[int]:
     return _split(ns.prompt_tokens, int) if ns.prompt_tokens else []
 
 
-def _capacity_key(ns) -> dict:
-    """The store key of ``capacity``: the plan's (:func:`plan_key`), the
-    capacity keywords given and the ``--prompt-tokens`` lengths (:func:`answer_key`)."""
+def _plan_question(ns) -> Question:
+    return question(PLAN_KIND, ns.model, **_kwargs(ns, _PLAN_KEYS))
+
+
+def _offload_question(ns) -> Question:
+    """``offload``'s question: the plan's and every ``OffloadOptions`` field,
+    defaults filled in."""
+    options = OffloadOptions.from_kwargs(**_kwargs(ns, OffloadOptions.names())).as_dict()
+    return question(OFFLOAD_KIND, ns.model, {"offload": options}, **_kwargs(ns, _PLAN_KEYS))
+
+
+def _capacity_question(ns) -> Question:
+    """``capacity``'s question: the plan's, the capacity keywords given (a
+    calibration log by its bytes' digest) and the ``--prompt-tokens`` lengths."""
     kwargs = _capacity_kwargs(ns, calibrated=False)
     planned = {k: v for k, v in kwargs.items() if k in _PLAN_KEYS}
     own = {k: v for k, v in kwargs.items() if k not in planned}
     if ns.calibration is not None:
         own["calibration_log"] = _log_digest(ns.calibration)
-    return answer_key(ns.model, {"capacity": own, "prompt_tokens": _prompt_lengths(ns)}, **planned)
+    return question(CAPACITY_KIND, ns.model, {"capacity": own, "prompt_tokens": _prompt_lengths(ns)},
+                    **planned)
 
 
-#: The commands answered from the store by :func:`answer_from_store`: kind, key.
-_STORED_COMMANDS = {"offload": (OFFLOAD_KIND, _offload_key), "capacity": (CAPACITY_KIND, _capacity_key)}
+#: The commands whose answers the store keeps: their question.
+_QUESTIONS = {"plan": _plan_question, "offload": _offload_question, "capacity": _capacity_question}
 
 
-def stored_key(ns: argparse.Namespace) -> tuple[str, dict]:
-    """The answer store's kind and key of a parsed ``offload`` or ``capacity``
-    command line: where its answer is stored and read back (a value the
-    command refuses is a :class:`KVExploreError`)."""
-    if getattr(ns, "command", None) not in _STORED_COMMANDS:
+def command_question(ns: argparse.Namespace) -> Question:
+    """The :class:`~kvexplore.store.Question` of a parsed ``plan``,
+    ``offload`` or ``capacity`` command line: what its answer is stored and
+    read back for (a value the command refuses is a :class:`KVExploreError`)."""
+    if getattr(ns, "command", None) not in _QUESTIONS:
         raise KVExploreError(
-            f"command={getattr(ns, 'command', None)!r} has no stored answer by key here; "
-            f"expected one of {sorted(_STORED_COMMANDS)}"
+            f"command={getattr(ns, 'command', None)!r} has no stored answer here; "
+            f"expected one of {sorted(_QUESTIONS)}"
         )
-    kind, key_of = _STORED_COMMANDS[ns.command]
-    return kind, key_of(ns)
+    return _QUESTIONS[ns.command](ns)
 
 
-def _store_and_key(ns) -> tuple[AnswerStore, dict] | tuple[None, None]:
-    """The user's answer store and ``ns``'s key there; ``(None, None)`` with
-    ``--no-cache`` or when the key cannot be made (a value the command
-    refuses: the full path gives the refusal).  An unwritable store is a
-    :class:`KVExploreError` before any work."""
+def _question(ns) -> Question | None:
+    """``ns``'s question; None with ``--no-cache`` or when it cannot be made
+    (a value the command refuses: the full path gives the refusal).  An
+    unwritable store is a :class:`KVExploreError` before any work."""
     if ns.no_cache:
-        return None, None
-    store = answer_store(True)
+        return None
+    answer_store(True)
     try:
-        return store, _STORED_COMMANDS[ns.command][1](ns)
+        return command_question(ns)
     except KVExploreError:
-        return None, None
+        return None
 
 
 def _print_answer(answer: dict, as_json: bool) -> None:
@@ -500,29 +469,37 @@ def _print_answer(answer: dict, as_json: bool) -> None:
 
 
 def answer_from_store(ns) -> bool:
-    """``offload`` or ``capacity`` (``--json`` or text) answered from the
-    answer store before vLLM is imported: True when the store held the
-    payload the command stored (:func:`_answered`), now printed the same way."""
-    store, key = _store_and_key(ns)
-    if key is None:
+    """``plan``, ``offload`` or ``capacity`` (``--json`` or text) answered
+    from the answer store before vLLM is imported: True when the store held
+    the payload the command stored for its question (with its text, unless
+    ``--json``), now printed the same way."""
+    q = _question(ns)
+    if q is None:
         return False
-    answer = stored_answer(store, _STORED_COMMANDS[ns.command][0], key)
-    if answer is None:
+    hit = answer_store(True).get(q, is_payload)
+    if hit is None or (not ns.json and hit["text"] is None):
         return False
-    _print_answer(answer, ns.json)
+    _print_answer(hit, ns.json)
     return True
+
+
+def cmd_plan(ns) -> None:
+    kwargs = _kwargs(ns, _PLAN_KEYS)
+    # what a hit in the store prints (answer_from_store): the same JSON values or text
+    _print_answer(plan_answer(ns.model, store=not ns.no_cache, text=not ns.json, **kwargs), ns.json)
 
 
 def _answered(ns, compute) -> None:
     """Print ``compute()``'s payload (``{"facts": JSON values, "text": the
-    text form}``) and store it under the command's key, unless ``--no-cache``:
-    both forms are kept, so either flag is answered from the store next time."""
-    store, key = _store_and_key(ns)  # an unwritable store fails before the work
-    answer = compute()
-    answer = {"facts": json_facts(answer["facts"]), "text": answer["text"]}
-    if key is not None:
-        store.put(_STORED_COMMANDS[ns.command][0], key, answer)
-    _print_answer(answer, ns.json)
+    text form}``), stored for the command's question unless ``--no-cache``
+    (:func:`kvexplore.store.answer`): both forms are kept, so either flag is
+    answered from the store next time."""
+
+    def payload() -> dict:
+        got = compute()
+        return {"facts": json_facts(got["facts"]), "text": got["text"]}
+
+    _print_answer(answer(_question(ns), payload, True, valid=is_payload), ns.json)
 
 
 def cmd_offload(ns) -> None:
@@ -626,7 +603,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="the KV cache vLLM builds for MODEL")
     _add_plan_args(p)
     _finish(p, cmd_plan)
-    p.set_defaults(answer_from_store=plan_from_store)
+    p.set_defaults(answer_from_store=answer_from_store)
     o = sub.add_parser("offload", help="the OffloadingConfig vLLM hands an offloading backend")
     _add_plan_args(o)
     _add_offload_args(o)

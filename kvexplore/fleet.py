@@ -9,7 +9,10 @@ task order, and each batch's results are handed to ``on_result`` as it
 arrives.  :class:`RowFile` keeps a sweep's rows in a Parquet or CSV file,
 rewritten atomically (temporary file + ``os.replace``) as rows arrive, every
 row stamped with the installed vLLM release (:data:`RELEASE_COLUMN`), so a
-re-run with the same file skips the rows that release wrote there.  Only kvexplore's
+re-run with the same file skips the rows that release wrote there.
+:func:`resumable_sweep` is the one skeleton both sweeps run: each task's rows
+from the file (checked against their keys), else the answer store, else
+computed, stored and written as they arrive.  Only kvexplore's
 functions and plain Python values travel to the workers, never vLLM objects.
 """
 
@@ -407,13 +410,19 @@ class RowFile:
         """``row`` with :data:`RELEASE_COLUMN` set to :attr:`release`."""
         return {**row, RELEASE_COLUMN: self.release}
 
-    def find(self, inputs: dict) -> dict | None:
+    def find(self, inputs: dict, check: Callable[[dict], bool] | None = None) -> dict | None:
         """The row of the file, written by the installed release, whose key
-        columns equal ``inputs``'s; None when there is none or ``inputs`` has
-        no key (its task must run)."""
+        columns equal ``inputs``'s and that ``check`` accepts (the key
+        computed again from the row's own columns); None when there is none,
+        ``check`` refuses it (a row whose cells were edited: its task runs
+        again and its new row replaces it) or ``inputs`` has no key (its
+        task must run)."""
         if not self.keyed(inputs):
             return None
-        return self.existing.get(row_key(inputs, self.key_columns))
+        row = self.existing.get(row_key(inputs, self.key_columns))
+        if row is not None and check is not None and not check(row):
+            return None
+        return row
 
     def add(self, rows: list[dict]) -> None:
         """Rows that arrived (stamped with :attr:`release`): kept, written at
@@ -464,6 +473,84 @@ class RowFile:
             raise
 
 
+# ---------------------------------------------------------------------------
+# One resumable sweep
+# ---------------------------------------------------------------------------
+
+
+def resumable_sweep(function: Callable, tasks: list[tuple], *, columns: Sequence[str],
+                    key_column: str, questions: Sequence[Sequence[Any] | None],
+                    file_keys: Sequence[Sequence[str | None]],
+                    checks: Sequence[Sequence[Callable[[dict], bool] | None]],
+                    executor: Any = None, output: RowFile | None = None, store: Any = None,
+                    what: str = "rows", batch_key: Callable[[tuple], Any] = _task_key,
+                    order: Sequence[tuple[int, int]] | None = None) -> list[list[dict]]:
+    """The rows of every task (``function(*task)`` returns that task's rows,
+    a list of dicts of ``columns``), in task order, each taken from the first
+    place that answers it: ``output`` (a :class:`RowFile` whose key column is
+    ``key_column``: a task whose every row is found by its ``file_keys`` and
+    accepted by its ``checks``, the key computed again from the row's own
+    cells), then ``store`` (an :class:`~kvexplore.store.AnswerStore` or None:
+    a task whose every row is stored for its ``questions``, a
+    :class:`~kvexplore.store.Question` per row, ``None`` for a task that
+    cannot be keyed), else computed by :func:`run_groups` on ``executor``.
+    Rows computed are stored for their questions and written to ``output``
+    as they arrive; at the end ``output`` holds the rows in ``order``
+    (``(task, row)`` positions; default task order, :meth:`RowFile.finish`)
+    and the store is pruned."""
+    columns = list(columns)
+    names = set(columns)
+
+    def valid(value: Any) -> bool:
+        return isinstance(value, dict) and set(value) == names
+
+    def keyed(rows: list[dict], keys: Sequence[str | None]) -> list[dict]:
+        return [{**r, key_column: k} for r, k in zip(rows, keys, strict=True)]
+
+    results: list = [None] * len(tasks)
+    pending = []
+    for i in range(len(tasks)):
+        if output is not None:
+            found = [output.find({key_column: k}, c) if k else None
+                     for k, c in zip(file_keys[i], checks[i], strict=True)]
+            if found and all(r is not None for r in found):
+                results[i] = [{c: r[c] for c in columns} for r in found]
+                continue
+        if store is not None and questions[i]:
+            hits = [store.get(q, valid) for q in questions[i]]
+            if all(h is not None for h in hits):
+                # lists read back were tuples (a cell, as run_groups hands it)
+                results[i] = [{c: _tuples(h[c]) for c in columns} for h in hits]
+                if output is not None:
+                    output.add(keyed(results[i], file_keys[i]))
+                continue
+        pending.append(i)
+
+    def arrived(n: int, rows: list[dict]) -> None:
+        i = pending[n]
+        results[i] = rows
+        if store is not None and questions[i]:
+            for q, r in zip(questions[i], rows, strict=True):
+                store.put(q, r)
+        if output is not None:
+            output.add(keyed(rows, file_keys[i]))
+
+    try:
+        run_groups(function, [tasks[i] for i in pending], executor, what=what,
+                   on_result=arrived, weights=[len(file_keys[i]) for i in pending],
+                   batch_key=batch_key)
+    finally:
+        if output is not None:
+            output.flush(force=True)
+    if output is not None:
+        if order is None:
+            order = [(i, j) for i in range(len(tasks)) for j in range(len(file_keys[i]))]
+        output.finish([{**results[i][j], key_column: file_keys[i][j]} for i, j in order])
+    if store is not None:
+        store.prune()
+    return results
+
+
 __all__ = [
     "BATCHES_PER_WORKER",
     "FLUSH_SECONDS",
@@ -475,6 +562,7 @@ __all__ = [
     "check_output",
     "is_dask_client",
     "output_format",
+    "resumable_sweep",
     "row_key",
     "run_batch",
     "run_groups",

@@ -12,7 +12,7 @@ from kvexplore.capacity_planning import (
     CAPACITY_COLUMNS,
     FILE_KEY_COLUMN,
     capacity_file_key,
-    capacity_row_key,
+    capacity_question,
     capacity_sweep,
 )
 from kvexplore.fleet import RELEASE_COLUMN, RowFile
@@ -56,17 +56,17 @@ def _file_rows(path) -> list[dict]:
 
 
 def test_the_file_key_names_model_plan_and_capacity_keywords():
-    key = capacity_file_key(capacity_row_key(QWEN, KWARGS))
-    assert key == capacity_file_key(capacity_row_key(QWEN, dict(KWARGS)))
-    assert key == capacity_file_key(capacity_row_key(QWEN, {**KWARGS, "tensor_parallel_size": 1}))  # a default
-    for other in (capacity_row_key(GRANITE, KWARGS),
-                  capacity_row_key(QWEN, {**KWARGS, "gpu": "H100"}),
-                  capacity_row_key(QWEN, {**KWARGS, "kv_cache_memory_bytes": 2 * GiB}),
-                  capacity_row_key(QWEN, {**KWARGS, "cpu_bytes_to_use": GiB})):
+    key = capacity_file_key(capacity_question(QWEN, KWARGS))
+    assert key == capacity_file_key(capacity_question(QWEN, dict(KWARGS)))
+    assert key == capacity_file_key(capacity_question(QWEN, {**KWARGS, "tensor_parallel_size": 1}))  # a default
+    for other in (capacity_question(GRANITE, KWARGS),
+                  capacity_question(QWEN, {**KWARGS, "gpu": "H100"}),
+                  capacity_question(QWEN, {**KWARGS, "kv_cache_memory_bytes": 2 * GiB}),
+                  capacity_question(QWEN, {**KWARGS, "cpu_bytes_to_use": GiB})):
         assert capacity_file_key(other) not in (None, key)
     # a key that cannot be computed is None: the row is computed again
-    assert capacity_row_key(UNKNOWN, KWARGS) is None and capacity_file_key(None) is None
-    assert capacity_row_key(QWEN, {**KWARGS, "tensor_parallel_size": "two"}) is None
+    assert capacity_question(UNKNOWN, KWARGS) is None and capacity_file_key(None) is None
+    assert capacity_question(QWEN, {**KWARGS, "tensor_parallel_size": "two"}) is None
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".csv"])
@@ -78,7 +78,7 @@ def test_an_interrupted_capacity_sweep_resumes_from_its_file(monkeypatch, tmp_pa
         capacity_sweep(MODELS, output=out, store=False, **KWARGS)
     monkeypatch.undo()
     [first] = _file_rows(out)  # the row computed before the stop
-    assert first["model"] == QWEN and first[FILE_KEY_COLUMN] == capacity_file_key(capacity_row_key(QWEN, KWARGS))
+    assert first["model"] == QWEN and first[FILE_KEY_COLUMN] == capacity_file_key(capacity_question(QWEN, KWARGS))
     assert first[RELEASE_COLUMN] == installed_release().version
     assert [p.name for p in tmp_path.iterdir()] == [out.name]  # no temporary file left
 
@@ -92,7 +92,7 @@ def test_an_interrupted_capacity_sweep_resumes_from_its_file(monkeypatch, tmp_pa
     rows = _file_rows(out)
     pd.testing.assert_frame_equal(pd.DataFrame(rows, columns=FILE_COLUMNS)[list(CAPACITY_COLUMNS)],
                                   uninterrupted)
-    assert [r[FILE_KEY_COLUMN] for r in rows] == [capacity_file_key(capacity_row_key(m, KWARGS)) for m in MODELS]
+    assert [r[FILE_KEY_COLUMN] for r in rows] == [capacity_file_key(capacity_question(m, KWARGS)) for m in MODELS]
 
     # a third run computes only the row with no key, and writes it once
     calls.clear()
@@ -147,7 +147,7 @@ def test_rows_from_the_store_are_written_to_the_file(monkeypatch, tmp_path, unin
 def test_an_unwritable_output_is_refused_before_any_work(monkeypatch, tmp_path):
     monkeypatch.setattr(cp, "capacity_row", lambda *a: pytest.fail("a row was computed"))
     monkeypatch.setattr(cp, "capacity", lambda *a, **k: pytest.fail("a deployment was built"))
-    monkeypatch.setattr(cp, "capacity_row_key", lambda *a: pytest.fail("a key was computed"))
+    monkeypatch.setattr(cp, "capacity_question", lambda *a: pytest.fail("a key was computed"))
     sweep_file = tmp_path / "sweep.csv"
     sweep_file.write_text("model,gpu\nx,A100\n")
     for bad, why in ((tmp_path / "missing" / "x.parquet", "does not exist"),

@@ -176,24 +176,24 @@ def test_a_repeated_text_plan_prints_the_same_text_without_vllm(tmp_path):
 
 def test_text_plan_reads_the_store_and_no_cache_skips_it(capsys):
     import kvexplore
-    from kvexplore.planning.stored import PLAN_KIND, plan_key, stored_plan
+    from kvexplore.planning.stored import PLAN_KIND, question
     from kvexplore.store import AnswerStore
 
     assert main(list(PLAN_TEXT_ARGS)) == 0
     fresh = capsys.readouterr().out
     assert fresh == kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="H100", num_blocks=16).text() + "\n"
     store = AnswerStore.open()
-    key = plan_key("Qwen/Qwen3.5-0.8B", gpu="H100", num_blocks=16)
-    answer = stored_plan(store, key)
+    key = question(PLAN_KIND, "Qwen/Qwen3.5-0.8B", gpu="H100", num_blocks=16)
+    answer = store.get(key)
     assert answer["text"] == fresh[:-1]
-    store.put(PLAN_KIND, key, {**answer, "text": "the stored text"})
+    store.put(key, {**answer, "text": "the stored text"})
     assert main(list(PLAN_TEXT_ARGS)) == 0
     assert capsys.readouterr().out == "the stored text\n"  # read back, not planned
     assert main([*PLAN_TEXT_ARGS, "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == answer["facts"]  # one payload, both forms
     assert main([*PLAN_TEXT_ARGS, "--no-cache"]) == 0
     assert capsys.readouterr().out == fresh  # the store is neither read ...
-    assert stored_plan(store, key)["text"] == "the stored text"  # ... nor written
+    assert store.get(key)["text"] == "the stored text"  # ... nor written
 
 
 # -- offload and capacity from the answer store ------------------------------------
@@ -239,27 +239,26 @@ def test_a_repeated_command_prints_the_same_answer_without_vllm(tmp_path, comman
 
 @pytest.mark.parametrize("command", sorted(STORED_COMMANDS))
 def test_a_command_reads_the_store_and_no_cache_skips_it(capsys, command):
-    from kvexplore.cli import CAPACITY_KIND, OFFLOAD_KIND, stored_key
-    from kvexplore.planning.stored import stored_answer
+    from kvexplore.cli import CAPACITY_KIND, OFFLOAD_KIND, command_question
     from kvexplore.store import AnswerStore
 
     args, changed = STORED_COMMANDS[command]
-    kind, key = stored_key(build_parser().parse_args(list(args)))
-    assert kind == {"offload": OFFLOAD_KIND, "capacity": CAPACITY_KIND}[command]
+    key = command_question(build_parser().parse_args(list(args)))
+    assert key.kind == {"offload": OFFLOAD_KIND, "capacity": CAPACITY_KIND}[command]
     assert main(list(args)) == 0
     fresh = capsys.readouterr().out
     store = AnswerStore.open()
-    answer = stored_answer(store, kind, key)
+    answer = store.get(key)
     assert answer["text"] + "\n" == fresh
-    assert key != stored_key(build_parser().parse_args([*args, *changed]))[1]
-    store.put(kind, key, {**answer, "text": "the stored text"})
+    assert key != command_question(build_parser().parse_args([*args, *changed]))
+    store.put(key, {**answer, "text": "the stored text"})
     assert main(list(args)) == 0
     assert capsys.readouterr().out == "the stored text\n"  # read back, not computed
     assert main([*args, "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == answer["facts"]
     assert main([*args, "--no-cache"]) == 0
     assert capsys.readouterr().out == fresh  # the store is neither read ...
-    assert stored_answer(store, kind, key)["text"] == "the stored text"  # ... nor written
+    assert store.get(key)["text"] == "the stored text"  # ... nor written
     assert main([*args, "--json", "--no-cache"]) == 0
     assert json.loads(capsys.readouterr().out) == answer["facts"]
     assert len(store.entries()) == 1

@@ -21,9 +21,9 @@ import kvexplore
 from kvexplore import KVExploreError
 from kvexplore.capacity_planning import capacity_sweep
 from kvexplore.fleet import RowFile, batches, run_groups
-from kvexplore.offloading.sweep import sweep
-from kvexplore.planning.stored import plan_facts, plan_key
-from kvexplore.store import AnswerStore
+from kvexplore.offloading.sweep import KEY_COLUMN, sweep
+from kvexplore.planning.stored import PLAN_KIND, plan_facts, question
+from kvexplore.store import AnswerStore, Question
 
 sweep_module = importlib.import_module("kvexplore.offloading.sweep")
 
@@ -175,14 +175,14 @@ def test_an_interrupted_sweep_resumes_from_its_file(monkeypatch, tmp_path, seque
     with pytest.raises(KeyboardInterrupt):
         sweep(QWEN, output=out, store=False, **AXES)
     monkeypatch.undo()
-    part = RowFile(out, list(sequential.columns), ["model", *AXES]).existing
+    part = RowFile(out, [*sequential.columns, KEY_COLUMN], [KEY_COLUMN]).existing
     assert len(part) == 2  # the rows of the two plans made before the stop
     assert [p.name for p in tmp_path.iterdir()] == [out.name]  # no temporary file left
     calls = _counting(monkeypatch)
     resumed = sweep(QWEN, output=out, store=False, **AXES)
     assert len(calls) == 6  # only the six plans whose rows are not in the file
     pd.testing.assert_frame_equal(resumed, sequential)
-    again = RowFile(out, list(sequential.columns), ["model", *AXES]).existing
+    again = RowFile(out, [*sequential.columns, KEY_COLUMN], [KEY_COLUMN]).existing
     pd.testing.assert_frame_equal(pd.DataFrame(list(again.values()), columns=sequential.columns),
                                   sequential)
 
@@ -203,12 +203,12 @@ def test_rows_of_another_vllm_release_are_planned_again_and_kept(monkeypatch, tm
     assert len(calls) == 2  # both plans again: the other release's rows are not resumed
     pd.testing.assert_frame_equal(df, old)
     assert RELEASE_COLUMN not in df.columns
-    rows = RowFile(out, list(df.columns), ["model", *axes]).rows
+    rows = RowFile(out, [*df.columns, KEY_COLUMN], [KEY_COLUMN]).rows
     assert [r[RELEASE_COLUMN] for r in rows] == [here, here, "0.32.0", "0.32.0"]
     calls.clear()
     sweep(QWEN, output=out, store=False, **axes)
     assert calls == []  # this release's rows are resumed
-    assert len(RowFile(out, list(df.columns), ["model", *axes]).rows) == 4
+    assert len(RowFile(out, [*df.columns, KEY_COLUMN], [KEY_COLUMN]).rows) == 4
 
 
 def test_the_file_holds_the_rows_a_dask_sweep_returns(client, tmp_path, sequential):
@@ -224,7 +224,7 @@ def test_the_file_holds_the_rows_a_dask_sweep_returns(client, tmp_path, sequenti
         monkey.undo()
     assert calls == []  # every row was in the file
     pd.testing.assert_frame_equal(again, sequential)
-    assert pd.read_parquet(out).shape == (len(sequential), len(sequential.columns) + 1)  # + vllm
+    assert pd.read_parquet(out).shape == (len(sequential), len(sequential.columns) + 2)  # + key, vllm
 
 
 def test_an_unusable_output_is_refused_before_any_work(monkeypatch, tmp_path):
@@ -290,13 +290,13 @@ def test_stored_plan_facts_equal_a_fresh_plan(tmp_path):
 
 
 def test_a_store_key_names_release_code_model_gpu_and_request():
-    a = plan_key(QWEN, gpu="A100", num_blocks=64)
-    assert a["vllm"] == kvexplore.plan(QWEN, gpu="A100", num_blocks=64).vllm_version
-    assert a["kvexplore"].startswith(kvexplore.__version__ + "+")
-    assert a["model"]["digest"] == kvexplore.load_model_config(QWEN).digest
-    assert a != plan_key(QWEN, gpu="H100", num_blocks=64)
-    assert a != plan_key(QWEN, gpu="A100", num_blocks=65)
-    assert a == plan_key(QWEN, gpu="A100", num_blocks=64, tensor_parallel_size=1)
+    a = question(PLAN_KIND, QWEN, gpu="A100", num_blocks=64)
+    assert a.releases["vllm"] == kvexplore.plan(QWEN, gpu="A100", num_blocks=64).vllm_version
+    assert a.releases["kvexplore"].startswith(kvexplore.__version__ + "+")
+    assert a.model["digest"] == kvexplore.load_model_config(QWEN).digest
+    assert a != question(PLAN_KIND, QWEN, gpu="H100", num_blocks=64)
+    assert a != question(PLAN_KIND, QWEN, gpu="A100", num_blocks=65)
+    assert a == question(PLAN_KIND, QWEN, gpu="A100", num_blocks=64, tensor_parallel_size=1)
 
 
 def test_an_unwritable_or_broken_store_is_refused(tmp_path):
@@ -311,16 +311,20 @@ def test_an_unwritable_or_broken_store_is_refused(tmp_path):
         plan_facts(QWEN, store=3)
 
 
+def _demo(i: int) -> Question:
+    return Question("demo", options={"i": i})
+
+
 def test_the_store_drops_the_least_recently_used(tmp_path):
     s = AnswerStore.open(tmp_path, max_bytes=10**9)
     for i in range(4):
-        s.put("demo", {"i": i}, {"answer": "x" * 1000})
-    for i, (_, _, path) in enumerate(sorted(s.entries(), key=lambda e: json.loads(e[2].read_text())["key"]["i"])):
+        s.put(_demo(i), {"answer": "x" * 1000})
+    for i, (_, _, path) in enumerate(sorted(s.entries(), key=lambda e: json.loads(e[2].read_text())["question"]["options"]["i"])):
         os.utime(path, (1000 + i, 1000 + i))  # entry 0 is the oldest
-    assert s.get("demo", {"i": 0}) is not None  # a hit makes it the newest
+    assert s.get(_demo(0)) is not None  # a hit makes it the newest
     small = AnswerStore(tmp_path, max_bytes=2 * s.entries()[0][1])
     assert small.prune() == 2
-    assert [small.get("demo", {"i": i}) is not None for i in range(4)] == [True, False, False, True]
+    assert [small.get(_demo(i)) is not None for i in range(4)] == [True, False, False, True]
 
 
 # ---------------------------------------------------------------------------
@@ -359,8 +363,7 @@ def test_cli_sweep_out_writes_the_rows_of_the_python_sweep(tmp_path):
     # the command line's axes, in its flags' order
     expected = sweep(QWEN, store=False, gpu=["A100", "H100"], decode_context_parallel_size=[1, 2],
                      block_size=[None, 1024], num_blocks=[64])
-    keys = ["model", "gpu", "decode_context_parallel_size", "block_size", "num_blocks"]
-    rows = RowFile(out, list(expected.columns), keys).existing.values()
+    rows = RowFile(out, [*expected.columns, KEY_COLUMN], [KEY_COLUMN]).existing.values()
     pd.testing.assert_frame_equal(pd.DataFrame(list(rows), columns=expected.columns), expected)
     bad = _cli(*args[:-3], "--out", str(tmp_path / "no" / "x.parquet"))
     assert bad.returncode == 2 and "does not exist" in bad.stderr and not (tmp_path / "no").exists()

@@ -22,13 +22,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from kvexplore.errors import KVExploreError
-from kvexplore.fleet import RowFile, check_executor, run_groups
+from kvexplore.fleet import RowFile, check_executor, resumable_sweep, run_groups
 from kvexplore.layout import jsonable
 from kvexplore.offloading.options import OffloadOptions
 from kvexplore.planning.inputs import PLAN_DEFAULTS
 from kvexplore.planning.models import load_model_config
 from kvexplore.planning.release import release_name
-from kvexplore.planning.stored import plan_key
+from kvexplore.planning.stored import question
 from kvexplore.store import answer_store
 
 if TYPE_CHECKING:
@@ -40,8 +40,12 @@ PLAN_KEYWORDS = ("gpu", *PLAN_DEFAULTS)
 #: ``offload_config()`` keywords a sweep can vary (the ``OffloadOptions`` fields).
 OFFLOAD_KEYWORDS = OffloadOptions.names()
 
-#: The answer store's kind for a sweep's rows of one plan.
-SWEEP_KIND = "sweep-rows"
+#: The answer store's kind for one sweep row.
+SWEEP_KIND = "sweep-row"
+
+#: The column an output file adds after the row's: the key of the row's
+#: question less its releases (:func:`row_question`), which resuming checks.
+KEY_COLUMN = "key"
 
 
 def make_plan(model: Any, **kwargs: Any):
@@ -146,11 +150,24 @@ def _rows_of_plan(model: Any, plan_kwargs: dict, combos: list[dict]) -> list[dic
     return rows
 
 
-def _stored_rows(value: Any) -> list[dict] | None:
-    """Rows read back from the answer store (lists were tuples), or None."""
-    if not isinstance(value, list) or not all(isinstance(r, dict) for r in value):
+def row_question(model: Any, cells: Mapping[str, Any]):
+    """The :class:`~kvexplore.store.Question` of one sweep row: ``model`` (as
+    ``plan()`` takes it) and the row's input ``cells`` (``plan()`` keywords
+    and ``offload_config()`` keywords as the row holds them, ``extra_config``
+    as JSON text).  A value ``plan()`` refuses raises its :class:`KVExploreError`."""
+    planned = {n: v for n, v in cells.items() if n in PLAN_KEYWORDS}
+    options = {n: json.loads(v) if n == "extra_config" and isinstance(v, str) else v
+               for n, v in cells.items() if n in OFFLOAD_KEYWORDS}
+    return question(SWEEP_KIND, model, options, **planned)
+
+
+def _file_key(model: Any, cells: Mapping[str, Any]) -> str | None:
+    """:data:`KEY_COLUMN` of a row of ``model`` with input ``cells``; None
+    when the row cannot be keyed (a refused input: computed on every run)."""
+    try:
+        return row_question(model, cells).replace(releases=None).key()
+    except (KVExploreError, TypeError, ValueError):
         return None
-    return [{k: tuple(v) if isinstance(v, list) else v for k, v in r.items()} for r in value]
 
 
 def sweep(model: Any = "Qwen/Qwen3.5-0.8B", *, executor=None, output=None, store: Any = True,
@@ -171,14 +188,17 @@ def sweep(model: Any = "Qwen/Qwen3.5-0.8B", *, executor=None, output=None, store
     one worker).
 
     ``store`` (default ``True``: the user's answer store, :mod:`kvexplore.store`;
-    ``False``: none; or a folder): the rows of a plan answered before are read
-    back, not built; rows built are stored.  ``output`` (a ``.parquet`` or
+    ``False``: none; or a folder): each row is stored for its own
+    :func:`row_question`; a plan whose rows were all answered before is not
+    built.  ``output`` (a ``.parquet`` or
     ``.csv`` path, checked before any work): the rows are written as they
-    come (:class:`kvexplore.fleet.RowFile`), each with the installed vLLM
-    release in a ``vllm`` column after the others; when the file already
-    holds rows of this sweep written under the installed release (an
-    interrupted run, a lost worker), those are kept and only the missing
-    plans run.  Rows another release wrote are not taken: their plans run
+    come (:class:`kvexplore.fleet.RowFile`), each with its key
+    (:data:`KEY_COLUMN`) and the installed vLLM release in a ``vllm`` column
+    after the others; when the file already holds rows of this sweep written
+    under the installed release (an interrupted run, a lost worker), those
+    whose key, computed again from the row's own model and input cells, is
+    the one asked for are kept and only the missing plans run (a row whose
+    cells were edited is computed again).  Rows another release wrote are not taken: their plans run
     again, and the file keeps both releases' rows (the returned frame holds
     this release's only, without the ``vllm`` column).
 
@@ -206,8 +226,18 @@ def sweep(model: Any = "Qwen/Qwen3.5-0.8B", *, executor=None, output=None, store
         portables.append(portable)
         model_names.append(load_model_config(portable).name)  # the model column a worker writes
     columns = ["model", *names, *RESULT_COLUMNS]
-    out = RowFile(output, columns, ["model", *names]) if output is not None else None
-    answers = answer_store(store)
+    out = RowFile(output, [*columns, KEY_COLUMN], [KEY_COLUMN]) if output is not None else None
+    by_name = dict(zip(model_names, portables, strict=True))
+
+    def checked(key: str | None):
+        """A file row is taken for ``key`` only when the key computed again
+        from its own input cells is ``key``."""
+        def check(row: dict) -> bool:
+            m = by_name.get(row.get("model"))
+            cells = {n: row.get(n) for n in names}
+            return m is not None and _file_key(m, cells) == key
+        return check
+
     groups: dict[Any, tuple[int, dict, list[dict]]] = {}
     order = []
     for index in range(len(models)):
@@ -217,52 +247,38 @@ def sweep(model: Any = "Qwen/Qwen3.5-0.8B", *, executor=None, output=None, store
             key = (index, _key(tuple(plan_kwargs.values())))
             groups.setdefault(key, (index, plan_kwargs, []))[2].append(given)
             order.append((key, len(groups[key][2]) - 1))
-    by_key: dict[Any, list[dict]] = {}
-    pending, store_keys = [], {}
-    for k, (index, plan_kwargs, combos) in groups.items():
-        inputs = [{"model": model_names[index], **{n: _cell(n, v) for n, v in given.items()}}
-                  for given in combos]
-        if out is not None:
-            found = [out.find(r) for r in inputs]
-            if all(r is not None for r in found):
-                by_key[k] = found
-                continue
-        if answers is not None:
-            try:
-                store_keys[k] = {"plan": plan_key(portables[index], **plan_kwargs), "rows": inputs}
-            except KVExploreError:
-                store_keys[k] = None  # a refused input: its row carries the reason
-            rows = _stored_rows(answers.get(SWEEP_KIND, store_keys[k])) if store_keys[k] else None
-            if rows is not None:
-                by_key[k] = rows
-                if out is not None:
-                    out.add(rows)
-                continue
-        pending.append(k)
-
-    def arrived(i: int, rows: list[dict]) -> None:
-        k = pending[i]
-        by_key[k] = rows
-        if answers is not None and store_keys.get(k) is not None:
-            answers.put(SWEEP_KIND, store_keys[k], rows)
-        if out is not None:
-            out.add(rows)
-
-    try:
-        run_groups(_rows_of_plan, [(portables[groups[k][0]], *groups[k][1:]) for k in pending],
-                   executor, what="sweep", on_result=arrived,
-                   weights=[len(groups[k][2]) for k in pending])
-    finally:
-        if out is not None:
-            out.flush(force=True)
+    keys = list(groups)
+    position = {k: n for n, k in enumerate(keys)}
+    cells = [[{n: _cell(n, v) for n, v in given.items()} for given in groups[k][2]] for k in keys]
+    file_keys = [[_file_key(portables[groups[k][0]], c) for c in rows]
+                 for k, rows in zip(keys, cells, strict=True)]
+    questions = []
+    for k, rows in zip(keys, cells, strict=True):
+        try:
+            questions.append([row_question(portables[groups[k][0]], c) for c in rows])
+        except (KVExploreError, TypeError, ValueError):
+            questions.append(None)  # a refused input: its row carries the reason
+    results = resumable_sweep(
+        _rows_of_plan, [(portables[groups[k][0]], *groups[k][1:]) for k in keys],
+        columns=columns, key_column=KEY_COLUMN, questions=questions, file_keys=file_keys,
+        checks=[[checked(f) for f in fs] for fs in file_keys], executor=executor, output=out,
+        store=answer_store(store), what="sweep",
+        order=[(position[key], i) for key, i in order])
+    by_key = dict(zip(keys, results, strict=True))
     import pandas as pd
 
     rows = [by_key[key][i] for key, i in order]
-    if out is not None:
-        out.finish(rows)
-    if answers is not None:
-        answers.prune()
     return pd.DataFrame(rows, columns=columns)
 
 
-__all__ = ["OFFLOAD_KEYWORDS", "PLAN_KEYWORDS", "RESULT_COLUMNS", "SWEEP_KIND", "make_plan", "run_groups", "sweep"]
+__all__ = [
+    "KEY_COLUMN",
+    "OFFLOAD_KEYWORDS",
+    "PLAN_KEYWORDS",
+    "RESULT_COLUMNS",
+    "SWEEP_KIND",
+    "make_plan",
+    "row_question",
+    "run_groups",
+    "sweep",
+]

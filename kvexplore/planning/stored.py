@@ -3,8 +3,8 @@
 :func:`plan_facts` is ``plan(model, **kwargs).to_dict()`` as JSON values,
 and :func:`plan_answer` those facts with ``Plan.text()`` (what ``kvexplore
 plan`` prints), kept together in the answer store (:mod:`kvexplore.store`,
-one payload ``{"facts": ..., "text": ...}``) under :func:`plan_key`: the
-vLLM release, kvexplore's :func:`~kvexplore.store.code_version`, the model
+one payload ``{"facts": ..., "text": ...}``) for the plan's :func:`question`:
+the vLLM release, kvexplore's :func:`~kvexplore.store.code_version`, the model
 config's name and content digest, the GPU and the normalised request
 (:func:`~kvexplore.planning.inputs.store_key`: checked as ``PlanRequest``
 without the checks that import vLLM).  A hit reads one file and imports neither vLLM nor torch; a miss
@@ -13,8 +13,8 @@ facts a fresh plan gives, value for value and in the same order, and the
 text is the text it prints, character for character.
 
 An answer computed from a plan and options of its own (``kvexplore offload``,
-``kvexplore capacity``) is kept the same way, one payload of facts and text,
-under :func:`answer_key`: :func:`plan_key` and those options.
+``kvexplore capacity``), or a sweep's row, is kept the same way, for the
+:func:`question` of its kind, its plan's keywords and those options.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from kvexplore.planning.gpus import DEFAULT_GPU, resolve_gpu
 from kvexplore.planning.inputs import store_key
 from kvexplore.planning.models import DEFAULT_MODEL, ModelSource, load_model_config
 from kvexplore.planning.release import installed_release
-from kvexplore.store import AnswerStore, answer_store, canonical, code_version
+from kvexplore.store import Question, answer, canonical, code_version
 
 #: The store's kind for a plan's facts.
 PLAN_KIND = "plan"
@@ -42,31 +42,28 @@ def _key_value(value: Any) -> Any:
     return value
 
 
-def plan_key(model: Any = DEFAULT_MODEL, **kwargs: Any) -> dict[str, Any]:
-    """The store key of ``plan(model, **kwargs)``: a JSON object of the vLLM
-    release, :func:`~kvexplore.store.code_version`, the model's name and
-    digest, the GPU's fields and the request; imports no vLLM.  A value
+def question(kind: str, model: Any = DEFAULT_MODEL, options: Mapping[str, Any] | None = None,
+             **kwargs: Any) -> Question:
+    """The :class:`~kvexplore.store.Question` of an answer of ``kind``
+    computed from ``plan(model, **kwargs)`` and ``options`` (everything else
+    the answer depends on: a command's own flags, a sweep row's own
+    keywords): the model's name and config digest, the GPU's fields, the
+    request (:func:`~kvexplore.planning.inputs.store_key`: checked as
+    ``PlanRequest`` without the checks that import vLLM), ``options`` as
+    canonical JSON values, the installed vLLM release and kvexplore's
+    :func:`~kvexplore.store.code_version`; imports no vLLM.  A value
     ``plan()`` refuses raises its :class:`KVExploreError`."""
     src = load_model_config(model)
     gpu = resolve_gpu(kwargs.pop("gpu", DEFAULT_GPU))
     request = store_key(**kwargs)
-    return {
-        "vllm": installed_release().version,
-        "kvexplore": code_version(),
-        "model": {"name": src.name, "digest": src.digest},
-        "gpu": dataclasses.asdict(gpu),
-        "request": [[k, _key_value(v)] for k, v in request],
-    }
-
-
-def answer_key(model: Any, options: Mapping[str, Any], **plan_kwargs: Any) -> dict[str, Any]:
-    """The store key of an answer computed from ``plan(model, **plan_kwargs)``
-    and ``options`` (everything else the answer depends on: a command's own
-    flags): :func:`plan_key`'s fields and ``"options"``, ``options`` as
-    canonical JSON values (:func:`~kvexplore.store.canonical`: tuples as
-    lists, other objects as text); imports no vLLM.  A value ``plan()``
-    refuses raises its :class:`KVExploreError`."""
-    return {**plan_key(model, **plan_kwargs), "options": json.loads(canonical(dict(options)))}
+    return Question(
+        kind,
+        model={"name": src.name, "digest": src.digest},
+        gpu=dataclasses.asdict(gpu),
+        request=[[k, _key_value(v)] for k, v in request],
+        options=json.loads(canonical(dict(options or {}))),
+        releases={"vllm": installed_release().version, "kvexplore": code_version()},
+    )
 
 
 def json_facts(facts: dict[str, Any]) -> dict[str, Any]:
@@ -75,34 +72,21 @@ def json_facts(facts: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(facts, default=str))
 
 
-def _stored_answer(value: Any) -> dict[str, Any] | None:
-    """A plan's stored payload, or None when ``value`` is not one."""
-    if (isinstance(value, dict) and isinstance(value.get("facts"), dict)
-            and isinstance(value.get("text", ""), (str, type(None)))):
-        return {"facts": value["facts"], "text": value.get("text")}
-    return None
-
-
-def stored_plan(store: AnswerStore, key: Any) -> dict[str, Any] | None:
-    """The payload :func:`plan_answer` stored under ``key`` in ``store``
-    (``{"facts": ..., "text": ... or None}``), or None; imports no vLLM."""
-    return _stored_answer(store.get(PLAN_KIND, key))
-
-
-def stored_answer(store: AnswerStore, kind: str, key: Any) -> dict[str, Any] | None:
-    """The payload ``{"facts": ..., "text": ...}`` stored under ``(kind,
-    key)`` in ``store`` (``text`` a string), or None when there is none or it
-    is not such a payload; imports no vLLM."""
-    hit = _stored_answer(store.get(kind, key))
-    return hit if hit is not None and isinstance(hit["text"], str) else None
+def is_payload(value: Any) -> bool:
+    """Whether ``value`` is a stored payload ``{"facts": {...}, "text": str
+    or None}`` (a plan's, ``kvexplore offload``'s or ``capacity``'s), and
+    nothing else."""
+    return (isinstance(value, dict) and set(value) == {"facts", "text"}
+            and isinstance(value["facts"], dict) and isinstance(value["text"], (str, type(None))))
 
 
 def plan_answer(model: Any = DEFAULT_MODEL, *, store: Any = True, text: bool = False,
                 **kwargs: Any) -> dict[str, Any]:
     """``{"facts": plan(model, **kwargs).to_dict() as JSON values
     (:func:`json_facts`), "text": plan(...).text()}``, from the answer store
-    when it holds them (no vLLM import), else planned and stored, both under
-    :func:`plan_key`.  ``text`` is None when it was not asked for and the
+    when it holds them (no vLLM import), else planned and stored, both for
+    :func:`question` ``(PLAN_KIND, model, **kwargs)``
+    (:func:`kvexplore.store.answer`).  ``text`` is None when it was not asked for and the
     rendering stage (:mod:`kvexplore.rendering`, which registers
     ``Plan.text``) was not imported; ``text=True`` asks for it (a stored
     payload without it is planned again; without the rendering stage,
@@ -110,25 +94,20 @@ def plan_answer(model: Any = DEFAULT_MODEL, *, store: Any = True, text: bool = F
     store, ``False`` none, or a folder (:func:`kvexplore.store.answer_store`;
     an unwritable folder is a :class:`KVExploreError` before any work).
     Refusals are ``plan()``'s."""
-    s = answer_store(store)
-    key = None
-    if s is not None:
-        try:
-            key = plan_key(model, **kwargs)
-        except KVExploreError:
-            key = None  # plan() gives the refusal, checked with vLLM
-        if key is not None:
-            hit = stored_plan(s, key)
-            if hit is not None and (not text or hit["text"] is not None):
-                return hit
-    from kvexplore.planning.planner import plan
+    try:
+        q = question(PLAN_KIND, model, **dict(kwargs))
+    except KVExploreError:
+        q = None  # plan() gives the refusal, checked with vLLM
 
-    p = plan(model, **kwargs)
-    rendered = text or type(p) in text_form.registry
-    answer = {"facts": json_facts(p.to_dict()), "text": p.text() if rendered else None}
-    if key is not None:
-        s.put(PLAN_KIND, key, answer)
-    return answer
+    def compute() -> dict[str, Any]:
+        from kvexplore.planning.planner import plan
+
+        p = plan(model, **kwargs)
+        rendered = text or type(p) in text_form.registry
+        return {"facts": json_facts(p.to_dict()), "text": p.text() if rendered else None}
+
+    return answer(q, compute, store, valid=is_payload,
+                  enough=lambda hit: not text or hit["text"] is not None)
 
 
 def plan_facts(model: Any = DEFAULT_MODEL, *, store: Any = True, **kwargs: Any) -> dict[str, Any]:
@@ -143,11 +122,9 @@ def plan_facts(model: Any = DEFAULT_MODEL, *, store: Any = True, **kwargs: Any) 
 
 __all__ = [
     "PLAN_KIND",
-    "answer_key",
+    "is_payload",
     "json_facts",
     "plan_answer",
     "plan_facts",
-    "plan_key",
-    "stored_answer",
-    "stored_plan",
+    "question",
 ]

@@ -18,8 +18,17 @@ if [ ! -x /usr/bin/chromium ]; then
 fi
 # The test extra includes the playwright package; never `playwright install`
 # (it downloads browsers): the browser test uses Debian's chromium.
+start=$SECONDS
 python3 -m pip install -q -e ".[test]" -c scripts/default-release.txt
+install_s=$((SECONDS - start))
 export MPLBACKEND=Agg
+# Importing vLLM imports humming-kernels, whose humming/ops/utils.py starts two
+# background processes building an NVRTC binary and a kernel launcher for
+# later GPU use; no test runs a GPU kernel through vLLM. This variable, read by
+# humming/ops/utils.py and humming/utils/cpu.py, keeps them from starting in
+# every process of the run (a kernel that needs them would build them on first
+# use).
+export HUMMING_DISABLE_PARALLEL_BUILD=1
 status=0
 # Two lines of work, one per core (each is one single-threaded Python):
 # 2. in the background, the release tests (marker `release`) on every other
@@ -32,6 +41,7 @@ logs=$(mktemp -d)
   for release in $releases; do
     [ "$release" = "$default" ] && continue
     {
+      release_start=$SECONDS
       echo "== vLLM $release: release tests in its own environment"
       if python=$(python3 -m kvexplore envs "$release" --create --python); then
         # vLLM caches what it learns of model classes in files named alike
@@ -43,15 +53,18 @@ logs=$(mktemp -d)
       else
         echo 1 > "$logs/$release.rc"
       fi
+      echo "== vLLM $release: $((SECONDS - release_start)) s (environment check included)"
     } > "$logs/$release.log" 2>&1
   done
 ) &
 chain=$!
 # 1. The whole suite (pytest, doctests, notebooks under nbval) on the default
 #    release, the newest of the window that installs from the package index.
+suite_start=$SECONDS
 python3 -m pytest -q -p no:cacheprovider \
   --doctest-modules tests kvexplore notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg "$@" \
   || status=$?
+suite_s=$((SECONDS - suite_start))
 wait "$chain" || true
 for release in $releases; do
   [ "$release" = "$default" ] && continue
@@ -59,4 +72,6 @@ for release in $releases; do
   [ "$(cat "$logs/$release.rc" 2>/dev/null)" = "0" ] || status=1
 done
 rm -rf "$logs"
+echo "== seconds: install $install_s, suite on vLLM $default $suite_s," \
+  "both lines $((SECONDS - suite_start)) (each release's time is above), whole command $SECONDS"
 exit $status

@@ -215,3 +215,21 @@ def test_create_rebuilds_a_broken_environment(cache, capsys):
     assert main(["envs", INSTALLED, "--create", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["problems"] == ""
     assert environment_problems(INSTALLED) == ()
+
+
+def test_release_children_start_no_humming_build_helpers(cache, monkeypatch):
+    """A child in a release environment plans and never runs a GPU kernel:
+    importing vLLM's humming-kernels there starts no background build
+    process; a value the user set is kept."""
+    from kvexplore.versions.environments import child_environment
+
+    monkeypatch.delenv("HUMMING_DISABLE_PARALLEL_BUILD", raising=False)
+    env = child_environment()
+    assert env["HUMMING_DISABLE_PARALLEL_BUILD"] == "1"
+    code = ("import psutil, humming.ops.utils; "
+            "print(len(psutil.Process().children(recursive=True)))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "0"
+    monkeypatch.setenv("HUMMING_DISABLE_PARALLEL_BUILD", "0")
+    assert child_environment()["HUMMING_DISABLE_PARALLEL_BUILD"] == "0"

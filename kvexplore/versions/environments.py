@@ -342,7 +342,11 @@ def child_environment(version: str | None = None) -> dict[str, str]:
     kvexplore first on ``PYTHONPATH`` (through a folder that holds only it)
     and, with ``version``, vLLM's cache root inside that release's environment
     (releases inspect model classes into files of the same names, so a shared
-    cache makes each release redo the other's)."""
+    cache makes each release redo the other's).  A child only plans and never
+    runs a GPU kernel, so ``HUMMING_DISABLE_PARALLEL_BUILD`` is ``1`` unless
+    set already: vLLM's dependency humming-kernels then starts no background
+    processes building its NVRTC binary and kernel launcher at import
+    (``humming/ops/utils.py``)."""
     package = _package()
     link_dir = cache_folder(ENVS, ".kvexplore-path")
     link = link_dir / hashlib.sha256(str(package).encode()).hexdigest()[:16]
@@ -356,6 +360,7 @@ def child_environment(version: str | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(link), *filter(None, [env.get("PYTHONPATH")])])
+    env.setdefault("HUMMING_DISABLE_PARALLEL_BUILD", "1")
     if version is not None:  # environment_path spells the release canonically
         env["VLLM_CACHE_ROOT"] = str(environment_path(version) / "vllm-cache")
     return env

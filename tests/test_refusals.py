@@ -4,13 +4,17 @@ One spelling of a vLLM release before any folder is made or install runs
 (release environments are placed by hand in a temporary cache folder, never
 created), ``compare_versions`` given no releases or one release twice, more
 pipeline stages than layers, a misspelt ``capacity()`` keyword, an
-offloading ``extra_config`` no backend could use, and a block size whose
-cache no tensor can describe.
+offloading ``extra_config`` no backend could use, a block size whose
+cache no tensor can describe, a block size or attention backend vLLM's
+backend selection refuses (the refusal names what it would accept) and a
+config with zero KV heads.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import shutil
 
 import pandas as pd
 import pytest
@@ -289,3 +293,54 @@ def test_the_cli_stderr_is_one_line_on_refusal_and_empty_on_success(tmp_path):
     assert good.returncode == 0 and good.stderr == "" and "LlamaForCausalLM" in good.stdout
     loud = _cli("plan", LLAMA_1B, "--gpu", "A100", "--no-cache", "--verbose", env=env)
     assert loud.returncode == 0 and "site-packages/torch/" in loud.stderr
+
+
+def _backend(name: str):
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    return AttentionBackendEnum[name].get_class()
+
+
+def test_a_block_size_no_backend_accepts_names_the_sizes_they_accept():
+    """block_size=17 on H100: every backend refuses it; the refusal names
+    the multiples the backends accept, each checked with vLLM's own
+    ``supports_block_size``."""
+    with pytest.raises(KVExploreError) as err:
+        kvexplore.plan(LLAMA_1B, gpu="H100", block_size=17)
+    text = str(err.value)
+    assert "block_size=17" in text
+    hint = text[text.index("; expected a block_size that is "):]
+    groups = re.findall(r"a multiple of ([\d or]+) \(([A-Z_, ]+)\)", hint)
+    assert groups, hint
+    for multiples, names in groups:
+        bases = [int(b) for b in multiples.split(" or ")]
+        for name in names.split(", "):
+            backend = _backend(name)
+            assert not backend.supports_block_size(17)
+            for base in bases:
+                assert backend.supports_block_size(base) and backend.supports_block_size(3 * base)
+    assert "FLASH_ATTN" in hint
+
+
+def test_a_backend_that_does_not_suit_the_model_names_those_that_do():
+    """FLASHMLA for a model without MLA: the refusal names the backends
+    vLLM's selection finds valid for that layer on H100; a plan with the
+    first of them succeeds and uses it."""
+    with pytest.raises(KVExploreError) as err:
+        kvexplore.plan(LLAMA_1B, gpu="H100", attention_backend="FLASHMLA")
+    text = str(err.value)
+    assert "attention_backend='FLASHMLA'" in text
+    named = text.split("valid for this layer on this GPU: ")[1].split(" (raised")[0].split(", ")
+    assert "FLASHMLA" not in named and "FLASH_ATTN" in named
+    plan = kvexplore.plan(LLAMA_1B, gpu="H100", attention_backend=named[0])
+    assert plan.attention_backend == named[0]
+
+
+def test_a_config_with_zero_kv_heads_names_the_field(tmp_path):
+    src = kvexplore.load_model_config(LLAMA_1B).config_dir
+    shutil.copytree(src, tmp_path, dirs_exist_ok=True)
+    config = json.loads((src / "config.json").read_text())
+    config["num_key_value_heads"] = 0
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(KVExploreError, match=r"num_key_value_heads=0; expected a positive number"):
+        kvexplore.plan(str(tmp_path), gpu="H100")

@@ -28,6 +28,98 @@ def vllm_origin(exc: BaseException) -> str:
     return where
 
 
+def _selector_locals(exc: BaseException) -> dict | None:
+    """The locals of the platform's ``get_attn_backend_cls`` frame that raised
+    ``exc`` (``vllm/platforms/cuda.py``), or ``None``."""
+    tb = exc.__traceback__
+    found = None
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name == "get_attn_backend_cls" and "attn_selector_config" in frame.f_locals:
+            found = frame.f_locals
+        tb = tb.tb_next
+    return found
+
+
+def backend_hint(exc: BaseException) -> str:
+    """What vLLM's attention-backend selection would accept, where it refused:
+    the backends valid for the same layer on the same GPU when a named
+    ``attention_backend`` is not, or the kernel block sizes of the backends
+    that refuse only the ``block_size``.  Both come from the platform's own
+    ``get_valid_backends`` and each backend's
+    ``get_supported_kernel_block_sizes`` (a block size is accepted when it is a
+    multiple of one of them: ``AttentionBackend.supports_block_size``), called
+    with the selector config the refused call had; ``""`` where ``exc`` is not
+    such a refusal."""
+    found = _selector_locals(exc)
+    if found is None:
+        return ""
+    try:
+        valid, invalid = found["cls"].get_valid_backends(
+            device_capability=found["device_capability"],
+            attn_selector_config=found["attn_selector_config"],
+            num_heads=found.get("num_heads"),
+        )
+    except Exception:  # noqa: BLE001 - a hint is never worth a second error
+        return ""
+    selected = found.get("selected_backend")
+    if selected is not None:
+        names = [c.backend.name for c in sorted(valid, key=lambda c: c.priority)]
+        if names:
+            return ("; expected attention_backend=None (vLLM's choice) or one valid for "
+                    f"this layer on this GPU: {', '.join(names)}")
+        try:
+            reasons = selected.get_class().validate_configuration(
+                device_capability=found["device_capability"],
+                **found["attn_selector_config"]._asdict())
+        except Exception:  # noqa: BLE001
+            return ""
+        refused = {selected: reasons}
+    elif valid:
+        return ""
+    else:
+        refused = {backend: reasons for backend, (_, reasons)
+                   in sorted(invalid.items(), key=lambda kv: kv[1][0])}
+    accepted: dict[str, list[str]] = {}
+    for backend, reasons in refused.items():
+        if list(reasons) == ["block_size not supported"]:
+            multiples = _kernel_block_multiples(backend)
+            if multiples:
+                accepted.setdefault(multiples, []).append(backend.name)
+    if not accepted:
+        return ""
+    return "; expected a block_size that is " + " or ".join(
+        f"a multiple of {multiples} ({', '.join(names)})" for multiples, names in accepted.items())
+
+
+def _kernel_block_multiples(backend) -> str:
+    """The sizes whose multiples ``backend`` accepts as a block size
+    (``AttentionBackend.supports_block_size``), the redundant ones left out:
+    ``"16"``, ``"16 or 24"``; ``""`` where the backend cannot be loaded."""
+    try:
+        sizes = backend.get_class().get_supported_kernel_block_sizes()
+    except Exception:  # noqa: BLE001
+        return ""
+    bases = sorted({getattr(size, "base", size) for size in sizes})
+    kept = [b for b in bases if not any(b % smaller == 0 for smaller in bases if smaller < b)]
+    return " or ".join(map(str, kept))
+
+
+#: Config fields vLLM divides by when it builds a layer.
+SIZE_FIELDS = ("num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size",
+               "num_hidden_layers", "intermediate_size", "n_head", "n_heads", "num_heads")
+
+
+def zero_sizes(config: dict) -> list[str]:
+    """The :data:`SIZE_FIELDS` set to 0 in ``config`` or its ``text_config``,
+    as ``text_config.<field>`` for the latter."""
+    found = [k for k in SIZE_FIELDS if config.get(k) == 0]
+    text = config.get("text_config")
+    if isinstance(text, dict):
+        found += [f"text_config.{k}" for k in SIZE_FIELDS if text.get(k) == 0]
+    return found
+
+
 def vllm_error(src: ModelSource, gpu: GPU, exc: BaseException,
                request: PlanRequest) -> KVExploreError:
     """vLLM's reason, in one line, with the model, GPU, the keywords the
@@ -50,6 +142,14 @@ def vllm_error(src: ModelSource, gpu: GPU, exc: BaseException,
             f"at tensor_parallel_size={request.tensor_parallel_size}; expected "
             "decode_context_parallel_size=1"
         )
+    elif isinstance(exc, ZeroDivisionError):
+        zeros = zero_sizes(src.config)
+        if zeros:
+            msg = (f"{msg}: the config sets {', '.join(f'{k}=0' for k in zeros)}; expected "
+                   "a positive number (vLLM divides by it)")
+    hint = backend_hint(exc)
+    if hint:
+        msg = msg.rstrip(".") + hint
     origin = vllm_origin(exc)
     return KVExploreError(
         f"{release_name()} rejects {src.name} ({src.architecture}) on {gpu}"
@@ -59,4 +159,4 @@ def vllm_error(src: ModelSource, gpu: GPU, exc: BaseException,
     )
 
 
-__all__ = ["vllm_error", "vllm_origin"]
+__all__ = ["SIZE_FIELDS", "backend_hint", "vllm_error", "vllm_origin", "zero_sizes"]

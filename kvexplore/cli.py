@@ -10,7 +10,7 @@
     kvexplore edits MODEL [--lmcache 0.5.2 --registration legacy --gpu G ... --json]
     kvexplore matrix MODEL [--vllm 0.33.0,0.34.0 --lmcache 0.5.2,0.5.6 --registration legacy ... --json]
     kvexplore capacity MODEL [--gpu G --gpu-memory-utilization 0.92 --max-model-len N --weight-bytes N --cpu-bytes-to-use N --extra JSON --calibration LOG --json]
-    kvexplore check-log server.log [--model PATH --gpu G --tp N ... --json]
+    kvexplore check-log server.log [--model PATH --gpu G --vllm R --tp N ... --json]
 
 ``--gpu`` names the GPU (default H100); the other flags are vLLM's engine
 arguments and the fields of ``OffloadOptions``.  ``--verbose`` shows vLLM's
@@ -570,7 +570,8 @@ def cmd_check_log(ns) -> None:
     """A vLLM start-up log checked line by line against kvexplore's plan of it."""
     from kvexplore.logs.checking import check_log
 
-    result = check_log(ns.log, model=ns.model, gpu=ns.gpu, **_kwargs(ns, PLAN_KEYWORDS))
+    result = check_log(ns.log, model=ns.model, gpu=ns.gpu, vllm=ns.vllm,
+                       **_kwargs(ns, PLAN_KEYWORDS))
     if ns.json:
         _print_json(result.to_dict())
     else:
@@ -653,6 +654,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: the model the log names)")
     _add_plan_args(g, model=False)  # --gpu (default: the card the log names) and plan flags
                                     # over the log's
+    g.add_argument("--vllm", default=None,
+                   help="the release that plans (default: the log's, when its environment "
+                   "exists here, else the installed one)")
     _finish(g, cmd_check_log)
     e = sub.add_parser("envs", help="one environment per vLLM release of the window (uv)")
     e.add_argument("releases", nargs="*", help="releases (default: the whole window)")

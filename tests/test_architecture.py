@@ -18,6 +18,8 @@ STAGES = [
               "kvexplore.paths", "kvexplore.version", "kvexplore.store", "kvexplore.lazy"]),
     ("planning", ["kvexplore.planning"]),
     ("fleet", ["kvexplore.fleet"]),
+    # one uv environment per vLLM release, where work of another release runs
+    ("environments", ["kvexplore.versions.environments"]),
     ("registration", ["kvexplore.registration"]),
     ("editing", ["kvexplore.editing"]),
     ("offloading", ["kvexplore.offloading"]),

@@ -751,3 +751,63 @@ def test_capacity_command_takes_a_calibration_log(capsys):
     # at the log's own settings the calibrated answer gives back the log's KV cache memory
     assert abs(out["kv_cache_memory"] - round(36.56 * GiB)) <= 0.005 * GiB
     assert "weight_bytes carried" in out["derivation"]["calibration"]
+
+
+def _log_of(release: str) -> str:
+    """gpt-oss-20b on an A100 (a vLLM 0.19.0 log) as if ``release`` printed it."""
+    text = (LOGS / "gpt-oss-20b-a100.log").read_text()
+    assert "version 0.19.0" in text
+    return text.replace("0.19.0", release)
+
+
+def test_a_log_of_a_release_with_an_environment_is_checked_by_that_release():
+    """A log printed by another release of the window whose environment
+    exists: that release's own code checks it, in its environment; each
+    memory figure kvexplore shows is that release's capacity() of the same
+    deployment, asked of its environment apart from check_log."""
+    import importlib.metadata
+
+    from kvexplore.versions import environment, run_in
+
+    installed = importlib.metadata.version("vllm")
+    other = "0.34.0" if installed != "0.34.0" else "0.32.0"
+    environment(other)  # made if missing
+    c = kvexplore.check_log(_log_of(other), gpu="A100")
+    assert (c.release, c.planned, c.installed) == (other, other, installed)
+    assert f"{other}'s own code" in c.release_note and c.plan is None
+    code = (
+        "import json, kvexplore; r = kvexplore.capacity('openai/gpt-oss-20b', gpu='A100', "
+        "max_model_len=131072, gpu_memory_utilization=0.65); "
+        "print(json.dumps([r.weight_bytes, r.kv_cache_memory]))"
+    )
+    assert not any("does not subtract CUDA graphs" in n for n in c.notes)
+    out = run_in(other, ["-c", code])
+    assert out.returncode == 0, out.stderr[-2000:]
+    weights, kv = json.loads(out.stdout.strip().splitlines()[-1])
+    rows = c.rows.set_index("figure")
+    assert rows.loc["weight_bytes", "kvexplore"] == f"{weights / GiB:.2f} GiB"
+    assert rows.loc["kv_cache_memory_bytes", "kvexplore"] == f"{kv / GiB:.2f} GiB"
+    bars = c.memory_bars.set_index("term")
+    assert bars.loc["weight_bytes", "kvexplore"] == weights
+    text, html, fig = c.text(), c._repr_html_(), c.figure()
+    assert f"planned with vLLM {other}" in text and "<table" in html
+    assert len(fig.axes[0].patches) >= 3
+    # the installed release when asked
+    here = kvexplore.check_log(_log_of(other), gpu="A100", vllm=installed)
+    assert here.planned == installed and "(as asked)" in here.release_note
+    assert here.plan is not None
+
+
+def test_a_log_of_a_release_without_an_environment_is_checked_by_the_installed_one(
+        tmp_path, monkeypatch):
+    import importlib.metadata
+
+    installed = importlib.metadata.version("vllm")
+    other = "0.34.0" if installed != "0.34.0" else "0.32.0"
+    monkeypatch.setenv("KVEXPLORE_CACHE_DIR", str(tmp_path))
+    c = kvexplore.check_log(_log_of(other), gpu="A100")
+    assert c.planned == installed and c.release == other
+    assert f"there is no environment for {other} here" in c.release_note
+    assert f"kvexplore envs {other} --create" in c.release_note
+    with pytest.raises(KVExploreError, match=r"'0\.2' is outside kvexplore's window"):
+        kvexplore.check_log(_log_of(other), gpu="A100", vllm="0.2")

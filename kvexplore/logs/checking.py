@@ -1,7 +1,8 @@
 """A start-up log checked against kvexplore, line by line.
 
 :func:`check_log` plans the deployment a log describes
-(:mod:`kvexplore.logs.deployment`) with the installed vLLM, answers
+(:mod:`kvexplore.logs.deployment`) with the release that printed it where
+its environment exists here (else the installed vLLM), answers
 :func:`kvexplore.capacity` for it twice (from kvexplore's own memory
 estimates, and from the KV cache memory the log states), and sets each
 figure the log states beside kvexplore's: equal or not, and for each the
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 import pandas as pd
@@ -157,11 +157,17 @@ class LogCheck(Displayable):
     ``rows`` has one row per figure the log states that kvexplore answers
     (:data:`COLUMNS`: the log's value as printed, kvexplore's, ``equal``, the
     value kvexplore finds from the log's own KV cache memory where that
-    applies, the ``term`` and its ``rule``).  ``report`` is kvexplore's
-    capacity from its own estimates, ``at_log_memory`` the one from the log's
-    KV cache memory (None when the log states none).  ``release`` is the
-    release that printed the log, ``installed`` the one that planned;
-    ``notes`` says how the deployment was read and what was not planned."""
+    applies, the ``term`` and its ``rule``).  ``release`` is the release that
+    printed the log (None when it does not say), ``planned`` the one whose
+    code planned it and ``installed`` the one installed here;
+    ``release_note`` says which release planned and why.  ``report`` is
+    kvexplore's capacity from its own estimates, ``at_log_memory`` the one
+    from the log's KV cache memory (None when the log states none); both are
+    None when another release's environment planned, whose vLLM objects stay
+    in that process.  ``memory_bars`` is the figure's data (bytes per memory
+    term, the log's beside kvexplore's), ``title`` names the deployment
+    planned, ``notes`` says how the deployment was read and what was not
+    planned."""
 
     log: VllmLog = field(repr=False)
     deployment: Deployment = field(repr=False)
@@ -169,89 +175,25 @@ class LogCheck(Displayable):
     at_log_memory: CapacityReport | None = field(repr=False)
     rows: pd.DataFrame = field(repr=False, compare=False)
     release: str | None
+    planned: str
     installed: str
+    release_note: str
+    title: str
     notes: tuple[str, ...]
     contradictions: pd.DataFrame = field(repr=False, compare=False)
+    memory_bars: pd.DataFrame = field(repr=False, compare=False)
 
     @property
     def plan(self):
-        """The plan kvexplore made of the log's deployment."""
-        return (self.report if self.report is not None else self.at_log_memory).plan
+        """The plan kvexplore made of the log's deployment; None when another
+        release's environment planned it."""
+        report = self.report if self.report is not None else self.at_log_memory
+        return None if report is None else report.plan
 
     @property
     def differences(self) -> pd.DataFrame:
         """The rows where the log and kvexplore differ."""
         return self.rows[self.rows.equal == False].reset_index(drop=True)  # noqa: E712
-
-    @property
-    def release_note(self) -> str:
-        if self.release is None:
-            return (
-                f"The log does not say which vLLM printed it; kvexplore planned with the "
-                f"installed {self.installed}."
-            )
-        if self.release == self.installed:
-            return f"The log was printed by vLLM {self.release}, the release installed here."
-        return (
-            f"The log was printed by vLLM {self.release}; kvexplore planned with the installed "
-            f"{self.installed}, so rules that moved between the two releases (block alignment, "
-            "CUDA-graph accounting, default block size and utilization) can differ for that "
-            "reason alone."
-        )
-
-    @cached_property
-    def memory_bars(self) -> pd.DataFrame:
-        """Bytes per memory term, the log's (stated, or the residual it
-        implies for the terms it does not state, from the card's total as the
-        log or kvexplore gives it) beside kvexplore's (its estimates, each
-        term's high end, when its own answer refuses the deployment): the
-        figure's data."""
-        r = self.report
-        log = self.log
-        p = self.plan
-        names = (
-            "weight_bytes",
-            "activation_peak_bytes",
-            "non_torch_bytes",
-            "cudagraph_bytes",
-        )
-        if r is not None:
-            ours = {n: getattr(r, n) for n in names}
-            ours["kv_cache_memory_bytes"] = r.kv_cache_memory
-        else:
-            ours = {n: high for n, (_, high, _) in profile_estimates(p).items()}
-            ours["kv_cache_memory_bytes"] = None
-        stated = {
-            n: _value(log, n)
-            for n in (
-                *names,
-                "kv_cache_memory_bytes",
-                "requested_memory_bytes",
-                "total_memory_bytes",
-            )
-        }
-        util = _value(log, "gpu_memory_utilization") or p.gpu_memory_utilization
-        requested = stated["requested_memory_bytes"]
-        if requested is None:
-            total = stated["total_memory_bytes"] or p.gpu.total_memory_range[0]
-            requested = math.ceil(total * util)
-        rows = [{"term": n, "log": stated[n], "kvexplore": ours[n]} for n in names]
-        known = sum(v for n, v in stated.items() if n in names and v is not None)
-        residual = None
-        if stated["kv_cache_memory_bytes"] is not None:
-            residual = requested - known - stated["kv_cache_memory_bytes"]
-        rows.append(
-            {"term": "not stated (residual)", "log": residual, "kvexplore": None}
-        )
-        rows.append(
-            {
-                "term": "kv_cache_memory_bytes",
-                "log": stated["kv_cache_memory_bytes"],
-                "kvexplore": ours["kv_cache_memory_bytes"],
-            }
-        )
-        rows.append({"term": "requested", "log": requested, "kvexplore": requested})
-        return pd.DataFrame(rows, columns=["term", "log", "kvexplore"])
 
     def explain(self) -> str:
         lines = [self.release_note, *self.notes]
@@ -268,22 +210,65 @@ class LogCheck(Displayable):
     def to_dict(self) -> dict[str, Any]:
         return {
             "release": self.release,
+            "planned": self.planned,
             "installed": self.installed,
+            "release_note": self.release_note,
+            "title": self.title,
             "notes": list(self.notes),
             "rows": [
                 {k: _plain(v) for k, v in r.items()}
                 for r in self.rows.to_dict("records")
             ],
             "contradictions": self.contradictions.to_dict("records"),
+            "memory_bars": [
+                {k: _plain(v) for k, v in r.items()}
+                for r in self.memory_bars.to_dict("records")
+            ],
         }
 
 
 def _plain(value: Any) -> Any:
+    """``value`` as JSON data: tuples as lists, numpy scalars as Python's,
+    a missing number (NaN) as None."""
     if isinstance(value, tuple):
         return list(value)
     if hasattr(value, "item"):
-        return value.item()
+        value = value.item()
+    if isinstance(value, float) and value != value:
+        return None
     return value
+
+
+def memory_bars(log: VllmLog, report: CapacityReport | None, p) -> pd.DataFrame:
+    """Bytes per memory term, the log's (stated, or the residual it implies
+    for the terms it does not state, from the card's total as the log or
+    kvexplore gives it) beside kvexplore's (``report``'s; each term's high
+    end from :func:`~kvexplore.capacity_planning.profile_estimates` of plan
+    ``p`` when kvexplore's own answer refuses the deployment)."""
+    names = ("weight_bytes", "activation_peak_bytes", "non_torch_bytes", "cudagraph_bytes")
+    if report is not None:
+        ours = {n: getattr(report, n) for n in names}
+        ours["kv_cache_memory_bytes"] = report.kv_cache_memory
+    else:
+        ours = {n: high for n, (_, high, _) in profile_estimates(p).items()}
+        ours["kv_cache_memory_bytes"] = None
+    stated = {n: _value(log, n) for n in (*names, "kv_cache_memory_bytes",
+                                          "requested_memory_bytes", "total_memory_bytes")}
+    util = _value(log, "gpu_memory_utilization") or p.gpu_memory_utilization
+    requested = stated["requested_memory_bytes"]
+    if requested is None:
+        total = stated["total_memory_bytes"] or p.gpu.total_memory_range[0]
+        requested = math.ceil(total * util)
+    rows = [{"term": n, "log": stated[n], "kvexplore": ours[n]} for n in names]
+    known = sum(v for n, v in stated.items() if n in names and v is not None)
+    residual = None
+    if stated["kv_cache_memory_bytes"] is not None:
+        residual = requested - known - stated["kv_cache_memory_bytes"]
+    rows.append({"term": "not stated (residual)", "log": residual, "kvexplore": None})
+    rows.append({"term": "kv_cache_memory_bytes", "log": stated["kv_cache_memory_bytes"],
+                 "kvexplore": ours["kv_cache_memory_bytes"]})
+    rows.append({"term": "requested", "log": requested, "kvexplore": requested})
+    return pd.DataFrame(rows, columns=["term", "log", "kvexplore"])
 
 
 def _value(log: VllmLog, name: str) -> Any:
@@ -458,7 +443,8 @@ def _group_aware_tokens(log: VllmLog) -> bool:
     return abs(tokens.value - conc.value * length) <= slack
 
 
-def check_log(log: Any, model: Any = None, gpu: Any = None, **overrides) -> LogCheck:
+def check_log(log: Any, model: Any = None, gpu: Any = None, *, vllm: str | None = None,
+              **overrides) -> LogCheck:
     """Check a start-up log (a :class:`VllmLog`, its text or its path) against
     kvexplore's plan of the deployment it describes.
 
@@ -466,8 +452,154 @@ def check_log(log: Any, model: Any = None, gpu: Any = None, **overrides) -> LogC
     model the log names, if kvexplore can find it), ``gpu`` (default: the card
     the log names) and ``overrides`` (``plan()`` keywords, over the log's)
     choose what is planned; a missing model or GPU is a
-    :class:`KVExploreError` naming what to give.  Planned with the installed
-    vLLM (:attr:`LogCheck.release_note` says when the log names another)."""
+    :class:`KVExploreError` naming what to give.
+
+    ``vllm`` is the release whose code plans (spelled as
+    :func:`~kvexplore.planning.release.canonical_release` spells it; its
+    environment is created if missing).  By default: the release that printed
+    the log when it is in the window and its environment exists here and
+    passes :func:`~kvexplore.versions.check_environment`, else the installed
+    one; :attr:`LogCheck.release_note` says which planned and why.  Another
+    release's environment runs the whole check (``python -m
+    kvexplore.logs.checking``) and answers its rows and memory bars."""
+    log = as_log(log)
+    installed = release_name().removeprefix("vLLM ")
+    planned, why = _planning_release(log, vllm, installed)
+    if planned != installed:
+        return _check_in(planned, log, model, gpu, overrides, installed)
+    return _check_here(log, model, gpu, overrides, installed, why)
+
+
+def _planning_release(log: VllmLog, vllm: str | None, installed: str) -> tuple[str, str]:
+    """``(release that plans, why)`` (:func:`check_log`'s ``vllm``)."""
+    from kvexplore.planning.release import canonical_release
+
+    if vllm is not None:
+        return canonical_release(vllm), "as asked"
+    if log.release is None:
+        return installed, ""
+    try:
+        release = canonical_release(log.release)
+    except KVExploreError:
+        from kvexplore.planning.release import WINDOW_RELEASES
+
+        return installed, (f"{log.release} is outside the window of releases kvexplore plans "
+                           f"with, {WINDOW_RELEASES[0]} to {WINDOW_RELEASES[-1]}")
+    if release == installed:
+        return installed, ""
+    from kvexplore.versions.environments import environment_path, environment_problems
+
+    path = environment_path(release)
+    if not path.exists():
+        return installed, (f"there is no environment for {release} here; "
+                           f"`kvexplore envs {release} --create` makes one")
+    problems = environment_problems(release)
+    if problems:
+        return installed, (f"the environment of {release} at {path} fails its check "
+                           f"({'; '.join(problems)}); `kvexplore envs {release} --repair` "
+                           "rebuilds it")
+    return release, ""
+
+
+def _note(release: str | None, planned: str, installed: str, why: str) -> str:
+    """:attr:`LogCheck.release_note`."""
+    if release is None:
+        return (f"The log does not say which vLLM printed it; kvexplore planned with the "
+                f"installed {installed}.")
+    if planned == release:
+        if planned == installed:
+            return f"The log was printed by vLLM {release}, the release installed here."
+        return (f"The log was printed by vLLM {release}; kvexplore planned with {release}'s "
+                f"own code, in its environment (installed here: {installed}).")
+    with_ = f"the installed {installed}" if planned == installed else planned
+    because = f" ({why})" if why else ""
+    return (
+        f"The log was printed by vLLM {release}; kvexplore planned with {with_}{because}, so "
+        "rules that moved between the two releases (block alignment, CUDA-graph accounting, "
+        "default block size and utilization) can differ for that reason alone."
+    )
+
+
+def _check_in(release: str, log: VllmLog, model: Any, gpu: Any, overrides: dict,
+              installed: str) -> LogCheck:
+    """:func:`check_log` run by vLLM ``release``'s environment
+    (:func:`~kvexplore.versions.environments.answer_in`), its answer read back
+    beside this process's reading of the log and its deployment."""
+    import json
+    import os
+    import tempfile
+
+    from kvexplore.planning.gpus import GPU
+    from kvexplore.versions.environments import answer_in, model_argument
+
+    dep = resolve(log, model, gpu, dict(overrides))
+    request = {
+        "log": log.raw,
+        "name": log.name,
+        "model": None if model is None else model_argument(model),
+        "gpu": gpu.name if isinstance(gpu, GPU) else gpu,
+        "overrides": overrides,
+        "release": log.release,
+    }
+    try:
+        payload = json.dumps(request)
+    except (TypeError, ValueError) as exc:
+        raise KVExploreError(
+            f"overrides={overrides!r:.200} cannot be sent to vLLM {release}'s environment "
+            f"({exc}); expected plan() keywords with JSON values, or vllm={installed!r}"
+        ) from exc
+    if not log.raw:
+        raise KVExploreError(
+            f"the log given holds no text for vLLM {release}'s environment to read; expected "
+            "a log from kvexplore.read_log (or its text or path)"
+        )
+    fd, path = tempfile.mkstemp(prefix="kvexplore-log-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(payload)
+        answer = answer_in(release, "kvexplore.logs.checking", path)
+    finally:
+        os.unlink(path)
+    release_note = _note(log.release, release, installed, "")
+    return LogCheck(
+        log=log,
+        deployment=dep,
+        report=None,
+        at_log_memory=None,
+        rows=pd.DataFrame(answer["rows"], columns=COLUMNS),
+        release=log.release,
+        planned=release,
+        installed=installed,
+        release_note=release_note,
+        title=answer["title"],
+        notes=tuple(answer["notes"]),
+        contradictions=log.contradictions,
+        memory_bars=pd.DataFrame(answer["memory_bars"], columns=["term", "log", "kvexplore"]),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m kvexplore.logs.checking REQUEST.json``: the check of the
+    request's log (:func:`_check_in` writes it) with this process's vLLM, as
+    one JSON line naming that release."""
+    import dataclasses
+    import json
+    import sys
+
+    from kvexplore.logs.reading import read_log
+
+    with open((argv or sys.argv[1:])[0]) as f:
+        request = json.load(f)
+    log = dataclasses.replace(read_log(request["log"]), name=request["name"])
+    installed = release_name().removeprefix("vLLM ")
+    c = _check_here(log, request["model"], request["gpu"], request["overrides"], installed, "")
+    print(json.dumps({"vllm": installed, **c.to_dict()}, default=str))
+    return 0
+
+
+def _check_here(log: VllmLog, model: Any, gpu: Any, overrides: dict, installed: str,
+                why: str) -> LogCheck:
+    """:func:`check_log` with the installed vLLM."""
     log = as_log(log)
     dep = resolve(log, model, gpu, dict(overrides))
     kwargs = dict(dep.plan_kwargs)
@@ -573,6 +705,7 @@ def check_log(log: Any, model: Any = None, gpu: Any = None, **overrides) -> LogC
                 )
         rows.append(_row(name, figure, ours, at, equal, term, rule))
     table = pd.DataFrame(rows, columns=COLUMNS)
+    p = (report if report is not None else at_log).plan
     return LogCheck(
         log=log,
         deployment=dep,
@@ -580,10 +713,19 @@ def check_log(log: Any, model: Any = None, gpu: Any = None, **overrides) -> LogC
         at_log_memory=at_log,
         rows=table,
         release=log.release,
-        installed=release_name().removeprefix("vLLM "),
+        planned=installed,
+        installed=installed,
+        release_note=_note(log.release, installed, installed, why),
+        title=f"{p.model.name} on {p.gpu.name} TP {p.tensor_parallel_size}",
         notes=tuple(notes),
         contradictions=log.contradictions,
+        memory_bars=memory_bars(log, report, p),
     )
 
 
-__all__ = ["COLUMNS", "RULES", "LogCheck", "check_log"]
+__all__ = ["COLUMNS", "RULES", "LogCheck", "check_log", "memory_bars"]
+
+if __name__ == "__main__":  # pragma: no cover
+    import sys
+
+    sys.exit(main())

@@ -738,12 +738,15 @@ class VllmLog(Displayable):
     value, and refuses a contradicted one.  ``unread`` lists ``(line,
     text)`` of lines that name a figure without a readable value (a paste
     cut off mid-line); ``contradictions`` lists each figure stated with two
-    or more different values.  ``name`` is the file's name, or None."""
+    or more different values.  ``name`` is the file's name, or None;
+    ``raw`` the log as read (what another release's environment reads
+    again to check it there)."""
 
     figures: tuple[LogFigure, ...]
     unread: tuple[tuple[int, str], ...]
     num_lines: int
     name: str | None = None
+    raw: str = field(default="", repr=False, compare=False)
 
     def __contains__(self, name: str) -> bool:
         return any(f.name == name for f in self.figures)
@@ -1067,7 +1070,8 @@ def read_log(text_or_path: Any) -> VllmLog:
             "'Available KV cache memory: X GiB' or 'GPU KV cache size: N tokens'"
         )
     return VllmLog(
-        figures=tuple(figures), unread=tuple(unread), num_lines=len(lines), name=name
+        figures=tuple(figures), unread=tuple(unread), num_lines=len(lines), name=name,
+        raw=text,
     )
 
 

@@ -114,8 +114,7 @@ def log_figure(log):
 def check_text(c) -> str:
     """The release note, how the deployment was read, the comparison table."""
     head = (
-        f"{c.plan.model.name} on {c.plan.gpu} TP "
-        f"{c.plan.tensor_parallel_size}: {int((c.rows.equal == True).sum())} of "  # noqa: E712
+        f"{c.title}, planned with vLLM {c.planned}: {int((c.rows.equal == True).sum())} of "  # noqa: E712
         f"{len(c.rows)} figures equal, {len(c.differences)} differ"
     )
     table = c.rows[
@@ -141,7 +140,7 @@ def check_text(c) -> str:
 
 
 def check_html(c) -> str:
-    level = "info" if c.release == c.installed else "warning"
+    level = "info" if c.release == c.planned else "warning"
     parts = [
         message_html(c.release_note, level),
         pre_html("\n".join(c.notes)),
@@ -186,13 +185,11 @@ def check_figure(c):
         label="requested (utilization x total)",
     )
     ax.set_yticks(
-        [1, 0], [f"log (vLLM {c.release or '?'})", f"kvexplore ({c.installed})"]
+        [1, 0], [f"log (vLLM {c.release or '?'})", f"kvexplore (vLLM {c.planned})"]
     )
     ax.set_xlabel("GiB per rank")
-    p = c.plan
     ax.set_title(
-        f"{p.model.name} on {p.gpu.name} TP {p.tensor_parallel_size}: the log's memory "
-        "and kvexplore's",
+        f"{c.title}: the log's memory and kvexplore's",
         fontsize=9,
     )
     handles, labels = ax.get_legend_handles_labels()

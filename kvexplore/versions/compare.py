@@ -231,20 +231,6 @@ class VersionComparison:
         return f"VersionComparison({self.model!r}, releases={list(self.releases)})"
 
 
-def model_argument(model: Any) -> Any:
-    """``model`` as JSON data another process can plan from (an id or path
-    string, or a config dict)."""
-    from kvexplore.planning.models import ModelSource
-
-    if isinstance(model, ModelSource):
-        return dict(model.config)
-    if isinstance(model, str | Mapping):
-        return model if isinstance(model, str) else dict(model)
-    from kvexplore.planning.models import load_model_config
-
-    return dict(load_model_config(model).config)
-
-
 def facts_in(release: str, model: Any, plan_kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """:func:`deployment_facts` as vLLM ``release`` answers, in its own
     environment (this process for the installed release); ``release`` as
@@ -255,7 +241,7 @@ def facts_in(release: str, model: Any, plan_kwargs: Mapping[str, Any]) -> dict[s
     release = canonical_release(release)
     if release == installed_release().version:
         return deployment_facts(model, **plan_kwargs)
-    from kvexplore.versions.environments import answer_in
+    from kvexplore.versions.environments import answer_in, model_argument
 
     request = json.dumps({"model": model_argument(model), **plan_kwargs})
     return answer_in(release, "kvexplore.versions.compare", request)
@@ -310,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = ["FACT_BLOCKS", "VersionComparison", "compare_versions", "deployment_facts",
-           "facts_in", "model_argument"]
+           "facts_in"]
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

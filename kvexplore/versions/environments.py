@@ -38,8 +38,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import Requirement
 
@@ -376,6 +377,20 @@ def run_in(version: str, args: Sequence[str], *, timeout: float | None = None,
                           timeout=timeout, env=child_environment(version), cwd=cwd, check=False)
 
 
+def model_argument(model: Any) -> Any:
+    """``model`` as JSON data another process can plan from (an id or path
+    string, or a config dict)."""
+    from kvexplore.planning.models import ModelSource
+
+    if isinstance(model, ModelSource):
+        return dict(model.config)
+    if isinstance(model, str | Mapping):
+        return model if isinstance(model, str) else dict(model)
+    from kvexplore.planning.models import load_model_config
+
+    return dict(load_model_config(model).config)
+
+
 def answer_in(version: str, module: str, request: str, *, timeout: float = 1800) -> dict:
     """``python -m module request`` in vLLM ``version``'s environment
     (:func:`run_in`), whose last line of output is a JSON object with a
@@ -415,5 +430,6 @@ __all__ = [
     "environment_problems",
     "environments_dir",
     "existing_environments",
+    "model_argument",
     "run_in",
 ]

@@ -262,8 +262,7 @@ def outcomes_in(release: str, model: Any, request: Mapping[str, Any]) -> dict[st
     (:func:`~kvexplore.versions.environments.answer_in`)."""
     if release == installed_release().version:
         return lmcache_outcomes(model, **request)
-    from kvexplore.versions.compare import model_argument
-    from kvexplore.versions.environments import answer_in
+    from kvexplore.versions.environments import answer_in, model_argument
 
     payload = json.dumps({"model": model_argument(model), **request})
     return answer_in(release, "kvexplore.versions.matrix", payload)

@@ -410,13 +410,35 @@ def _plan_facts(p: Plan) -> _Facts:
 
     from kvexplore.planning.emulation import emulate
 
-    vc = p.vllm_config
     cfg = generate_scheduler_kv_cache_config([p.kv_cache_config])
+    vc = _engine_block_size(p.vllm_config, cfg)
     with emulate(p.gpu, meta_tensors=False):
         pool = release.pool_bytes_per_block(vc, list(cfg.kv_cache_groups))
     scheduler_bs, hash_bs = resolve_kv_cache_block_sizes(cfg, vc)
     alignment = release.cache_hit_alignment_tokens(cfg, vc, scheduler_bs, hash_bs)
     return _Facts(vc, cfg, int(pool), int(scheduler_bs), int(hash_bs), int(alignment))
+
+
+def _engine_block_size(vc, cfg):
+    """``vc``, or a copy of it whose ``cache_config.block_size`` is the one
+    ``EngineCore._initialize_kv_caches`` (``vllm/v1/engine/core.py``) sets
+    from the scheduler's ``KVCacheConfig`` ``cfg`` before the scheduler
+    resolves its block sizes: the smallest block size of the prefix-cacheable
+    groups (of every group when none is).  It differs from the plan's only
+    where no group blocks at the configured size (an attention-free model,
+    whose one Mamba group blocks at ``max_model_len``)."""
+    groups = cfg.kv_cache_groups
+    if not groups:
+        return vc
+    participating = [g.kv_cache_spec.block_size for g in groups
+                     if g.kv_cache_spec.prefix_cacheable]
+    block_size = min(participating or [g.kv_cache_spec.block_size for g in groups])
+    if block_size == vc.cache_config.block_size:
+        return vc
+    vc = copy.copy(vc)
+    vc.cache_config = copy.copy(vc.cache_config)
+    vc.cache_config.block_size = block_size
+    return vc
 
 
 def _with_max_model_len(vc, n: int):

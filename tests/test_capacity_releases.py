@@ -145,3 +145,23 @@ def test_dense_capacity_counted_by_hand(gpu):
     assert r.blocks_per_request == MAX_MODEL_LEN // bs
     # a request of the model's whole length fits with this much memory
     assert r.largest_max_model_len == cfg["max_position_embeddings"]
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_an_attention_free_model_blocks_as_the_engine_core_sets_it(gpu):
+    """mamba-130m (one Mamba group, no attention, no prefix caching): its one
+    group blocks at another size than the configured block size, and the
+    engine core sets the scheduler's block size to the group's before the
+    coordinator is built (whose check, on 0.31.0, asserts that it divides);
+    capacity() answers on every release with that block size and the engine
+    core's tokens and concurrency."""
+    r = kvexplore.capacity("state-spaces/mamba-130m-hf", gpu=gpu, max_model_len=MAX_MODEL_LEN)
+    vc, cfg, scheduler = _engine_core(r.plan, r.kv_cache_memory)
+    (group,) = r.plan.kv_cache_config.kv_cache_groups
+    mamba_block = group.kv_cache_spec.block_size
+    assert mamba_block != r.plan.vllm_config.cache_config.block_size
+    assert r.block_size == vc.cache_config.block_size == mamba_block
+    assert r.scheduler_block_size == r.cache_hit_alignment == mamba_block
+    assert r.num_blocks == scheduler.num_blocks > 0
+    assert r.kv_cache_size_tokens == vc.cache_config.kv_cache_size_tokens
+    assert r.max_concurrency == pytest.approx(vc.cache_config.kv_cache_max_concurrency, rel=1e-12)

@@ -426,7 +426,7 @@ def _engine_block_size(vc, cfg):
     resolves its block sizes: the smallest block size of the prefix-cacheable
     groups (of every group when none is).  It differs from the plan's only
     where no group blocks at the configured size (an attention-free model,
-    whose one Mamba group blocks at ``max_model_len``)."""
+    whose one Mamba group blocks at its own size, not the configured 16)."""
     groups = cfg.kv_cache_groups
     if not groups:
         return vc

@@ -466,7 +466,7 @@ def check_log(log: Any, model: Any = None, gpu: Any = None, *, vllm: str | None 
     installed = release_name().removeprefix("vLLM ")
     planned, why = _planning_release(log, vllm, installed)
     if planned != installed:
-        return _check_in(planned, log, model, gpu, overrides, installed)
+        return _check_in(planned, log, model, gpu, overrides, installed, why)
     return _check_here(log, model, gpu, overrides, installed, why)
 
 
@@ -521,7 +521,7 @@ def _note(release: str | None, planned: str, installed: str, why: str) -> str:
 
 
 def _check_in(release: str, log: VllmLog, model: Any, gpu: Any, overrides: dict,
-              installed: str) -> LogCheck:
+              installed: str, why: str) -> LogCheck:
     """:func:`check_log` run by vLLM ``release``'s environment
     (:func:`~kvexplore.versions.environments.answer_in`), its answer read back
     beside this process's reading of the log and its deployment."""
@@ -539,7 +539,6 @@ def _check_in(release: str, log: VllmLog, model: Any, gpu: Any, overrides: dict,
         "model": None if model is None else model_argument(model),
         "gpu": gpu.name if isinstance(gpu, GPU) else gpu,
         "overrides": overrides,
-        "release": log.release,
     }
     try:
         payload = json.dumps(request)
@@ -560,7 +559,6 @@ def _check_in(release: str, log: VllmLog, model: Any, gpu: Any, overrides: dict,
         answer = answer_in(release, "kvexplore.logs.checking", path)
     finally:
         os.unlink(path)
-    release_note = _note(log.release, release, installed, "")
     return LogCheck(
         log=log,
         deployment=dep,
@@ -570,7 +568,7 @@ def _check_in(release: str, log: VllmLog, model: Any, gpu: Any, overrides: dict,
         release=log.release,
         planned=release,
         installed=installed,
-        release_note=release_note,
+        release_note=_note(log.release, release, installed, why),
         title=answer["title"],
         notes=tuple(answer["notes"]),
         contradictions=log.contradictions,
@@ -600,7 +598,6 @@ def main(argv: list[str] | None = None) -> int:
 def _check_here(log: VllmLog, model: Any, gpu: Any, overrides: dict, installed: str,
                 why: str) -> LogCheck:
     """:func:`check_log` with the installed vLLM."""
-    log = as_log(log)
     dep = resolve(log, model, gpu, dict(overrides))
     kwargs = dict(dep.plan_kwargs)
     notes = list(dep.notes)

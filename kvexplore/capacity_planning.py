@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import inspect
 import math
 from collections.abc import Iterable, Mapping
@@ -61,7 +60,7 @@ from kvexplore.memo import per_plan
 from kvexplore.planning import release
 from kvexplore.planning.admission import blocks_and_admission, largest_max_model_len
 from kvexplore.planning.gpus import DEFAULT_GPU
-from kvexplore.planning.inputs import PLAN_DEFAULTS, as_fraction
+from kvexplore.planning.inputs import PLAN_DEFAULTS, as_fraction, check_keywords
 from kvexplore.planning.models import load_model_config
 from kvexplore.planning.planner import Plan, plan
 from kvexplore.planning.profile import Term, kv_cache_memory_range
@@ -484,17 +483,8 @@ def check_capacity_keywords(kwargs: Mapping[str, Any]) -> None:
     """Refuse a keyword of :func:`capacity` that is neither one of its own
     nor a :func:`kvexplore.plan` keyword (``gpu`` included), naming it, the
     nearest spellings (``difflib``) and where the full lists are."""
-    unknown = [k for k in kwargs if k != "gpu" and k not in PLAN_DEFAULTS]
-    if not unknown:
-        return
-    known = list(dict.fromkeys([*_CAPACITY_KEYWORDS, "gpu", *PLAN_DEFAULTS]))
-    close = difflib.get_close_matches(unknown[0], known, n=3, cutoff=0.6)
-    hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
-    raise KVExploreError(
-        f"capacity() got an unknown keyword {unknown[0]}={kwargs[unknown[0]]!r}; {hint}"
-        f"expected one of capacity()'s {list(_CAPACITY_KEYWORDS)} or plan()'s "
-        f"{['gpu', *PLAN_DEFAULTS]}"
-    )
+    check_keywords("capacity()", kwargs,
+                   dict.fromkeys([*_CAPACITY_KEYWORDS, "gpu", *PLAN_DEFAULTS]))
 
 
 def _plan_of(model: Any, plan_kwargs: dict) -> Plan:

@@ -344,3 +344,12 @@ def test_a_config_with_zero_kv_heads_names_the_field(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(KVExploreError, match=r"num_key_value_heads=0; expected a positive number"):
         kvexplore.plan(str(tmp_path), gpu="H100")
+
+
+def test_a_misspelt_plan_keyword_offers_the_near_spelling():
+    """Python's own refusal would be a bare TypeError naming no near spelling."""
+    with pytest.raises(KVExploreError) as info:
+        kvexplore.plan(QWEN, tensor_paralel_size=2)
+    text = str(info.value)
+    assert text.startswith("plan() got an unknown keyword tensor_paralel_size=2")
+    assert "did you mean 'tensor_parallel_size'" in text

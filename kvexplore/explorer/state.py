@@ -39,27 +39,26 @@ from kvexplore.memo import per_plan
 from kvexplore.offloading.config import offload_config
 from kvexplore.planning.backends import COMMON_BACKENDS
 from kvexplore.planning.gpus import DEFAULT_GPU, gpus
-from kvexplore.planning.inputs import MAMBA_CACHE_MODES, MODEL_DTYPES
+from kvexplore.planning.inputs import MAMBA_CACHE_MODES, MODEL_DTYPES, PLAN_DEFAULTS
 from kvexplore.planning.models import DEFAULT_MODEL, catalog_names
 from kvexplore.planning.planner import plan as make_plan
 from kvexplore.registration import REGISTRATIONS, allocate, backing_bytes
 from kvexplore.rendering import editing, figures, html, layouts
 from kvexplore.versions import compare_versions, compatibility
 
-#: Controls and their defaults ("auto" = let vLLM choose).
+#: The ``plan()`` keywords the Explorer has a control for, in display order.
+EXPLORED_KEYWORDS = (
+    "tensor_parallel_size", "decode_context_parallel_size", "pipeline_parallel_size",
+    "pipeline_parallel_rank", "block_size", "kv_cache_dtype", "dtype", "attention_backend",
+    "mamba_cache_mode", "enable_prefix_caching",
+)
+
+#: Controls and their defaults ("auto" = let vLLM choose: a keyword whose
+#: ``plan()`` default is ``None``); a keyword's default is ``plan()``'s.
 CONTROL_DEFAULTS: dict[str, Any] = {
     "model": DEFAULT_MODEL,
     "gpu": DEFAULT_GPU,
-    "tensor_parallel_size": 1,
-    "decode_context_parallel_size": 1,
-    "pipeline_parallel_size": 1,
-    "pipeline_parallel_rank": 0,
-    "block_size": "auto",
-    "kv_cache_dtype": "auto",
-    "dtype": "auto",
-    "attention_backend": "auto",
-    "mamba_cache_mode": "auto",
-    "enable_prefix_caching": "auto",
+    **{k: "auto" if PLAN_DEFAULTS[k] is None else PLAN_DEFAULTS[k] for k in EXPLORED_KEYWORDS},
     "speculative_method": "none",
     "num_speculative_tokens": 3,
     "draft_model": "",
@@ -629,6 +628,7 @@ __all__ = [
     "Comparison",
     "ExplorerState",
     "PANELS",
+    "EXPLORED_KEYWORDS",
     "PLAN_CONTROLS",
     "Panel",
     "VIEW_CONTROLS",

@@ -29,9 +29,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
+import inspect
 import json
 import numbers
-from collections.abc import Callable, Mapping
+import typing
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -422,11 +425,7 @@ def store_key(**kwargs: Any) -> tuple[tuple[str, Any], ...]:
     up by without importing vLLM; only requests ``plan()`` accepted are
     stored under it.  Refused: an unknown keyword, a value a check refuses,
     a vLLM-checked value that is not text or ``None``."""
-    unknown = [k for k in kwargs if k not in PLAN_DEFAULTS]
-    if unknown:
-        raise KVExploreError(
-            f"unknown plan() keyword(s) {unknown}; expected {list(PLAN_DEFAULTS)}"
-        )
+    check_keywords("plan()", kwargs, PLAN_DEFAULTS)
     out = []
     for f in _KEYWORD_FIELDS:
         value = kwargs.get(f.name, f.default)
@@ -440,6 +439,44 @@ def store_key(**kwargs: Any) -> tuple[tuple[str, Any], ...]:
     spec = dict(out)["speculative_config"]
     out.append(("draft_model", _draft_model(json.loads(spec) if spec else None)))
     return tuple(out)
+
+
+def check_keywords(function: str, given: Any, known: Any) -> None:
+    """Refuse a keyword of ``function`` not among ``known`` (names), naming it,
+    its value, the nearest spellings (``difflib``) and the full list."""
+    known = list(known)
+    unknown = [k for k in given if k not in known]
+    if not unknown:
+        return
+    close = difflib.get_close_matches(unknown[0], known, n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
+    raise KVExploreError(
+        f"{function} got an unknown keyword {unknown[0]}={given[unknown[0]]!r}; {hint}"
+        f"expected one of {known}"
+    )
+
+
+def plan_request(**keywords: Any) -> PlanRequest:
+    """The :class:`PlanRequest` of ``plan()``'s keywords (``model`` and ``gpu``
+    aside): each checked once by its field's check.  A keyword that is not a
+    field is refused naming the nearest spellings."""
+    check_keywords("plan()", keywords, ["gpu", *PLAN_KEYWORDS])
+    return PlanRequest(**keywords)
+
+
+def plan_signature(first: Sequence[inspect.Parameter]) -> inspect.Signature:
+    """``plan()``'s signature: ``first`` (``model``, ``gpu``), then every
+    :class:`PlanRequest` keyword, keyword-only, with its default and the
+    type it is given as."""
+    hints = typing.get_type_hints(PlanRequest)
+    # a JSON keyword is given as a dict and kept as canonical JSON text
+    given = {f.name: dict | None for f in _KEYWORD_FIELDS if f.metadata["cli"] == "json"}
+    return inspect.Signature([
+        *first,
+        *(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
+                            annotation=given.get(f.name, hints.get(f.name)))
+          for f in _KEYWORD_FIELDS),
+    ])
 
 
 def keyword_fields() -> tuple[dataclasses.Field, ...]:
@@ -470,6 +507,9 @@ __all__ = [
     "MODEL_DTYPES",
     "PLAN_DEFAULTS",
     "PLAN_KEYWORDS",
+    "check_keywords",
+    "plan_request",
+    "plan_signature",
     "PlanRequest",
     "as_bool",
     "as_choice",

@@ -36,6 +36,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import inspect
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,7 +67,12 @@ from kvexplore.planning.facts import (
 )
 from kvexplore.planning.failures import vllm_error, vllm_origin
 from kvexplore.planning.gpus import DEFAULT_GPU, GPU, resolve_gpu
-from kvexplore.planning.inputs import PLAN_KEYWORDS, PlanRequest, check_quantization
+from kvexplore.planning.inputs import (
+    PlanRequest,
+    check_quantization,
+    plan_request,
+    plan_signature,
+)
 from kvexplore.planning.models import (
     LayerInfo,
     ModelSource,
@@ -470,33 +476,7 @@ def plan(
     model: Any = "Qwen/Qwen3.5-0.8B",
     *,
     gpu: str | GPU = DEFAULT_GPU,
-    tensor_parallel_size: int = 1,
-    decode_context_parallel_size: int = 1,
-    block_size: int | None = None,
-    dtype: str = "auto",
-    kv_cache_dtype: str = "auto",
-    enable_prefix_caching: bool | None = None,
-    mamba_cache_mode: str | None = None,
-    mamba_ssm_cache_dtype: str = "auto",
-    max_model_len: int | None = None,
-    attention_backend: str | None = None,
-    speculative_config: dict | None = None,
-    num_blocks: int | None = None,
-    kv_cache_memory_bytes: int | None = None,
-    gpu_memory_utilization: float | None = None,
-    enable_extensible_kv_cache: bool | None = None,
-    kv_cache_layout: str | None = None,
-    max_num_batched_tokens: int | None = None,
-    max_num_seqs: int | None = None,
-    mamba_block_size: int | None = None,
-    prefix_match_unit: int | None = None,
-    mamba_cache_dtype: str = "auto",
-    pipeline_parallel_size: int = 1,
-    pipeline_parallel_rank: int = 0,
-    data_parallel_size: int = 1,
-    enable_expert_parallel: bool = False,
-    quantization: str | None = None,
-    hf_overrides: dict | None = None,
+    **keywords: Any,
 ) -> Plan:
     """Plan the KV cache the installed vLLM release would build for ``model``
     on one ``gpu`` worker (:attr:`Plan.vllm_version` names the release).
@@ -541,16 +521,22 @@ def plan(
     the plan carries vLLM's refusal in :attr:`Plan.admission`.
 
     The keywords are :class:`~kvexplore.planning.inputs.PlanRequest`'s
-    fields, with its defaults and checks.  Every input is checked before any
+    fields, with its defaults and checks; a keyword that is not one is
+    refused naming the nearest spellings.  Every input is checked before any
     cache lookup; every error is a :class:`KVExploreError` naming the value
     and quoting vLLM.
     """
     installed_release()
-    given = locals()
-    request = PlanRequest(**{name: given[name] for name in PLAN_KEYWORDS})
+    request = plan_request(**keywords)
     src = load_model_config(model)
     check_quantization(src, request)
     return _cached_plan(src, resolve_gpu(gpu), request)
+
+
+#: ``help(plan)``, ``inspect.signature`` and notebooks' completion show every
+#: keyword: the signature is :class:`PlanRequest`'s fields.
+plan.__signature__ = plan_signature(
+    list(inspect.signature(plan).parameters.values())[:2])
 
 
 @functools.lru_cache(maxsize=1024)

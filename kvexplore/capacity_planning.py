@@ -744,7 +744,7 @@ def _derivation(r: CapacityReport) -> dict[str, str]:
 #: :func:`capacity_sweep`'s columns, in order (``error``: missing when the
 #: row is valid, else the reason the deployment is refused).
 CAPACITY_COLUMNS = (
-    "model", "gpu", "tp", "gpu_memory_utilization", "kv_cache_memory", "num_blocks",
+    "model", "gpu", "tensor_parallel_size", "gpu_memory_utilization", "kv_cache_memory", "num_blocks",
     "block_size", "max_model_len", "kv_cache_size_tokens", "max_concurrency",
     "largest_max_model_len", "cache_hit_alignment", "error",
 )
@@ -773,11 +773,11 @@ def capacity_row(model: Any, kwargs: dict) -> dict[str, Any]:
             name = str(model)
         row = dict.fromkeys(CAPACITY_COLUMNS)
         row.update(model=name, gpu=str(kwargs.get("gpu", DEFAULT_GPU)),
-                   tp=kwargs.get("tensor_parallel_size", 1), error=str(exc))
+                   tensor_parallel_size=kwargs.get("tensor_parallel_size", 1), error=str(exc))
         return row
     return {
         "model": r.plan.model.name, "gpu": r.plan.gpu.name,
-        "tp": r.plan.tensor_parallel_size,
+        "tensor_parallel_size": r.plan.tensor_parallel_size,
         "gpu_memory_utilization": r.gpu_memory_utilization,
         "kv_cache_memory": r.kv_cache_memory, "num_blocks": r.num_blocks,
         "block_size": r.block_size, "max_model_len": r.max_model_len,
@@ -830,7 +830,7 @@ def _agrees(question) -> Any:
 
     def check(row: dict) -> bool:
         return (row.get("model") == question.model["name"] and row.get("gpu") == question.gpu["name"]
-                and row.get("tp") == request.get("tensor_parallel_size"))
+                and row.get("tensor_parallel_size") == request.get("tensor_parallel_size"))
     return check
 
 

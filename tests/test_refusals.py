@@ -353,3 +353,13 @@ def test_a_misspelt_plan_keyword_offers_the_near_spelling():
     text = str(info.value)
     assert text.startswith("plan() got an unknown keyword tensor_paralel_size=2")
     assert "did you mean 'tensor_parallel_size'" in text
+
+
+def test_a_config_of_more_layers_than_any_model_is_refused_before_the_build():
+    config = dict(kvexplore.load_model_config(LLAMA_1B).config, num_hidden_layers=100_000)
+    for given in ({"model": config}, {"model": LLAMA_1B, "hf_overrides": {"num_hidden_layers": 100_000}}):
+        with pytest.raises(KVExploreError) as info:
+            kvexplore.plan(gpu="H100", num_blocks=8, **given)
+        text = str(info.value)
+        assert text.startswith("num_hidden_layers=100000 is more layers than kvexplore builds")
+        assert "expected at most 1024" in text

@@ -222,6 +222,25 @@ def _build_layers(vc):
     return model, int(weight_bytes)
 
 
+#: The most layers :func:`build_model` builds: more than any model vLLM serves
+#: has (a few hundred at most); vLLM's model classes construct every layer, so
+#: a config past this would run for many minutes before any answer.
+MAX_LAYERS = 1024
+
+
+def check_layer_count(model_config) -> None:
+    """Refuse a config of more than :data:`MAX_LAYERS` layers (vLLM's
+    ``ModelConfig.get_total_num_hidden_layers``) before anything is built,
+    naming the count and the limit."""
+    layers = release.total_num_hidden_layers(model_config)
+    if layers > MAX_LAYERS:
+        raise KVExploreError(
+            f"num_hidden_layers={layers} is more layers than kvexplore builds; expected at "
+            f"most {MAX_LAYERS} (vLLM's model classes construct every layer on the meta "
+            "device one by one; no model vLLM serves has more than a few hundred)"
+        )
+
+
 def build_model(
     model_dir: str, gpu: GPU, engine_kwargs: dict, kv_cache_layout: str | None,
     pipeline_rank: int = 0,
@@ -235,6 +254,7 @@ def build_model(
     record: dict = {}
     with emulate(gpu):
         vc = _engine_config(model_dir, engine_kwargs)
+        check_layer_count(vc.model_config)
         with set_current_vllm_config(vc), parallel_groups(vc, pipeline_rank):
             model, weight_bytes = _build_layers(vc)
             # the runner builds the speculator on the last pipeline stage only
@@ -304,4 +324,5 @@ def build_stages(
     return tuple(dataclasses.replace(b, groups=groups) for b in built)
 
 
-__all__ = ["BuiltModel", "build_model", "build_stages", "parallel_groups"]
+__all__ = ["MAX_LAYERS", "BuiltModel", "build_model", "build_stages", "check_layer_count",
+           "parallel_groups"]

@@ -1,0 +1,119 @@
+"""Configs kvexplore did not choose: Gated-DeltaNet hybrids drawn at random
+(head counts, head sizes, convolution width, layer pattern, TP, KV dtype, GPU)
+are planned and compared with the installed vLLM's own block-size path
+(``tests/reference.py``: a fresh ``ModelConfig`` and
+``Platform.update_block_size_for_backend`` on a stand-in config) and with the
+state and page sizes counted by hand from the drawn config:
+
+* a Gated-DeltaNet layer's state is its convolution window,
+  ``(2 * key_heads * key_dim + value_heads * value_dim) / TP`` channels x
+  ``(conv_kernel - 1)`` in the model dtype, and its recurrent state,
+  ``value_heads / TP x key_dim x value_dim`` float32 values (the config's
+  ``mamba_ssm_dtype``);
+* an attention layer's page is ``block_size`` tokens x K and V x the KV heads
+  of a rank (at least one: vLLM replicates them when TP exceeds them) x
+  ``head_dim`` x the KV dtype's bytes, and every layer's page is that one.
+"""
+
+import copy
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from reference import vllm_alignment
+
+import kvexplore
+
+BASE = kvexplore.load_model_config("Qwen/Qwen3.5-0.8B").config
+
+KV_BYTES = {"auto": 2, "fp8": 1}
+MROPE = {64: [3, 3, 2], 128: [6, 5, 5], 256: [11, 11, 10]}
+
+
+@st.composite
+def gdn_hybrids(draw):
+    key_heads = draw(st.sampled_from([2, 4, 8, 16]))
+    value_heads = key_heads * draw(st.sampled_from([1, 2]))
+    heads = draw(st.sampled_from([4, 8, 16]))
+    kv_heads = draw(st.sampled_from([h for h in (1, 2, 4) if heads % h == 0]))
+    interval = draw(st.sampled_from([2, 3, 4]))
+    layers = interval * draw(st.sampled_from([1, 2, 3]))
+    head_dim = draw(st.sampled_from([64, 128, 256]))
+    # the multimodal rotary sections cover the rotary quarter of a head:
+    # sum(mrope_section) == head_dim * partial_rotary_factor / 2
+    rope = dict(BASE["text_config"]["rope_parameters"], mrope_section=MROPE[head_dim])
+    text = dict(
+        BASE["text_config"],
+        linear_num_key_heads=key_heads,
+        linear_num_value_heads=value_heads,
+        linear_key_head_dim=draw(st.sampled_from([64, 128])),
+        linear_value_head_dim=draw(st.sampled_from([64, 128])),
+        linear_conv_kernel_dim=draw(st.sampled_from([2, 3, 4])),
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        rope_parameters=rope,
+        full_attention_interval=interval,
+        num_hidden_layers=layers,
+        layer_types=[
+            "full_attention" if (i + 1) % interval == 0 else "linear_attention"
+            for i in range(layers)
+        ],
+    )
+    config = copy.deepcopy(BASE)
+    config["text_config"] = text
+    return (
+        config,
+        draw(st.sampled_from([1, 2])),
+        draw(st.sampled_from(["auto", "fp8"])),
+        draw(st.sampled_from(["A100", "H100"])),
+    )
+
+
+def gdn_state_bytes(text: dict, tp: int) -> int:
+    channels = (
+        2 * text["linear_num_key_heads"] * text["linear_key_head_dim"]
+        + text["linear_num_value_heads"] * text["linear_value_head_dim"]
+    )
+    conv = channels // tp * (text["linear_conv_kernel_dim"] - 1) * 2
+    ssm = (
+        text["linear_num_value_heads"] // tp
+        * text["linear_key_head_dim"]
+        * text["linear_value_head_dim"]
+        * 4
+    )
+    return conv + ssm
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gdn_hybrids())
+def test_a_drawn_hybrid_plans_as_vllm_aligns_it(case):
+    config, tp, kv_dtype, gpu = case
+    text = config["text_config"]
+    src = kvexplore.load_model_config(config)
+    p = kvexplore.plan(src, gpu=gpu, tensor_parallel_size=tp, kv_cache_dtype=kv_dtype,
+                       num_blocks=8)
+    ref = vllm_alignment(str(src.config_dir), tensor_parallel_size=tp,
+                         kv_cache_dtype=kv_dtype, backend_name=p.attention_backend, gpu=gpu)
+    assert (p.block_size, p.mamba_page_size_padded) == (ref.block_size, ref.mamba_page_size_padded)
+    kv_heads = max(1, text["num_key_value_heads"] // tp)
+    page = p.block_size * 2 * kv_heads * text["head_dim"] * KV_BYTES[kv_dtype]
+    assert {s.page_size_bytes for s in p.layer_specs.values()} == {page}
+    assert p.mamba_page_size_padded == page >= gdn_state_bytes(text, tp)
+    kinds = [type(s).__name__ for s in p.layer_specs.values()]
+    assert kinds.count("MambaSpec") == text["layer_types"].count("linear_attention")
+    assert len(kinds) == text["num_hidden_layers"]
+
+
+def test_the_hand_count_is_the_catalog_qwen35_page():
+    """The hand count on the bundled config: Qwen3.5-0.8B's GDN state is
+    (2*16*128 + 16*128) x 3 x 2 B + 16 x 128 x 128 x 4 B = 1,085,440 B at TP 1."""
+    assert gdn_state_bytes(BASE["text_config"], 1) == 1_085_440
+    p = kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="A100", num_blocks=8)
+    spec = next(s for s in p.layer_specs.values() if type(s).__name__ == "MambaSpec")
+    assert sum(
+        math.prod(shape) * dtype.itemsize
+        for shape, dtype in zip(spec.shapes, spec.dtypes, strict=True)
+    ) == 1_085_440
+

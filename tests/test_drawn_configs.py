@@ -18,7 +18,6 @@ state and page sizes counted by hand from the drawn config:
 import copy
 import math
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference import vllm_alignment

@@ -844,7 +844,7 @@ def capacity_sweep(models: Iterable[Any], *, executor=None, output=None, store: 
     ``ProcessPoolExecutor``) or a ``dask.distributed.Client``; a plan is sent
     as its model and inputs, and a model's rows go to one worker where
     possible, which builds each deployment once
-    (:func:`kvexplore.fleet.run_groups`).  ``store`` (default ``True``: the
+    (:func:`kvexplore.fleet.run_tasks`).  ``store`` (default ``True``: the
     user's answer store; ``False``: none; or a folder): rows answered before
     are read back, rows computed are stored (:mod:`kvexplore.store`).
     ``output`` (a ``.parquet`` or ``.csv`` path, checked before any work, a

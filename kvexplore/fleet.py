@@ -1,6 +1,6 @@
 """Fleet sweeps: tasks on an executor or a Dask cluster, rows written as they come.
 
-:func:`run_groups` runs a sweep's tasks (one per plan) on any
+:func:`run_tasks` runs a sweep's tasks (one per plan) on any
 ``concurrent.futures.Executor`` or on a ``dask.distributed.Client`` (the
 ``Client.submit`` / ``Future`` API, which ``Client.get_executor()`` wraps),
 batched so a worker plans neighbouring tasks (the same model, then the same
@@ -114,10 +114,10 @@ def _progress(total: int, what: str):
                 smoothing=0.1)
 
 
-def run_groups(function: Callable, tasks: list[tuple], executor: Any = None, what: str = "plans",
-               *, on_result: Callable[[int, Any], None] | None = None,
-               weights: Sequence[int] | None = None,
-               batch_key: Callable[[tuple], Any] = _task_key) -> list:
+def run_tasks(function: Callable, tasks: list[tuple], executor: Any = None, what: str = "plans",
+              *, on_result: Callable[[int, Any], None] | None = None,
+              weights: Sequence[int] | None = None,
+              batch_key: Callable[[tuple], Any] = _task_key) -> list:
     """``[function(*task) for task in tasks]``, on ``executor`` when given.
 
     ``executor``: any ``concurrent.futures.Executor`` (a
@@ -143,11 +143,11 @@ def run_groups(function: Callable, tasks: list[tuple], executor: Any = None, wha
                     on_result(i, results[i])
                 bar.update(weights[i])
             return results
-        groups = batches(tasks, BATCHES_PER_WORKER * worker_slots(executor), batch_key)
+        task_batches = batches(tasks, BATCHES_PER_WORKER * worker_slots(executor), batch_key)
         done: queue.Queue = queue.Queue()
         futures = []
-        for n, group in enumerate(groups):
-            args = (run_batch, function, [tasks[i] for i in group])
+        for n, batch in enumerate(task_batches):
+            args = (run_batch, function, [tasks[i] for i in batch])
             try:
                 if is_dask_client(executor):
                     future = executor.submit(*args, pure=False)
@@ -164,24 +164,24 @@ def run_groups(function: Callable, tasks: list[tuple], executor: Any = None, wha
             futures.append(future)
         failure: BaseException | None = None
         try:
-            for _ in groups:
+            for _ in task_batches:
                 n = done.get()
-                group = groups[n]
+                batch = task_batches[n]
                 try:
                     values = futures[n].result()
                 except KVExploreError as exc:
                     failure = failure or exc
                     continue
                 except Exception as exc:  # noqa: BLE001 - the executor lost the task
-                    first = tasks[group[0]]
+                    first = tasks[batch[0]]
                     failure = failure or KVExploreError(
-                        f"{what}: a batch of {len(group)} task(s) (the first {canonical(list(first[:2]))[:120]}) "
+                        f"{what}: a batch of {len(batch)} task(s) (the first {canonical(list(first[:2]))[:120]}) "
                         f"failed on executor {executor!r:.80}: {type(exc).__name__}: {exc}; expected "
                         "every worker to finish its tasks (the rows that arrived are kept: re-run "
                         "with the same output to resume)"
                     )
                     continue
-                for i, value in zip(group, values, strict=True):
+                for i, value in zip(batch, values, strict=True):
                     results[i] = value
                     if on_result is not None:
                         on_result(i, value)
@@ -493,7 +493,7 @@ def resumable_sweep(function: Callable, tasks: list[tuple], *, columns: Sequence
     cells), then ``store`` (an :class:`~kvexplore.store.AnswerStore` or None:
     a task whose every row is stored for its ``questions``, a
     :class:`~kvexplore.store.Question` per row, ``None`` for a task that
-    cannot be keyed), else computed by :func:`run_groups` on ``executor``.
+    cannot be keyed), else computed by :func:`run_tasks` on ``executor``.
     Rows computed are stored for their questions and written to ``output``
     as they arrive; at the end ``output`` holds the rows in ``order``
     (``(task, row)`` positions; default task order, :meth:`RowFile.finish`)
@@ -519,7 +519,7 @@ def resumable_sweep(function: Callable, tasks: list[tuple], *, columns: Sequence
         if store is not None and questions[i]:
             hits = [store.get(q, valid) for q in questions[i]]
             if all(h is not None for h in hits):
-                # lists read back were tuples (a cell, as run_groups hands it)
+                # lists read back were tuples (a cell, as run_tasks hands it)
                 results[i] = [{c: _tuples(h[c]) for c in columns} for h in hits]
                 if output is not None:
                     output.add(keyed(results[i], file_keys[i]))
@@ -536,7 +536,7 @@ def resumable_sweep(function: Callable, tasks: list[tuple], *, columns: Sequence
             output.add(keyed(rows, file_keys[i]))
 
     try:
-        run_groups(function, [tasks[i] for i in pending], executor, what=what,
+        run_tasks(function, [tasks[i] for i in pending], executor, what=what,
                    on_result=arrived, weights=[len(file_keys[i]) for i in pending],
                    batch_key=batch_key)
     finally:
@@ -565,6 +565,6 @@ __all__ = [
     "resumable_sweep",
     "row_key",
     "run_batch",
-    "run_groups",
+    "run_tasks",
     "worker_slots",
 ]

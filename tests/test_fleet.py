@@ -20,7 +20,7 @@ from distributed import Client, LocalCluster
 import kvexplore
 from kvexplore import KVExploreError
 from kvexplore.capacity_planning import capacity_sweep
-from kvexplore.fleet import RowFile, batches, run_groups
+from kvexplore.fleet import RowFile, batches, run_tasks
 from kvexplore.offloading.sweep import KEY_COLUMN, sweep
 from kvexplore.planning.stored import PLAN_KIND, plan_facts, question
 from kvexplore.store import AnswerStore, Question
@@ -109,7 +109,7 @@ def test_a_dask_worker_that_dies_loses_no_row(client, tmp_path):
     again on a worker that lives, and every result comes back once, in order."""
     marker = str(tmp_path / "died")
     got = {}
-    out = run_groups(_die_once, [(marker, i) for i in range(8)], client,
+    out = run_tasks(_die_once, [(marker, i) for i in range(8)], client,
                      on_result=lambda i, v: got.setdefault(i, v))
     assert Path(marker).exists()
     assert out == [2 * i for i in range(8)]
@@ -143,7 +143,7 @@ def test_a_broken_pool_is_one_error_after_the_rows_that_arrived():
     got = {}
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
         with pytest.raises(KVExploreError, match="BrokenProcessPool.*rows that arrived are kept"):
-            run_groups(_exit_on_odd, [(0,), (1,)], pool, on_result=got.__setitem__)
+            run_tasks(_exit_on_odd, [(0,), (1,)], pool, on_result=got.__setitem__)
     assert got in ({}, {0: 0})  # the batch with task 0 may run before the pool breaks
 
 
@@ -370,8 +370,8 @@ def test_cli_sweep_out_writes_the_rows_of_the_python_sweep(tmp_path):
 
 
 def test_progress_bar_is_quiet_when_disabled(capsys):
-    assert run_groups(pow, [(2, 3), (3, 2)]) == [8, 9]
+    assert run_tasks(pow, [(2, 3), (3, 2)]) == [8, 9]
     assert capsys.readouterr().err == ""
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert run_groups(pow, []) == []
+        assert run_tasks(pow, []) == []

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from kvexplore.errors import KVExploreError
-from kvexplore.fleet import RowFile, check_executor, resumable_sweep, run_groups
+from kvexplore.fleet import RowFile, check_executor, resumable_sweep, run_tasks
 from kvexplore.layout import jsonable
 from kvexplore.offloading.options import OffloadOptions
 from kvexplore.planning.inputs import PLAN_DEFAULTS
@@ -184,7 +184,7 @@ def sweep(model: Any = "Qwen/Qwen3.5-0.8B", *, executor=None, output=None, store
     ``itertools.product`` order.  A plan is built once per distinct set of
     ``plan`` keywords, on ``executor`` when given: any
     ``concurrent.futures.Executor`` or a ``dask.distributed.Client``
-    (:func:`kvexplore.fleet.run_groups`, which batches a model's plans onto
+    (:func:`kvexplore.fleet.run_tasks`, which batches a model's plans onto
     one worker).
 
     ``store`` (default ``True``: the user's answer store, :mod:`kvexplore.store`;
@@ -279,6 +279,6 @@ __all__ = [
     "SWEEP_KIND",
     "make_plan",
     "row_question",
-    "run_groups",
+    "run_tasks",
     "sweep",
 ]

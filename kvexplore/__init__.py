@@ -28,9 +28,9 @@ from kvexplore.version import VERSION
 
 #: Every public name and the module it lives in: imported on first use, so
 #: that ``import kvexplore`` (and the command line's answers from the store)
-#: costs no vLLM import; the first name used whose results display (all but
-#: :data:`_PLAIN`) also imports :mod:`kvexplore.rendering`, which registers
-#: every result's display forms.
+#: costs no vLLM import.  A result's display forms are found on its first
+#: ``text()`` / ``_repr_html_()`` / ``figure()`` (:mod:`kvexplore.display`),
+#: whichever name gave it.
 _NAMES = {
     "Calibration": "kvexplore.capacity_planning",
     "CapacityReport": "kvexplore.capacity_planning",
@@ -107,24 +107,6 @@ _NAMES = {
     "environment": "kvexplore.versions",
 }
 
-#: Names whose results are plain data (tables, lists, dicts, inputs): using
-#: them does not import the rendering stage (nor, by itself, vLLM).
-_PLAIN = frozenset(
-    {
-        "DEFAULT_GPU",
-        "DEFAULT_MODEL",
-        "GPU",
-        "LayerInfo",
-        "ModelSource",
-        "OffloadOptions",
-        "catalog_names",
-        "gpus",
-        "load_model_config",
-        "plan_facts",
-        "sweep",
-    }
-)
-
 __version__ = VERSION
 
 #: The widgets need ipywidgets, imported on first use.
@@ -133,10 +115,6 @@ _WIDGETS = ("Explorer", "Compare")
 
 def __getattr__(name):
     if name in _NAMES:
-        if name not in _PLAIN:
-            importlib.import_module(
-                "kvexplore.rendering"
-            )  # registers the display forms
         value = getattr(importlib.import_module(_NAMES[name]), name)
         globals()[name] = value
         return value

@@ -742,7 +742,6 @@ def main(argv: list[str] | None = None) -> int:
             answer = getattr(ns, "answer_from_store", None)
             if answer is not None and answer(ns):
                 return 0
-            import kvexplore.rendering  # noqa: F401  registers the results' text forms
             with _vllm_logs_routed(ns.verbose):
                 ns.func(ns)
     except Exception as exc:  # noqa: BLE001 - every failure is one line, never a traceback

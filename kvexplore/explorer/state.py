@@ -24,10 +24,9 @@ from __future__ import annotations
 import io
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, get_args
+from typing import Any
 
 import torch
-from vllm.config.cache import CacheDType
 
 from kvexplore.display import Displayable, register_forms
 from kvexplore.editing.lmcache import lmcache_releases
@@ -43,6 +42,7 @@ from kvexplore.planning.gpus import DEFAULT_GPU, gpus
 from kvexplore.planning.inputs import MAMBA_CACHE_MODES, MODEL_DTYPES
 from kvexplore.planning.models import DEFAULT_MODEL, catalog_names
 from kvexplore.planning.planner import plan as make_plan
+from kvexplore.planning.release import kv_cache_dtypes
 from kvexplore.registration import REGISTRATIONS, allocate, backing_bytes
 from kvexplore.rendering import editing, figures, html, layouts
 from kvexplore.versions import compare_versions, compatibility
@@ -114,7 +114,7 @@ def choices() -> dict[str, list]:
     return {
         "model": catalog_names(),
         "gpu": gpus().gpu.tolist(),
-        "kv_cache_dtype": list(get_args(CacheDType)),
+        "kv_cache_dtype": list(kv_cache_dtypes()),
         "dtype": list(MODEL_DTYPES),
         "attention_backend": ["auto", *COMMON_BACKENDS],
         "enable_prefix_caching": ["auto", True, False],

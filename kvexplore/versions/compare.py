@@ -30,6 +30,7 @@ from kvexplore.display import Displayable, register_forms
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import FrozenDict, jsonable
 from kvexplore.planning.release import (
+    COMPARED_RELEASES,
     WINDOW_RELEASES,
     canonical_release,
     installed_release,
@@ -264,11 +265,13 @@ def facts_in(release: str, model: Any, plan_kwargs: Mapping[str, Any]) -> dict[s
 
 
 def compare_versions(model: Any = "Qwen/Qwen3.5-0.8B", *,
-                     vllm: Sequence[str] = ("0.33.0", "0.34.0"),
+                     vllm: Sequence[str] = COMPARED_RELEASES,
                      **plan_kwargs) -> VersionComparison:
     """The same deployment (``plan()``'s keywords) in each vLLM release of
-    ``vllm``, each answered by that release's own code in its own environment
-    (created with uv on first use), with every fact that differs.
+    ``vllm`` (by default :data:`~kvexplore.planning.release.COMPARED_RELEASES`,
+    the window's newest two), each answered by that release's own code in its
+    own environment (created with uv on first use), with every fact that
+    differs.
 
     Each release is spelled as
     :func:`~kvexplore.planning.release.canonical_release` spells it
@@ -287,7 +290,7 @@ def compare_versions(model: Any = "Qwen/Qwen3.5-0.8B", *,
     else:
         raise KVExploreError(
             f"vllm={vllm!r:.80} is invalid; {expected}, as a list of strings such as "
-            "['0.33.0', '0.34.0'] or one comma-separated string"
+            f"{list(COMPARED_RELEASES)} or one comma-separated string"
         )
     releases = [canonical_release(r) for r in given]  # refuses a release outside the window
     twice = sorted({r for r in releases if releases.count(r) > 1})

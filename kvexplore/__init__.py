@@ -1,15 +1,22 @@
 """kvexplore: explore how vLLM lays out the KV cache of hybrid models.
 
-The package follows the pipeline, one subpackage per stage; each imports only
-the stages before it:
+The package follows the pipeline, one subpackage or module per stage, in
+this order; each imports only its own stage and the stages before it:
 
+* shared base: :mod:`kvexplore.errors`, :mod:`kvexplore.layout` (byte-layout
+  arithmetic), :mod:`kvexplore.memo`, :mod:`kvexplore.display` (the display
+  protocol), :mod:`kvexplore.paths`, :mod:`kvexplore.version`,
+  :mod:`kvexplore.store` (the answer store), :mod:`kvexplore.lazy`
 * :mod:`kvexplore.planning`   model config + named GPU -> ``Plan`` (vLLM's own model classes)
+* :mod:`kvexplore.fleet`      sweeps' tasks on an executor or a Dask cluster, rows written as they come
+* :mod:`kvexplore.versions.environments` one uv environment per vLLM release of the window
 * :mod:`kvexplore.registration` a plan's KV cache as the tensors vLLM registers
 * :mod:`kvexplore.editing`    every LMCache release's validation and edits, the round-trip proof
 * :mod:`kvexplore.offloading` the ``OffloadingConfig`` vLLM hands a backend, sweeps
 * :mod:`kvexplore.capacity_planning`   memory, tokens, concurrency, prefix-cache hits, host tier
 * :mod:`kvexplore.logs`       a vLLM start-up log read, checked against kvexplore, calibrated
 * :mod:`kvexplore.rendering`  layouts as data, text, HTML and figures
+* :mod:`kvexplore.versions`   one deployment compared across vLLM releases, the vLLM x LMCache matrix
 * :mod:`kvexplore.explorer`   the Explorer widget over plain-Python state
 * :mod:`kvexplore.cli`        the command line, mirroring this API
 

@@ -1,15 +1,22 @@
 """kvexplore: explore how vLLM lays out the KV cache of hybrid models.
 
-The package follows the pipeline, one subpackage per stage; each imports only
-the stages before it:
+The package follows the pipeline, one subpackage or module per stage, in
+this order; each imports only its own stage and the stages before it:
 
+* shared base: :mod:`kvexplore.errors`, :mod:`kvexplore.layout` (byte-layout
+  arithmetic), :mod:`kvexplore.memo`, :mod:`kvexplore.display` (the display
+  protocol), :mod:`kvexplore.paths`, :mod:`kvexplore.version`,
+  :mod:`kvexplore.store` (the answer store), :mod:`kvexplore.lazy`
 * :mod:`kvexplore.planning`   model config + named GPU -> ``Plan`` (vLLM's own model classes)
+* :mod:`kvexplore.fleet`      sweeps' tasks on an executor or a Dask cluster, rows written as they come
+* :mod:`kvexplore.versions.environments` one uv environment per vLLM release of the window
 * :mod:`kvexplore.registration` a plan's KV cache as the tensors vLLM registers
 * :mod:`kvexplore.editing`    every LMCache release's validation and edits, the round-trip proof
 * :mod:`kvexplore.offloading` the ``OffloadingConfig`` vLLM hands a backend, sweeps
 * :mod:`kvexplore.capacity_planning`   memory, tokens, concurrency, prefix-cache hits, host tier
 * :mod:`kvexplore.logs`       a vLLM start-up log read, checked against kvexplore, calibrated
 * :mod:`kvexplore.rendering`  layouts as data, text, HTML and figures
+* :mod:`kvexplore.versions`   one deployment compared across vLLM releases, the vLLM x LMCache matrix
 * :mod:`kvexplore.explorer`   the Explorer widget over plain-Python state
 * :mod:`kvexplore.cli`        the command line, mirroring this API
 
@@ -28,9 +35,9 @@ from kvexplore.version import VERSION
 
 #: Every public name and the module it lives in: imported on first use, so
 #: that ``import kvexplore`` (and the command line's answers from the store)
-#: costs no vLLM import; the first name used whose results display (all but
-#: :data:`_PLAIN`) also imports :mod:`kvexplore.rendering`, which registers
-#: every result's display forms.
+#: costs no vLLM import.  A result's display forms are found on its first
+#: ``text()`` / ``_repr_html_()`` / ``figure()`` (:mod:`kvexplore.display`),
+#: whichever name gave it.
 _NAMES = {
     "Calibration": "kvexplore.capacity_planning",
     "CapacityReport": "kvexplore.capacity_planning",
@@ -107,24 +114,6 @@ _NAMES = {
     "environment": "kvexplore.versions",
 }
 
-#: Names whose results are plain data (tables, lists, dicts, inputs): using
-#: them does not import the rendering stage (nor, by itself, vLLM).
-_PLAIN = frozenset(
-    {
-        "DEFAULT_GPU",
-        "DEFAULT_MODEL",
-        "GPU",
-        "LayerInfo",
-        "ModelSource",
-        "OffloadOptions",
-        "catalog_names",
-        "gpus",
-        "load_model_config",
-        "plan_facts",
-        "sweep",
-    }
-)
-
 __version__ = VERSION
 
 #: The widgets need ipywidgets, imported on first use.
@@ -133,10 +122,6 @@ _WIDGETS = ("Explorer", "Compare")
 
 def __getattr__(name):
     if name in _NAMES:
-        if name not in _PLAIN:
-            importlib.import_module(
-                "kvexplore.rendering"
-            )  # registers the display forms
         value = getattr(importlib.import_module(_NAMES[name]), name)
         globals()[name] = value
         return value

@@ -49,7 +49,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -65,6 +65,9 @@ from kvexplore.planning.models import load_model_config
 from kvexplore.planning.planner import Plan, plan
 from kvexplore.planning.profile import Term, kv_cache_memory_range
 from kvexplore.planning.release import release_name
+
+if TYPE_CHECKING:
+    from kvexplore.offloading.sizing import HostSizing
 
 
 def profile_estimates(p: Plan) -> dict[str, tuple[int, int, str]]:
@@ -205,6 +208,77 @@ class CapacityReport(Displayable):
     memory figure comes from.  ``plan`` is the plan asked about (re-planned
     with ``kv_cache_memory_bytes`` only when ``max_model_len=-1`` asks vLLM to
     auto-fit the length to the memory).
+
+    Fields, each with the vLLM function it mirrors (``vllm/v1/...``):
+
+    Memory (``gpu_worker.py: Worker.determine_available_memory``; all zero
+    but ``weight_bytes`` when ``kv_cache_memory_bytes`` is given, as vLLM
+    then skips profiling):
+
+    * ``plan``: the :class:`~kvexplore.Plan` answered for.
+    * ``gpu_memory_utilization``: the fraction of the card vLLM may use
+      (``CacheConfig.gpu_memory_utilization``; the plan's, vLLM's 0.92 by
+      default, or a calibration's).
+    * ``total_memory_bytes``: the card's memory as
+      ``torch.cuda.mem_get_info()`` reports it (:func:`kvexplore.gpus`), or
+      the value given.
+    * ``requested_memory_bytes``: ``ceil(total_memory_bytes x
+      gpu_memory_utilization)`` (``worker/utils.py: request_memory``).
+    * ``weight_bytes``: the model's weights (and a drafter's) on this rank
+      (``model_runner.model_memory_usage``); exact.
+    * ``activation_peak_bytes``: the peak activation memory of the dummy
+      forward and sampler of ``profile_run``; an estimate unless given
+      (:mod:`kvexplore.planning.profile`).
+    * ``non_torch_bytes``: memory outside torch's allocator (cuBLAS
+      workspaces, NCCL buffers at TP > 1); an estimate unless given.
+    * ``cudagraph_bytes``: the CUDA-graph pool
+      (``profile_cudagraph_memory``); an estimate unless given.
+    * ``kv_cache_memory``: the bytes left to the KV cache, the low end of
+      ``kv_cache_memory_range``; ``kv_cache_memory_given``: whether the caller
+      gave it (``kv_cache_memory_bytes``) instead.
+    * ``kv_cache_memory_range``: ``(low, high)`` bytes the estimates allow
+      (:func:`kvexplore.planning.profile.kv_cache_memory_range`).
+    * ``estimated``: the names of the memory fields that are estimates;
+      ``sources``: each memory field -> where its value comes from.
+
+    Blocks, tokens and admission (``get_kv_cache_configs`` in
+    ``core/kv_cache_planning.py``, before that ``core/kv_cache_utils.py``):
+
+    * ``bytes_per_block``: the bytes one block id costs in the pool, the
+      release's own divisor
+      (:func:`kvexplore.planning.release.pool_bytes_per_block`).
+    * ``num_blocks``: ``kv_cache_memory // bytes_per_block``.
+    * ``max_model_len``: the deployment's length in tokens (after auto-fit);
+      ``model_max_model_len``: the model config's own.
+    * ``kv_cache_size_tokens``, ``max_concurrency``: what vLLM logs as
+      ``GPU KV cache size: N tokens`` and ``Maximum concurrency for L tokens
+      per request`` (``kv_cache_utils.py: get_kv_cache_capacity``).
+    * ``admitted``, ``admission_message``: the verdict of
+      ``_check_enough_kv_cache_memory`` on one request of ``max_model_len``,
+      and vLLM's error text when it refuses (else None).
+    * ``largest_max_model_len``: the longest request the memory admits
+      (``_estimate_max_model_len_from_groups``), in tokens.
+
+    Prefix caching (``core/kv_cache_utils.py: resolve_kv_cache_block_sizes``,
+    ``resolve_cache_hit_alignment_tokens``; :meth:`prefix_hit_tokens`):
+
+    * ``prefix_caching``: ``CacheConfig.enable_prefix_caching``;
+      ``mamba_cache_mode``: ``CacheConfig.mamba_cache_mode``.
+    * ``block_size``: the block size in tokens the engine core sets
+      (``EngineCore._initialize_kv_caches``).
+    * ``scheduler_block_size``, ``hash_block_size``: the tokens per block of
+      the scheduler and of the prefix-cache hash.
+    * ``cache_hit_alignment``: the tokens a cache hit comes in whole units of.
+
+    The rest:
+
+    * ``warnings``: one line each for what limits the answer (prefix caching
+      off or unable to hit, DCP with Mamba groups, vLLM's refusal).
+    * ``host``: the CPU tier with ``cpu_bytes_to_use``
+      (:class:`~kvexplore.offloading.sizing.HostSizing`,
+      :func:`~kvexplore.offloading.sizing.host_sizing`), else None.
+    * ``calibrated``: with a :class:`Calibration`, each memory term ->
+      ``"carried"``, ``"rescaled"`` or ``"recomputed"``.
     """
 
     plan: Plan = field(repr=False, compare=False)
@@ -236,7 +310,7 @@ class CapacityReport(Displayable):
     hash_block_size: int
     cache_hit_alignment: int
     warnings: tuple[str, ...]
-    host: Any = field(default=None, compare=False)
+    host: HostSizing | None = field(default=None, compare=False)
     calibrated: FrozenDict = field(default_factory=FrozenDict, compare=False)
     _vllm: Any = field(default=None, repr=False, compare=False)
 

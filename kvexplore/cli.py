@@ -44,6 +44,7 @@ from kvexplore.offloading.options import OffloadOptions
 from kvexplore.offloading.sweep import sweep
 from kvexplore.planning.gpus import gpus
 from kvexplore.planning.inputs import PLAN_KEYWORDS, keyword_fields
+from kvexplore.planning.release import COMPARED_RELEASES
 from kvexplore.planning.stored import (
     PLAN_KIND,
     is_payload,
@@ -631,7 +632,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.set_defaults(answer_from_store=answer_from_store)
     v = sub.add_parser("versions", help="one deployment across vLLM releases, side by side")
     _add_plan_args(v)
-    v.add_argument("--vllm", default="0.33.0,0.34.0", help="comma-separated releases of the window")
+    v.add_argument("--vllm", default=",".join(COMPARED_RELEASES),
+                   help="comma-separated releases of the window")
     v.add_argument("--all", action="store_true", help="every fact, not only those that differ")
     _finish(v, cmd_versions)
     d = sub.add_parser("edits", help="one LMCache release's KV-cache-group edits on MODEL's registration")
@@ -742,7 +744,6 @@ def main(argv: list[str] | None = None) -> int:
             answer = getattr(ns, "answer_from_store", None)
             if answer is not None and answer(ns):
                 return 0
-            import kvexplore.rendering  # noqa: F401  registers the results' text forms
             with _vllm_logs_routed(ns.verbose):
                 ns.func(ns)
     except Exception as exc:  # noqa: BLE001 - every failure is one line, never a traceback

@@ -126,6 +126,32 @@ def test_no_import_cycles_between_modules():
             visit(m)
 
 
+
+def test_the_package_docstring_lists_every_stage_in_pipeline_order():
+    import re
+
+    doc = ast.get_docstring(ast.parse((ROOT / "__init__.py").read_text()))
+    named = re.findall(r":mod:`(kvexplore[\w.]*)`", doc)
+    order = [_stage(m) for m in named]
+    assert order == sorted(order), named
+    listed = set(named)
+    missing = [prefix for _, prefixes in STAGES[:-1] for prefix in prefixes
+               if prefix not in listed and prefix != "kvexplore.__main__"]
+    assert missing == []
+
+
+def test_the_capacity_report_documents_every_field():
+    """Each public field of ``CapacityReport`` is named in its docstring, and
+    none is typed ``Any``."""
+    tree = ast.parse((ROOT / "capacity_planning.py").read_text())
+    cls = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "CapacityReport")
+    fields = {n.target.id: ast.unparse(n.annotation) for n in cls.body
+              if isinstance(n, ast.AnnAssign) and not n.target.id.startswith("_")}
+    doc = ast.get_docstring(cls)
+    assert len(fields) > 30
+    assert [f for f in fields if f"``{f}``" not in doc] == []
+    assert [f for f, kind in fields.items() if kind == "Any"] == []
+
 #: Names of working papers, folders and tools that are not part of this
 #: repository; code, tests, benchmarks, notebooks and docs must not send a
 #: reader to them (public sources are cited by URL).

@@ -24,11 +24,11 @@ from __future__ import annotations
 import io
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, get_args
+from typing import Any
 
 import torch
-from vllm.config.cache import CacheDType
 
+from kvexplore.display import Displayable, register_forms
 from kvexplore.editing.lmcache import lmcache_releases
 from kvexplore.editing.plan_edits import plan_edits
 from kvexplore.editing.roundtrip import verify_roundtrip
@@ -42,6 +42,7 @@ from kvexplore.planning.gpus import DEFAULT_GPU, gpus
 from kvexplore.planning.inputs import MAMBA_CACHE_MODES, MODEL_DTYPES, PLAN_DEFAULTS
 from kvexplore.planning.models import DEFAULT_MODEL, catalog_names
 from kvexplore.planning.planner import plan as make_plan
+from kvexplore.planning.release import kv_cache_dtypes
 from kvexplore.registration import REGISTRATIONS, allocate, backing_bytes
 from kvexplore.rendering import editing, figures, html, layouts
 from kvexplore.versions import compare_versions, compatibility
@@ -112,7 +113,7 @@ def choices() -> dict[str, list]:
     return {
         "model": catalog_names(),
         "gpu": gpus().gpu.tolist(),
-        "kv_cache_dtype": list(get_args(CacheDType)),
+        "kv_cache_dtype": list(kv_cache_dtypes()),
         "dtype": list(MODEL_DTYPES),
         "attention_backend": ["auto", *COMMON_BACKENDS],
         "enable_prefix_caching": ["auto", True, False],
@@ -520,9 +521,11 @@ def _page_map_rows(lay) -> dict[tuple[str, str], str]:
 
 
 @dataclass(frozen=True)
-class Comparison:
+class Comparison(Displayable):
     """Two :class:`ExplorerState` and their compared ``rows`` (plan, groups,
-    then the page map); a side that cannot plan has no rows."""
+    then the page map); a side that cannot plan has no rows.  ``text()``
+    (also its ``repr``) and ``_repr_html_()`` are its display forms
+    (:data:`FORMS`); it has no figure."""
 
     a: ExplorerState
     b: ExplorerState
@@ -549,24 +552,29 @@ class Comparison:
         """The page-map numbers that differ, as ``quantity: A -> B`` lines."""
         return [f"{r.quantity}: {r.a} (A) vs {r.b} (B)" for r in self.differences if r.section == "page map"]
 
-    def text(self) -> str:
-        la, lb = self.labels()
-        lines = [f"A: {la}", f"B: {lb}"]
-        for side, st in (("A", self.a), ("B", self.b)):
-            if st.error:
-                lines.append(f"{side} error: {st.error}")
-        lines.append(f"{len(self.differences)} of {len(self.rows)} compared quantities differ")
-        for r in self.rows:
-            mark = "*" if r.differs else " "
-            lines.append(f"{mark} {r.section:<10} {r.quantity:<32} {r.a:<24} {r.b}")
-        return "\n".join(lines)
-
     def __repr__(self) -> str:
         return self.text()
 
-    def _repr_html_(self) -> str:
-        lays = (_page_layout_of(self.a), _page_layout_of(self.b))
-        return html.comparison_html(self, *("" if lay is None else html.page_bars_html(lay) for lay in lays))
+
+def comparison_text(c: Comparison) -> str:
+    """``Comparison.text()``: the two sides' labels and errors, how many
+    quantities differ, then every compared row (``*``: it differs)."""
+    la, lb = c.labels()
+    lines = [f"A: {la}", f"B: {lb}"]
+    for side, st in (("A", c.a), ("B", c.b)):
+        if st.error:
+            lines.append(f"{side} error: {st.error}")
+    lines.append(f"{len(c.differences)} of {len(c.rows)} compared quantities differ")
+    for r in c.rows:
+        mark = "*" if r.differs else " "
+        lines.append(f"{mark} {r.section:<10} {r.quantity:<32} {r.a:<24} {r.b}")
+    return "\n".join(lines)
+
+
+def comparison_html(c: Comparison) -> str:
+    """``Comparison._repr_html_()``: each side's page bars, then the table."""
+    lays = (_page_layout_of(c.a), _page_layout_of(c.b))
+    return html.comparison_html(c, *("" if lay is None else html.page_bars_html(lay) for lay in lays))
 
 
 def _page_layout_of(st: ExplorerState):
@@ -619,6 +627,12 @@ def compare(a_controls: Mapping[str, Any] | ExplorerState,
     keys = list(dict.fromkeys([*ra, *rb]))
     rows = tuple(CompareRow(sec, q, ra.get((sec, q), "-"), rb.get((sec, q), "-")) for sec, q in keys)
     return Comparison(a, b, rows)
+
+
+#: ``Comparison`` -> its ``(text, html, figure)`` forms, registered here,
+#: where the type is defined (:func:`kvexplore.display.register_forms`).
+FORMS = {Comparison: (comparison_text, comparison_html, None)}
+register_forms(FORMS)
 
 
 __all__ = [

@@ -95,7 +95,7 @@ class OffloadResult(Displayable):
                 FieldRow(f"groups[{i}].layer_names", shown, ""),
                 FieldRow(f"groups[{i}].tokens_per_block", g.tokens_per_block, d.tokens_per_block[i].rule),
             ]
-            if hasattr(g, "sliding_window_size_in_chunks"):
+            if release.offloading_has_windows():
                 rows.append(FieldRow(
                     f"groups[{i}].sliding_window_size_in_chunks",
                     g.sliding_window_size_in_chunks,

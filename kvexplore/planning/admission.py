@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from kvexplore.display import Displayable
 from kvexplore.planning import release
 from kvexplore.planning.emulation import emulate, patch_attributes
 
 
 @dataclass(frozen=True, kw_only=True)
-class Admission:
+class Admission(Displayable):
     """vLLM's start-up verdict on the cache: can it serve one request of
     ``max_model_len`` tokens? (``kv_cache_planning.py:
     _check_enough_kv_cache_memory``, called by ``get_kv_cache_configs``).
@@ -33,7 +34,9 @@ class Admission:
     (``_estimate_max_model_len_from_groups``, a binary search run on first
     access). ``auto_fit_from`` is the model's length when
     ``max_model_len=-1`` made vLLM shrink it to fit.  ``release`` names the
-    vLLM release whose check gave the verdict.
+    vLLM release whose check gave the verdict, in one line by :meth:`summary`.
+    ``text()``, ``_repr_html_()`` and ``figure()`` are its display forms
+    (:mod:`kvexplore.display`).
     """
 
     ok: bool
@@ -76,7 +79,10 @@ class Admission:
             "release": self.release,
         }
 
-    def text(self) -> str:
+    def summary(self) -> str:
+        """One line: ``admitted: ...`` with the bytes one request needs and
+        the cache holds (and the auto-fit length it replaced), or ``refused
+        by RELEASE at start-up:`` and vLLM's own message."""
         if self.ok:
             out = (
                 f"admitted: one request of max_model_len={self.max_model_len:,} needs "

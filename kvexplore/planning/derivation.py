@@ -164,7 +164,7 @@ def _kernel_line(p, g) -> str:
 
 def _drafter_line(p, bare) -> str:
     d = p.drafter
-    out = d.text()
+    out = d.summary()
     draft = [g.index for g in p.groups if any(n in d.layer_names for n in g.layer_names)]
     if draft:
         out += f"; in group(s) {draft}"
@@ -221,7 +221,7 @@ def plan_derivation(p, bare=None) -> dict[str, str]:
             )
     out["num_blocks"] = _num_blocks_line(p)
     if p.admission is not None:
-        out["admission"] = p.admission.text()
+        out["admission"] = p.admission.summary()
     return out
 
 

@@ -20,17 +20,20 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from kvexplore.display import Displayable
 from kvexplore.planning import release
 from kvexplore.planning.emulation import patch_attributes
 
 
 @dataclass(frozen=True)
-class Drafter:
+class Drafter(Displayable):
     """What a ``speculative_config`` adds to the deployment.
 
     ``speculator`` is vLLM's speculator class name or ``None`` when the method
     builds no model; ``layer_names`` the ``is_draft`` attention layers it adds;
     ``weight_bytes`` the draft's tensor bytes the target does not already hold.
+    :meth:`summary` says it in one line; ``text()`` and ``_repr_html_()`` are
+    its display forms (:mod:`kvexplore.display`); it has no figure.
     """
 
     method: str
@@ -45,7 +48,7 @@ class Drafter:
     def adds_layers(self) -> bool:
         return bool(self.layer_names)
 
-    def text(self) -> str:
+    def summary(self) -> str:
         """One line: the method, its speculator and the layers it adds."""
         head = f"{self.method} x {self.num_speculative_tokens} draft tokens"
         if self.speculator is None:

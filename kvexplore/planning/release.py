@@ -33,6 +33,10 @@ WINDOW = ("0.31.0", "0.35")
 #: The releases of the window that kvexplore's per-release tests run.
 WINDOW_RELEASES = ("0.31.0", "0.32.0", "0.33.0", "0.34.0")
 
+#: The releases a comparison across releases names when none are given
+#: (``compare_versions``, ``kvexplore versions``): the window's newest two.
+COMPARED_RELEASES = WINDOW_RELEASES[-2:]
+
 #: The window as a pip requirement (``pyproject.toml`` and ``environment.yml``
 #: declare the same).
 REQUIREMENT = f"vllm>={WINDOW[0]},<{WINDOW[1]}"
@@ -562,6 +566,7 @@ def admission_hint(vc) -> tuple[str, ...]:
 
 
 __all__ = [
+    "COMPARED_RELEASES",
     "REQUIREMENT",
     "WINDOW",
     "WINDOW_RELEASES",

@@ -24,7 +24,6 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from kvexplore.display import text_form
 from kvexplore.errors import KVExploreError
 from kvexplore.planning.gpus import DEFAULT_GPU, resolve_gpu
 from kvexplore.planning.inputs import store_key
@@ -86,11 +85,9 @@ def plan_answer(model: Any = DEFAULT_MODEL, *, store: Any = True, text: bool = F
     (:func:`json_facts`), "text": plan(...).text()}``, from the answer store
     when it holds them (no vLLM import), else planned and stored, both for
     :func:`question` ``(PLAN_KIND, model, **kwargs)``
-    (:func:`kvexplore.store.answer`).  ``text`` is None when it was not asked for and the
-    rendering stage (:mod:`kvexplore.rendering`, which registers
-    ``Plan.text``) was not imported; ``text=True`` asks for it (a stored
-    payload without it is planned again; without the rendering stage,
-    ``Plan.text``'s :class:`KVExploreError`).  ``store``: ``True`` the user's
+    (:func:`kvexplore.store.answer`).  A plan computed here is stored with
+    its text; ``text=True`` asks for the text, so a stored payload without
+    it (``"text": None``) is planned again.  ``store``: ``True`` the user's
     store, ``False`` none, or a folder (:func:`kvexplore.store.answer_store`;
     an unwritable folder is a :class:`KVExploreError` before any work).
     Refusals are ``plan()``'s."""
@@ -103,8 +100,7 @@ def plan_answer(model: Any = DEFAULT_MODEL, *, store: Any = True, text: bool = F
         from kvexplore.planning.planner import plan
 
         p = plan(model, **kwargs)
-        rendered = text or type(p) in text_form.registry
-        return {"facts": json_facts(p.to_dict()), "text": p.text() if rendered else None}
+        return {"facts": json_facts(p.to_dict()), "text": p.text()}
 
     return answer(q, compute, store, valid=is_payload,
                   enough=lambda hit: not text or hit["text"] is not None)

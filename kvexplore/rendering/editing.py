@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
+from kvexplore.display import Displayable
 from kvexplore.rendering.figures import new_figure
 from kvexplore.rendering.html import message_html, table_html
 
@@ -125,13 +126,14 @@ def roundtrip_figure(report):
 
 
 @dataclass(frozen=True)
-class EditGroup:
+class EditGroup(Displayable):
     """One KV cache group's edits, from ``EditResult.report``.
 
     ``layers``: ``(layer, rule, declined)`` in report order; ``rules``:
     ``(rule, layers)`` in first-seen order (``None``: no rule matched);
     ``before``/``after``: the distinct ``shape dtype`` per block;
-    ``declined``: ``(reason, layers)`` per distinct reason.
+    ``declined``: ``(reason, layers)`` per distinct reason.  ``text()`` and
+    ``_repr_html_()`` are its display forms (:mod:`kvexplore.display`).
     """
 
     group: Any
@@ -149,15 +151,6 @@ class EditGroup:
     def rules_text(self) -> str:
         return ", ".join(f"{rule or 'no rule (registered object kept)'} x{n}" for rule, n in self.rules)
 
-    def text(self) -> str:
-        n = len(self.layers)
-        lines = [f"group {self.group} ({self.kind}, {n} layer{'s' if n != 1 else ''}): {self.rules_text()}",
-                 f"  view before: {' | '.join(self.before)}",
-                 f"  view after:  {' | '.join(self.after)}"]
-        for reason, count in self.declined:
-            lines.append(f"  declined on {count} of {n}: {reason}")
-        return "\n".join(lines)
-
 
 def _opt(value) -> str | None:
     return value if isinstance(value, str) and value else None
@@ -165,6 +158,23 @@ def _opt(value) -> str | None:
 
 def _view(rec, side: str) -> str:
     return f"{rec.get('shape_' + side)} {rec.get('dtype_' + side)}"
+
+
+def edit_group_text(group: EditGroup) -> str:
+    """``EditGroup.text()``: the group's rules, its view before and after, and
+    every declined reason with the layers it declined."""
+    n = len(group.layers)
+    lines = [f"group {group.group} ({group.kind}, {n} layer{'s' if n != 1 else ''}): {group.rules_text()}",
+             f"  view before: {' | '.join(group.before)}",
+             f"  view after:  {' | '.join(group.after)}"]
+    for reason, count in group.declined:
+        lines.append(f"  declined on {count} of {n}: {reason}")
+    return "\n".join(lines)
+
+
+def edit_group_html(group: EditGroup) -> str:
+    """``EditGroup._repr_html_``: :func:`edit_groups_html` of the one group."""
+    return edit_groups_html([group])
 
 
 def edit_groups(report) -> list[EditGroup]:

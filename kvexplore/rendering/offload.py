@@ -5,6 +5,7 @@ from __future__ import annotations
 from html import escape
 
 from kvexplore.offloading.derive import group_bytes_per_block
+from kvexplore.planning import release
 from kvexplore.rendering.figures import new_figure
 from kvexplore.rendering.html import table_html
 
@@ -56,7 +57,7 @@ def offload_figure(result):
             linewidth=0.5,
         )
         more = f" ({bpc - drawn} more)" if bpc > drawn else ""
-        window = g.sliding_window_size_in_chunks
+        window = g.sliding_window_size_in_chunks if release.offloading_has_windows() else None
         kept = "" if window is None else f"; keeps {window} chunk(s)"
         ax_tok.annotate(f"{bpc} x {t} = {bpc * t} tokens{more}{kept}", (drawn * t, y), **_NOTE)
         block_bytes = group_bytes_per_block(kv)

@@ -26,9 +26,11 @@ from typing import Any
 
 import pandas as pd
 
+from kvexplore.display import Displayable, register_forms
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import FrozenDict, jsonable
 from kvexplore.planning.release import (
+    COMPARED_RELEASES,
     WINDOW_RELEASES,
     canonical_release,
     installed_release,
@@ -166,9 +168,11 @@ def _tabled(facts: Mapping[str, Any]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class VersionComparison:
+class VersionComparison(Displayable):
     """One deployment's facts per release (:func:`deployment_facts`), and the
-    facts whose values differ.  ``facts`` maps release -> facts (JSON data)."""
+    facts whose values differ.  ``facts`` maps release -> facts (JSON data).
+    ``text()``, ``_repr_html_()`` and ``figure()`` are its display forms
+    (:data:`FORMS`)."""
 
     model: str
     inputs: FrozenDict
@@ -209,26 +213,39 @@ class VersionComparison:
         inputs = ", ".join(f"{k}={v}" for k, v in self.inputs.items())
         return f"{self.model}{f' ({inputs})' if inputs else ''} across vLLM {', '.join(self.releases)}"
 
-    def text(self) -> str:
-        """The facts that differ, one per line, a column per release (values
-        longer than :data:`TEXT_WIDTH` characters cut short)."""
-        diff = self.differences
-        if diff.empty:
-            return self._head() + ": no fact differs"
-        shown = diff.map(lambda v: v if not isinstance(v, str) or len(v) <= TEXT_WIDTH
-                         else v[:TEXT_WIDTH - 3] + "...")
-        return self._head() + f": {len(diff)} facts differ\n" + shown.to_string(index=False)
-
-    def figure(self):
-        """Each release's page of each group, one row each, on one byte axis."""
-        return release_pages_figure(self._head(), self.pages)
-
-    def _repr_html_(self) -> str:
-        return releases_html(f"{self._head()}: {len(self.differences)} facts differ", self.pages,
-                             self.differences.to_html(index=False))
-
     def __repr__(self) -> str:
         return f"VersionComparison({self.model!r}, releases={list(self.releases)})"
+
+
+def comparison_text(c: VersionComparison) -> str:
+    """``VersionComparison.text()``: the facts that differ, one per line, a
+    column per release (values longer than :data:`TEXT_WIDTH` characters cut
+    short)."""
+    diff = c.differences
+    if diff.empty:
+        return c._head() + ": no fact differs"
+    shown = diff.map(lambda v: v if not isinstance(v, str) or len(v) <= TEXT_WIDTH
+                     else v[:TEXT_WIDTH - 3] + "...")
+    return c._head() + f": {len(diff)} facts differ\n" + shown.to_string(index=False)
+
+
+def comparison_figure(c: VersionComparison):
+    """``VersionComparison.figure()``: each release's page of each group, one
+    row each, on one byte axis."""
+    return release_pages_figure(c._head(), c.pages)
+
+
+def comparison_html(c: VersionComparison) -> str:
+    """``VersionComparison._repr_html_()``: the pages drawn, then the table of
+    the facts that differ."""
+    return releases_html(f"{c._head()}: {len(c.differences)} facts differ", c.pages,
+                         c.differences.to_html(index=False))
+
+
+#: ``VersionComparison`` -> its ``(text, html, figure)`` forms, registered
+#: here, where the type is defined (:func:`kvexplore.display.register_forms`).
+FORMS = {VersionComparison: (comparison_text, comparison_html, comparison_figure)}
+register_forms(FORMS)
 
 
 def facts_in(release: str, model: Any, plan_kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -248,11 +265,13 @@ def facts_in(release: str, model: Any, plan_kwargs: Mapping[str, Any]) -> dict[s
 
 
 def compare_versions(model: Any = "Qwen/Qwen3.5-0.8B", *,
-                     vllm: Sequence[str] = ("0.33.0", "0.34.0"),
+                     vllm: Sequence[str] = COMPARED_RELEASES,
                      **plan_kwargs) -> VersionComparison:
     """The same deployment (``plan()``'s keywords) in each vLLM release of
-    ``vllm``, each answered by that release's own code in its own environment
-    (created with uv on first use), with every fact that differs.
+    ``vllm`` (by default :data:`~kvexplore.planning.release.COMPARED_RELEASES`,
+    the window's newest two), each answered by that release's own code in its
+    own environment (created with uv on first use), with every fact that
+    differs.
 
     Each release is spelled as
     :func:`~kvexplore.planning.release.canonical_release` spells it
@@ -271,7 +290,7 @@ def compare_versions(model: Any = "Qwen/Qwen3.5-0.8B", *,
     else:
         raise KVExploreError(
             f"vllm={vllm!r:.80} is invalid; {expected}, as a list of strings such as "
-            "['0.33.0', '0.34.0'] or one comma-separated string"
+            f"{list(COMPARED_RELEASES)} or one comma-separated string"
         )
     releases = [canonical_release(r) for r in given]  # refuses a release outside the window
     twice = sorted({r for r in releases if releases.count(r) > 1})

@@ -28,6 +28,7 @@ from typing import Any
 
 import pandas as pd
 
+from kvexplore.display import Displayable, register_forms
 from kvexplore.editing.lmcache import lmcache_release, lmcache_releases
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import FrozenDict, jsonable
@@ -143,11 +144,13 @@ def lmcache_outcomes(
 
 
 @dataclass(frozen=True)
-class Compatibility:
+class Compatibility(Displayable):
     """One deployment under every (vLLM release, LMCache release): per KV
     cache group, what LMCache does (``rows``, a DataFrame of :data:`COLUMNS`),
     and per pair whether LMCache accepts the deployment at all
-    (``deployments``: ``{(vllm, lmcache): None or the refusal}``)."""
+    (``deployments``: ``{(vllm, lmcache): None or the refusal}``).
+    ``text()``, ``_repr_html_()`` and ``figure()`` are its display forms
+    (:data:`FORMS`)."""
 
     model: str
     inputs: FrozenDict
@@ -212,27 +215,39 @@ class Compatibility:
             f"{', '.join(self.lmcache_releases)}"
         )
 
-    def text(self) -> str:
-        """The grid, then every difference between adjacent releases."""
-        lines = [self._head(), self.grid().to_string(index=False)]
-        diffs = self.differences()
-        lines.append(f"{len(diffs)} differences between adjacent releases")
-        lines += [f"  {d}" for d in diffs]
-        return "\n".join(lines)
-
-    def figure(self):
-        """The grid drawn: one row per (vLLM, LMCache), one column per group,
-        each cell coloured by outcome and labelled with the rule."""
-        return matrix_figure(self._head(), list(self.rows_data), list(self.deployments))
-
-    def _repr_html_(self) -> str:
-        return matrix_html(self._head(), list(self.rows_data), dict(self.deployments))
-
     def __repr__(self) -> str:
         return (
             f"Compatibility({self.model!r}, vllm={list(self.vllm_releases)}, "
             f"lmcache={list(self.lmcache_releases)})"
         )
+
+
+def compatibility_text(c: Compatibility) -> str:
+    """``Compatibility.text()``: the grid, then every difference between
+    adjacent releases."""
+    lines = [c._head(), c.grid().to_string(index=False)]
+    diffs = c.differences()
+    lines.append(f"{len(diffs)} differences between adjacent releases")
+    lines += [f"  {d}" for d in diffs]
+    return "\n".join(lines)
+
+
+def compatibility_figure(c: Compatibility):
+    """``Compatibility.figure()``: the grid drawn, one row per (vLLM,
+    LMCache), one column per group, each cell coloured by outcome and
+    labelled with the rule."""
+    return matrix_figure(c._head(), list(c.rows_data), list(c.deployments))
+
+
+def compatibility_html(c: Compatibility) -> str:
+    """``Compatibility._repr_html_()``: the grid as a coloured table."""
+    return matrix_html(c._head(), list(c.rows_data), dict(c.deployments))
+
+
+#: ``Compatibility`` -> its ``(text, html, figure)`` forms, registered here,
+#: where the type is defined (:func:`kvexplore.display.register_forms`).
+FORMS = {Compatibility: (compatibility_text, compatibility_html, compatibility_figure)}
+register_forms(FORMS)
 
 
 def _diff(rows, left, right, title) -> list[str]:

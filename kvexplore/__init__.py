@@ -5,6 +5,7 @@ the stages before it:
 
 * :mod:`kvexplore.planning`   model config + named GPU -> ``Plan`` (vLLM's own model classes)
 * :mod:`kvexplore.registration` a plan's KV cache as the tensors vLLM registers
+* :mod:`kvexplore.pages`      a registered layer's page as byte segments and views
 * :mod:`kvexplore.editing`    every LMCache release's validation and edits, the round-trip proof
 * :mod:`kvexplore.offloading` the ``OffloadingConfig`` vLLM hands a backend, sweeps
 * :mod:`kvexplore.capacity_planning`   memory, tokens, concurrency, prefix-cache hits, host tier

@@ -15,7 +15,7 @@ the results are byte offsets and view recipes.
   order (``conv | ssm``), as ``MambaBase.bind_kv_cache`` unpacks the unified row;
 * :func:`kv_halves` -- the K and V bytes of a unified attention cell
   ``C = K | V`` (``AttentionSpec.head_size`` / ``head_size_v``);
-* :func:`page_map` -- the page of block 0 as :class:`Segment` s covering
+* :func:`describe_page` -- the page of block 0 as :class:`Segment` s covering
   ``[0, page_size_bytes)`` (``conv | ssm | pad``, ``K|V`` per kernel page,
   ``K`` / ``V`` per kernel page for the legacy ``[pages, 2, kernel_block, H,
   D]`` tensor, ``latent`` for MLA), kernel page 0's cells, and the registered
@@ -37,7 +37,7 @@ naming what is missing; a caller that shows "no layout" decides so itself.
 [('conv', 0, 36864), ('ssm', 36864, 1048576)]
 >>> row = torch.empty(4 * 1114112, dtype=torch.int8, device="meta")
 >>> row = row.as_strided((4, 1, 1, 1085440), (1114112, 1085440, 1085440, 1))
->>> page = page_map(spec, row)
+>>> page = describe_page(spec, row)
 >>> [(s.label, s.start, s.size) for s in page.segments]
 [('conv', 0, 36864), ('ssm', 36864, 1048576), ('pad', 1085440, 28672)]
 >>> [(label, tuple(v.shape), v.storage_offset()) for label, v in page_regions(spec, row, 4)]
@@ -201,7 +201,7 @@ def is_legacy_attention(view: torch.Tensor) -> bool:
     return view.ndim == 5 and view.shape[1] == 2
 
 
-def page_map(
+def describe_page(
     spec,
     value: Any,
     *,
@@ -519,7 +519,7 @@ def group_of(plan, name: str) -> int:
 
 
 def layer_page(plan, name: str, registration: str = "unified") -> PageMap:
-    """:func:`page_map` of ``plan``'s layer ``name`` as ``registration``
+    """:func:`describe_page` of ``plan``'s layer ``name`` as ``registration``
     registers it (:func:`kvexplore.registration.registered_views`), with the
     group's kernel block size and the plan's MLA dims."""
     from kvexplore.registration import registered_views
@@ -533,7 +533,7 @@ def layer_page(plan, name: str, registration: str = "unified") -> PageMap:
     kernel = (
         spec.block_size if isinstance(spec, MambaSpec) else plan.kernel_block_sizes[gid]
     )
-    return page_map(
+    return describe_page(
         spec,
         registered_views(plan, registration)[name],
         kernel_block_size=kernel,
@@ -577,6 +577,7 @@ __all__ = [
     "ViewRecipe",
     "as_bytes",
     "by_block",
+    "describe_page",
     "group_label",
     "group_of",
     "is_legacy_attention",
@@ -584,7 +585,6 @@ __all__ = [
     "layer_page",
     "mamba_states",
     "page_facts",
-    "page_map",
     "page_regions",
     "registered_tensors",
 ]

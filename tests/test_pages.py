@@ -23,7 +23,7 @@ from vllm.v1.kv_cache_interface import (
 
 from kvexplore import plan
 from kvexplore.errors import KVExploreError
-from kvexplore.pages import page_facts, page_map, page_regions
+from kvexplore.pages import describe_page, page_facts, page_regions
 from kvexplore.registration import allocate
 
 BLOCKS = 4
@@ -44,19 +44,28 @@ def _first_layer(p, kind: str):
 
 
 @pytest.mark.parametrize(
-    "model", ["Qwen/Qwen3.5-0.8B", "ibm-granite/granite-4.0-h-350m", "LiquidAI/LFM2-2.6B"]
+    "model",
+    ["Qwen/Qwen3.5-0.8B", "ibm-granite/granite-4.0-h-350m", "LiquidAI/LFM2-2.6B"],
 )
 def test_mamba_states_are_where_vllm_bind_kv_cache_unpacks_them(model):
     p = plan(model, gpu="A100")
     _, name, spec = _first_layer(p, "mamba")
     row = allocate(p, device="meta", num_blocks=BLOCKS)[name]
-    layer = SimpleNamespace(get_state_shape=lambda: spec.shapes, get_state_dtype=lambda: spec.dtypes)
+    layer = SimpleNamespace(
+        get_state_shape=lambda: spec.shapes, get_state_dtype=lambda: spec.dtypes
+    )
     MambaBase.bind_kv_cache(layer, row)  # vLLM's own unpacking of the unified row
     base = row.storage_offset() * row.element_size()
-    expected = [(t.storage_offset() * t.element_size() - base, t[0].numel() * t.element_size(),
-                 str(t.dtype).removeprefix("torch.")) for t in layer.kv_cache]
+    expected = [
+        (
+            t.storage_offset() * t.element_size() - base,
+            t[0].numel() * t.element_size(),
+            str(t.dtype).removeprefix("torch."),
+        )
+        for t in layer.kv_cache
+    ]
 
-    page = page_map(spec, row)
+    page = describe_page(spec, row)
     states = [s for s in page.segments if s.label != "pad"]
     assert [(s.start, s.size, s.dtype) for s in states] == expected
     pad = [s for s in page.segments if s.label == "pad"]
@@ -66,7 +75,9 @@ def test_mamba_states_are_where_vllm_bind_kv_cache_unpacks_them(model):
 
     regions = page_regions(spec, row, BLOCKS, name)
     assert [label for label, _ in regions] == [s.label for s in states]
-    for (_, view), state, (start, size, _) in zip(regions, layer.kv_cache, expected, strict=True):
+    for (_, view), state, (start, size, _) in zip(
+        regions, layer.kv_cache, expected, strict=True
+    ):
         assert view.shape[0] == BLOCKS and view[0].numel() == size
         assert view.storage_offset() == base + start
         assert view.stride(0) == state.stride(0) * state.element_size()
@@ -78,12 +89,20 @@ def test_qwen35_gdn_states_from_the_config():
     k_dim = text["linear_num_key_heads"] * text["linear_key_head_dim"]
     v_dim = text["linear_num_value_heads"] * text["linear_value_head_dim"]
     conv = (text["linear_conv_kernel_dim"] - 1) * (2 * k_dim + v_dim) * 2  # bf16
-    ssm = text["linear_num_value_heads"] * text["linear_key_head_dim"] * text["linear_value_head_dim"] * 4
+    ssm = (
+        text["linear_num_value_heads"]
+        * text["linear_key_head_dim"]
+        * text["linear_value_head_dim"]
+        * 4
+    )
     p = plan("Qwen/Qwen3.5-0.8B", gpu="A100")
     _, name, spec = _first_layer(p, "mamba")
     row = allocate(p, device="meta", num_blocks=BLOCKS)[name]
-    segs = page_map(spec, row).segments
-    assert [(s.label, s.start, s.size) for s in segs[:2]] == [("conv", 0, conv), ("ssm", conv, ssm)]
+    segs = describe_page(spec, row).segments
+    assert [(s.label, s.start, s.size) for s in segs[:2]] == [
+        ("conv", 0, conv),
+        ("ssm", conv, ssm),
+    ]
 
 
 def test_unified_attention_k_and_v_are_flash_attentions_split(qwen_a100):
@@ -98,11 +117,13 @@ def test_unified_attention_k_and_v_are_flash_attentions_split(qwen_a100):
     assert regions["V"].storage_offset() == value.storage_offset() * elem
     assert regions["K"].shape[-1] == key.shape[-1] * elem
     assert regions["V"].shape[-1] == value.shape[-1] * elem
-    page = page_map(spec, view, kernel_block_size=qwen_a100.kernel_block_sizes[0])
+    page = describe_page(spec, view, kernel_block_size=qwen_a100.kernel_block_sizes[0])
     k_cell, v_cell = page.cells[:2]
     assert (k_cell.start, k_cell.size) == (0, key.shape[-1] * elem)
-    assert (v_cell.start, v_cell.size) == ((value.storage_offset() - key.storage_offset()) * elem,
-                                           value.shape[-1] * elem)
+    assert (v_cell.start, v_cell.size) == (
+        (value.storage_offset() - key.storage_offset()) * elem,
+        value.shape[-1] * elem,
+    )
 
 
 def test_kernel_pages_tile_the_page_as_vllm_shapes_it(qwen_a100_flashinfer):
@@ -111,11 +132,13 @@ def test_kernel_pages_tile_the_page_as_vllm_shapes_it(qwen_a100_flashinfer):
     kernel = p.kernel_block_sizes[g.index]
     view = allocate(p, device="meta", num_blocks=BLOCKS)[name]
     pages, heads, tokens, c_bytes = compute_layer_kv_cache_shape_bytes(spec, 1, kernel)
-    page = page_map(spec, view, kernel_block_size=kernel)
+    page = describe_page(spec, view, kernel_block_size=kernel)
     kv = [s for s in page.segments if s.label != "pad"]
     assert page.kernel_pages == pages == len(kv) > 1
     assert all(s.size == heads * tokens * c_bytes for s in kv)
-    assert [s.start for s in kv] == [i * view.stride(0) * view.element_size() for i in range(pages)]
+    assert [s.start for s in kv] == [
+        i * view.stride(0) * view.element_size() for i in range(pages)
+    ]
     assert sum(s.size for s in kv) == spec.real_page_size_bytes
     assert page.page_offset(3) == 3 * pages * view.stride(0) * view.element_size()
 
@@ -128,9 +151,13 @@ def test_legacy_attention_halves_are_the_kernel_page_shape(qwen_a100_flashinfer)
     _, heads, tokens, c_bytes = compute_layer_kv_cache_shape_bytes(spec, 1, kernel)
     half = heads * tokens * spec.head_size * view.element_size()
     assert 2 * half == heads * tokens * c_bytes
-    page = page_map(spec, view, kernel_block_size=kernel)
+    page = describe_page(spec, view, kernel_block_size=kernel)
     assert [(s.label, s.start, s.size) for s in page.segments[:4]] == [
-        ("K p0", 0, half), ("V p0", half, half), ("K p1", 2 * half, half), ("V p1", 3 * half, half)]
+        ("K p0", 0, half),
+        ("V p0", half, half),
+        ("K p1", 2 * half, half),
+        ("V p1", 3 * half, half),
+    ]
     regions = dict(page_regions(spec, view, BLOCKS, name))
     assert list(regions) == ["K", "V"]
     assert regions["V"].storage_offset() - regions["K"].storage_offset() == half
@@ -139,14 +166,20 @@ def test_legacy_attention_halves_are_the_kernel_page_shape(qwen_a100_flashinfer)
 def test_mla_row_is_c_kv_then_k_pe_from_the_config():
     cfg = _config("deepseek-ai/DeepSeek-V3")
     rank, rope = cfg["kv_lora_rank"], cfg["qk_rope_head_dim"]
-    p = plan("deepseek-ai/DeepSeek-V3", gpu="H100", tensor_parallel_size=8, num_blocks=BLOCKS)
+    p = plan(
+        "deepseek-ai/DeepSeek-V3", gpu="H100", tensor_parallel_size=8, num_blocks=BLOCKS
+    )
     g, name, spec = _first_layer(p, "attention")
     view = allocate(p, device="meta", num_blocks=BLOCKS)[name]
-    page = page_map(spec, view, kernel_block_size=p.kernel_block_sizes[g.index], mla_dims=p.mla_dims)
+    page = describe_page(
+        spec, view, kernel_block_size=p.kernel_block_sizes[g.index], mla_dims=p.mla_dims
+    )
     elem = 2  # bf16 latent cache
     assert [(c.label, c.start, c.size) for c in page.cells[:3]] == [
-        ("c_kv t0", 0, rank * elem), ("k_pe t0", rank * elem, rope * elem),
-        ("c_kv t1", (rank + rope) * elem, rank * elem)]
+        ("c_kv t0", 0, rank * elem),
+        ("k_pe t0", rank * elem, rope * elem),
+        ("c_kv t1", (rank + rope) * elem, rank * elem),
+    ]
     latent = [s for s in page.segments if s.label.startswith("latent")]
     assert sum(s.size for s in latent) == spec.real_page_size_bytes
     assert [label for label, _ in page_regions(spec, view, BLOCKS, name)] == ["latent"]
@@ -165,13 +198,15 @@ def test_page_facts_bytes_are_the_specs(qwen_a100):
 
 
 def test_an_undescribable_page_is_refused_naming_what_is_missing():
-    spec = FullAttentionSpec(block_size=16, num_kv_heads=2, head_size=8, dtype=torch.float16)
+    spec = FullAttentionSpec(
+        block_size=16, num_kv_heads=2, head_size=8, dtype=torch.float16
+    )
     with pytest.raises(KVExploreError, match="expected a tensor or a list of tensors"):
-        page_map(spec, "not a tensor")
+        describe_page(spec, "not a tensor")
     with pytest.raises(KVExploreError, match="3-D tensor"):
-        page_map(spec, torch.zeros(4, 16, 32, dtype=torch.float16))
+        describe_page(spec, torch.zeros(4, 16, 32, dtype=torch.float16))
     with pytest.raises(KVExploreError, match="no usable page_size_bytes"):
-        page_map(object(), torch.zeros(4, 2, 16, 32, dtype=torch.float16))
+        describe_page(object(), torch.zeros(4, 2, 16, 32, dtype=torch.float16))
     with pytest.raises(KVExploreError, match="num_blocks=3"):
         page_regions(spec, torch.zeros(4, 2, 16, 32, dtype=torch.float16), 3)
     strided = torch.zeros(4, 2, 16, 64, dtype=torch.float16)[..., ::2]
@@ -180,10 +215,19 @@ def test_an_undescribable_page_is_refused_naming_what_is_missing():
 
 
 def test_a_page_larger_than_its_states_is_padded_to_page_size_bytes():
-    spec = MambaSpec(block_size=16, shapes=((3, 8), (4, 4)), dtypes=(torch.bfloat16, torch.float32),
-                     page_size_padded=256)
-    row = torch.zeros(2 * 256, dtype=torch.int8).as_strided((2, 1, 1, 112), (256, 112, 112, 1))
+    spec = MambaSpec(
+        block_size=16,
+        shapes=((3, 8), (4, 4)),
+        dtypes=(torch.bfloat16, torch.float32),
+        page_size_padded=256,
+    )
+    row = torch.zeros(2 * 256, dtype=torch.int8).as_strided(
+        (2, 1, 1, 112), (256, 112, 112, 1)
+    )
     # by hand: conv 3 * 8 * 2 = 48 B, ssm 4 * 4 * 4 = 64 B, 256 - 112 = 144 B padding
-    assert [(s.label, s.start, s.size) for s in page_map(spec, row).segments] == [
-        ("conv", 0, 48), ("ssm", 48, 64), ("pad", 112, 144)]
+    assert [(s.label, s.start, s.size) for s in describe_page(spec, row).segments] == [
+        ("conv", 0, 48),
+        ("ssm", 48, 64),
+        ("pad", 112, 144),
+    ]
     assert math.prod(page_regions(spec, row, 2)[1][1].shape[1:]) == 64

@@ -11,6 +11,7 @@ this order; each imports only its own stage and the stages before it:
 * :mod:`kvexplore.fleet`      sweeps' tasks on an executor or a Dask cluster, rows written as they come
 * :mod:`kvexplore.versions.environments` one uv environment per vLLM release of the window
 * :mod:`kvexplore.registration` a plan's KV cache as the tensors vLLM registers
+* :mod:`kvexplore.pages`      a registered layer's page as byte segments and views
 * :mod:`kvexplore.editing`    every LMCache release's validation and edits, the round-trip proof
 * :mod:`kvexplore.offloading` the ``OffloadingConfig`` vLLM hands a backend, sweeps
 * :mod:`kvexplore.capacity_planning`   memory, tokens, concurrency, prefix-cache hits, host tier

@@ -21,6 +21,8 @@ STAGES = [
     # one uv environment per vLLM release, where work of another release runs
     ("environments", ["kvexplore.versions.environments"]),
     ("registration", ["kvexplore.registration"]),
+    # the page model: a registered layer's page segments and byte views
+    ("pages", ["kvexplore.pages"]),
     ("editing", ["kvexplore.editing"]),
     ("offloading", ["kvexplore.offloading"]),
     ("capacity", ["kvexplore.capacity_planning"]),

@@ -2,7 +2,7 @@
 
 :func:`layers_under_test` names each layer's registered bytes as
 :class:`Region` views (``conv`` / ``ssm`` of a Mamba page, ``K`` / ``V`` of an
-attention page) next to its edited tensors, both ``[num_blocks, ...]``;
+attention page: :func:`kvexplore.pages.page_regions`) next to its edited tensors, both ``[num_blocks, ...]``;
 :func:`address_checks` proves from sizes, strides and storage offsets that
 the edited view of a block covers its registered bytes, stays inside its
 page and that no two pages of a group overlap.  E.g. a Qwen3.5-0.8B unified GDN row
@@ -13,23 +13,21 @@ into the page padding, inside the page.
 
 from __future__ import annotations
 
-import math
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import torch
-from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheSpec, KVCacheSpecKind
+from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheSpec
 
 from kvexplore.editing.registered import (
     RegisteredKVCache,
     check_registration,
-    spec_kind,
     spec_page_bytes,
     tensors_of,
 )
 from kvexplore.errors import KVExploreError
-from kvexplore.layout import element_size, state_names
+from kvexplore.pages import by_block, page_regions
 
 
 @dataclass(frozen=True)
@@ -100,79 +98,6 @@ def selection(blocks: object, num_blocks: int) -> list[int]:
     return chosen
 
 
-def _as_bytes(t: torch.Tensor, what: str) -> torch.Tensor:
-    """``t`` as ``uint8`` (a view; the last dim must be dense to split it)."""
-    if t.dtype == torch.uint8:
-        return t
-    if t.element_size() == 1 or (t.ndim and t.stride(-1) == 1):
-        return t.view(torch.uint8)
-    raise KVExploreError(
-        f"{what} (shape {tuple(t.shape)}, strides {tuple(t.stride())}) has a "
-        "strided last dim; expected stride 1 there to address its bytes"
-    )
-
-
-def _by_block(t: torch.Tensor, num_blocks: int, what: str) -> torch.Tensor:
-    """``[num_blocks * r, ...]`` -> ``[num_blocks, r, ...]`` (a view)."""
-    if t.ndim == 0 or num_blocks <= 0 or t.shape[0] % num_blocks:
-        raise KVExploreError(
-            f"{what} has shape {tuple(t.shape)}; expected a multiple of the "
-            f"config's num_blocks={num_blocks} in dim 0"
-        )
-    return t.unflatten(0, (num_blocks, t.shape[0] // num_blocks))
-
-
-def _regions(
-    spec: KVCacheSpec, value: RegisteredKVCache, num_blocks: int, name: str
-) -> tuple[Region, ...]:
-    """Named byte views ``[num_blocks, ...]`` of a layer's registered data.
-
-    Legacy Mamba: one region per state.  Unified Mamba: the row split at the
-    state sizes of ``MambaSpec.shapes``.  Attention: ``K`` and ``V`` (the
-    legacy K/V dim, or the two halves of the unified ``C`` dim), else one
-    ``kv`` (``latent`` for MLA) region.
-    """
-    kind = spec_kind(spec)
-    what = f"layer {name!r}"
-    if not isinstance(value, torch.Tensor):
-        return tuple(
-            Region(label, _as_bytes(_by_block(t, num_blocks, what), name))
-            for label, t in zip(state_names(len(value)), value, strict=True)
-        )
-    blocks = _as_bytes(_by_block(value, num_blocks, what), name)
-    if kind == KVCacheSpecKind.MAMBA:
-        sizes = [
-            math.prod(shape) * element_size(dtype)
-            for shape, dtype in zip(spec.shapes, spec.dtypes, strict=False)
-        ]
-        if value.ndim == 4 and sum(sizes) == blocks.shape[-1]:
-            out, cursor = [], 0
-            for label, size in zip(state_names(len(sizes)), sizes, strict=True):
-                out.append(Region(label, blocks[..., cursor : cursor + size]))
-                cursor += size
-            return tuple(out)
-        return (Region("state", blocks),)
-    head_size = getattr(spec, "head_size", None)
-    head_size_v = getattr(spec, "head_size_v", 0) or 0
-    if value.ndim == 5 and value.shape[1] == 2:  # legacy [P, 2, kb, H, D]
-        return (Region("K", blocks[:, :, 0]), Region("V", blocks[:, :, 1]))
-    if (
-        value.ndim == 4
-        and head_size
-        and head_size_v
-        and getattr(spec, "state_content_bytes", None) is None
-        and value.element_size() == element_size(spec.dtype)
-    ):
-        k_bytes = head_size * value.element_size()
-        if blocks.shape[-1] == k_bytes + head_size_v * value.element_size():
-            return (
-                Region("K", blocks[..., :k_bytes]),
-                Region("V", blocks[..., k_bytes:]),
-            )
-    label = "latent" if kind == KVCacheSpecKind.MLA_ATTENTION else "kv"
-    return (Region(label, blocks),)
-
-
 def layers_under_test(
     kv_cache_config: KVCacheConfig,
     kv_caches: Mapping[str, RegisteredKVCache],
@@ -223,9 +148,12 @@ def layers_under_test(
                 index=index,
                 name=name,
                 spec=spec,
-                regions=_regions(spec, value, num_blocks, name),
+                regions=tuple(
+                    Region(label, view)
+                    for label, view in page_regions(spec, value, num_blocks, name)
+                ),
                 edited_parts=tuple(
-                    _by_block(t, num_blocks, f"edited[{name!r}]") for t in parts
+                    by_block(t, num_blocks, f"edited[{name!r}]") for t in parts
                 ),
                 edited=new is not value,
             )

@@ -411,11 +411,7 @@ class MambaPageViewEdit(_ReasonedEdit):
                 f"Mamba states take {cursor - base_bytes} bytes, more than the "
                 f"{page_bytes}-byte page"
             )
-        head = _synthetic_head_size(page_bytes, elem, spec.block_size)
-        page_elems = page_bytes // elem
-        shape = (num_blocks, 2, spec.block_size, _SYNTHETIC_NUM_HEADS, head)
-        strides = (page_elems, spec.block_size * head, head, head, 1)
-        return _checked_as_strided(conv, shape, strides, "mamba-page-view")
+        return _page_view(conv, num_blocks, spec.block_size, page_bytes, "mamba-page-view")
 
     def __repr__(self) -> str:
         start = "conv at storage start" if self.conv_at_storage_start else "any offset"
@@ -997,13 +993,20 @@ def _unpadded_page_bytes(spec: KVCacheSpec) -> int:
     return real if isinstance(real, int) else spec_page_bytes(spec)
 
 
-def _page_view(base: torch.Tensor, num_blocks: int, block_size: int, page_bytes: int):
-    """``[num_blocks, 2, block_size, 1, h']`` over whole pages from ``base``'s offset."""
+def _page_view(
+    base: torch.Tensor,
+    num_blocks: int,
+    block_size: int,
+    page_bytes: int,
+    what: str = "page view",
+):
+    """``[num_blocks, 2, block_size, 1, h']`` over whole pages from ``base``'s
+    offset (``what`` names the view in a refusal)."""
     head = _synthetic_head_size(page_bytes, base.element_size(), block_size)
     page_elems = page_bytes // base.element_size()
     shape = (num_blocks, 2, block_size, _SYNTHETIC_NUM_HEADS, head)
     strides = (page_elems, block_size * head, head, head, 1)
-    return _checked_as_strided(base, shape, strides, "page view")
+    return _checked_as_strided(base, shape, strides, what)
 
 
 def _reshaped_row(kv_cache: torch.Tensor, block_size: int, tokens_outside: bool):

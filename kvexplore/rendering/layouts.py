@@ -15,28 +15,22 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 import torch
-from vllm.v1.kv_cache_interface import MambaSpec, MLAAttentionSpec
+from vllm.v1.kv_cache_interface import MambaSpec
 
 from kvexplore.display import Displayable
 from kvexplore.editing.plan_edits import plan_edits
 from kvexplore.errors import KVExploreError
-from kvexplore.layout import (
-    dtype_name,
-    element_extent,
-    element_size,
-    real_page_bytes,
-    state_names,
-)
+from kvexplore.layout import dtype_name, element_extent, real_page_bytes
+from kvexplore.pages import group_label, group_of, layer_page
 from kvexplore.planning.planner import require_plan
 from kvexplore.planning.release import release_name
-from kvexplore.registration import check_registration_name, registered_views
+from kvexplore.registration import check_registration_name
 from kvexplore.rendering.figures import pages_figure, sweep_figure
 from kvexplore.rendering.segments import (
     ZOOM_BLOCKS,
@@ -45,8 +39,6 @@ from kvexplore.rendering.segments import (
     overlap_summary,
 )
 
-#: Cells of kernel page 0 listed in the interleave zoom.
-MAX_CELLS = 8
 #: Coordinates along the first per-block dim of an edited view listed one by one.
 MAX_EDIT_COORDS = 16
 
@@ -82,13 +74,6 @@ def resolve_layer(plan, layer) -> tuple[int, Any]:
             f"0..{len(layers) - 1} ({len(layers)} KV-cache layers)"
         )
     return layer, layers[layer]
-
-
-def _group_of(plan, name: str) -> int:
-    for gid, group in enumerate(plan.groups):
-        if name in group.layer_names:
-            return gid
-    raise KVExploreError(f"layer {name!r} is in no KV cache group of {plan.model.name}")
 
 
 @dataclass(frozen=True)
@@ -276,15 +261,10 @@ def page_layout(
         )
     name = info.name
     spec = plan.layer_specs[name]
-    gid = _group_of(plan, name)
-    value = registered_views(plan, registration)[name]
-    tensors = list(value) if isinstance(value, (list, tuple)) else [value]
-    page = int(spec.page_size_bytes)
-    kernel = spec.block_size if isinstance(spec, MambaSpec) else plan.kernel_block_sizes[gid]
-    ratio = max(1, spec.block_size // kernel)  # kernel pages per block
-    first = tensors[0]
-    segs, cells, cells_note = _page_segments(plan, spec, first, ratio, registration)
-    page_offset = (first.storage_offset() + block * ratio * first.stride(0)) * first.element_size()
+    gid = group_of(plan, name)
+    page_map = layer_page(plan, name, registration)
+    page, segs = page_map.page_bytes, page_map.segments
+    page_offset = page_map.page_offset(block)
     edited_side = None
     if edited is not None and edited is not False:
         edited_side = _edited_side(plan, name, registration, edited, block, page_offset, page, segs)
@@ -302,16 +282,15 @@ def page_layout(
         layout=plan.kv_cache_layout.name,
         block=block,
         block_size=spec.block_size,
-        kernel_block_size=kernel,
+        kernel_block_size=page_map.kernel_block_size,
         page_bytes=page,
-        real_bytes=real_page_bytes(spec),
+        real_bytes=page_map.real_bytes,
         buffer=_buffer_name(plan, gid, name, registration),
         page_offset=int(page_offset),
-        views=tuple(f"{list(t.shape)} {dtype_name(t.dtype)}, strides {tuple(t.stride())}, "
-                    f"storage offset {t.storage_offset() * t.element_size():,} B" for t in tensors),
-        segments=tuple(segs),
-        cells=tuple(cells),
-        cells_note=cells_note,
+        views=tuple(v.text() for v in page_map.views),
+        segments=segs,
+        cells=page_map.cells,
+        cells_note=page_map.cells_note,
         edited=edited_side,
         notes=notes,
     )
@@ -331,129 +310,6 @@ def _sliding_window_notes(info) -> tuple[str, ...]:
         f"sliding window {info.sliding_window} tokens: the group keeps only the "
         "blocks of the window; the page itself is laid out like full attention",
     )
-
-
-def _page_segments(plan, spec, view, ratio: int, registration: str):
-    """``(segments, cells, cells_note)`` of a page of ``ratio`` kernel pages,
-    padded to the page size."""
-    if isinstance(spec, MambaSpec):
-        segs, cells, note = _mamba_segments(spec), [], ""
-    elif isinstance(spec, MLAAttentionSpec):
-        segs, cells, note = _mla_segments(plan, spec, view, ratio)
-    elif registration == "legacy" and view.ndim == 5:
-        segs, cells, note = _legacy_attention_segments(view, ratio)
-    else:
-        segs, cells, note = _unified_attention_segments(spec, view, ratio)
-    page = int(spec.page_size_bytes)
-    covered = max((s.end for s in segs), default=0)
-    if covered < page:
-        why = "page padding: no state" if isinstance(spec, MambaSpec) else "page padding (page_size_padded)"
-        segs.append(Segment("pad", covered, page - covered, "", why))
-    return segs, cells, note
-
-
-def _mamba_segments(spec) -> list[Segment]:
-    """``conv | ssm``: the states packed in ``MambaSpec.shapes`` order
-    (``MambaBase.bind_kv_cache`` unpacks the unified row the same way)."""
-    segs: list[Segment] = []
-    cursor = 0
-    for label, shape, dtype in zip(state_names(len(spec.shapes)), spec.shapes, spec.dtypes, strict=True):
-        size = math.prod(shape) * element_size(dtype)
-        segs.append(Segment(label, cursor, size, dtype_name(dtype), f"{tuple(shape)}"))
-        cursor += size
-    return segs
-
-
-def _unified_attention_segments(spec, view, ratio: int):
-    """``[P, H, N, C]`` (P = blocks x kernel pages): K|V side by side in ``C``."""
-    elem = view.element_size()
-    _, heads, tokens, c = view.shape
-    s0, s_h, s_n, _ = (s * elem for s in view.stride())
-    c_bytes = c * elem
-    head_k = int(getattr(spec, "head_size", 0) or 0)
-    head_v = int(getattr(spec, "head_size_v", 0) or head_k)
-    split = head_k and (head_k + head_v) * elem == c_bytes
-    dtype = dtype_name(view.dtype)
-    kp_extent = (heads - 1) * s_h + (tokens - 1) * s_n + c_bytes
-    order = "token outside head" if s_n >= s_h else "head outside token"
-    what = (
-        f"[{tokens} tokens, {heads} heads] x (K {head_k * elem} B | V {head_v * elem} B)"
-        if split
-        else f"[{tokens} tokens, {heads} heads] x {c_bytes} B"
-    )
-    label = "K|V" if split else "kv"
-    segs: list[Segment] = []
-    if kp_extent == heads * tokens * c_bytes:
-        for p in range(ratio):
-            segs.append(Segment(f"{label} p{p}", p * s0, kp_extent, dtype, what, p))
-    else:  # a head's rows are not next to each other: one run per (page, head)
-        cursor = 0
-        run_bytes = (tokens - 1) * s_n + c_bytes
-        for start, p, h in sorted((p * s0 + h * s_h, p, h) for p in range(ratio) for h in range(heads)):
-            if start > cursor:
-                segs.append(Segment("gap", cursor, start - cursor, "", "other blocks' bytes"))
-            segs.append(Segment(f"{label} p{p}", start, run_bytes, dtype, f"head {h}: {what}", p))
-            cursor = start + run_bytes
-    cells: list[Segment] = []
-    coords = sorted((h * s_h + n * s_n, n, h) for n in range(min(tokens, MAX_CELLS)) for h in range(min(heads, MAX_CELLS)))
-    for off, n, h in coords[: MAX_CELLS // (2 if split else 1)]:
-        if split:
-            cells.append(Segment(f"K t{n} h{h}", off, head_k * elem, dtype, f"head_size {head_k}"))
-            cells.append(Segment(f"V t{n} h{h}", off + head_k * elem, head_v * elem, dtype, f"head_size_v {head_v}"))
-        else:
-            cells.append(Segment(f"{label} t{n} h{h}", off, c_bytes, dtype, ""))
-    note = (
-        f"C = {c_bytes} B per (token, head), {order}: token stride {s_n:,} B, head "
-        f"stride {s_h:,} B; {tokens * heads} cells per kernel page"
-    )
-    return segs, cells, note
-
-
-def _legacy_attention_segments(view, ratio: int):
-    """``[pages, 2, kernel_block, H, D]``: K/V dim second, per kernel page."""
-    elem = view.element_size()
-    _, two, tokens, heads, head = view.shape
-    s0, s_kv = view.stride(0) * elem, view.stride(1) * elem
-    half = tokens * heads * head * elem
-    dtype = dtype_name(view.dtype)
-    segs: list[Segment] = []
-    for p in range(ratio):
-        for i, kv in enumerate("KV"[:two]):
-            segs.append(
-                Segment(f"{kv} p{p}", p * s0 + i * s_kv, half, dtype,
-                        f"[{tokens} tokens, {heads} heads, {head}]", p)
-            )
-    cells = [
-        Segment("K t0-" + str(tokens - 1), 0, half, dtype, f"all {tokens} tokens' K of kernel page 0"),
-        Segment("V t0-" + str(tokens - 1), s_kv, half, dtype, f"all {tokens} tokens' V of kernel page 0"),
-    ]
-    note = f"K/V dim second: K [{tokens}, {heads}, {head}] then V; K/V stride {s_kv:,} B"
-    return segs, cells, note
-
-
-def _mla_segments(plan, spec, view, ratio: int):
-    """One latent row per token: ``c_kv`` (kv_lora_rank) | ``k_pe`` (rope dims)."""
-    elem = view.element_size()
-    head = int(spec.head_size)
-    kernel_tokens = spec.block_size // ratio
-    row = spec.page_size_bytes // spec.block_size
-    kp = row * kernel_tokens
-    dtype = dtype_name(view.dtype)
-    rank, rope = plan.mla_dims or (None, None)
-    split = rank and rope and (rank + rope) == head and row == head * elem
-    what = f"{kernel_tokens} tokens x {row} B" + (
-        f" (c_kv {rank * elem} B | k_pe {rope * elem} B)" if split else " (packed latent)"
-    )
-    segs = [Segment(f"latent p{p}", p * kp, kp, dtype, what, p) for p in range(ratio)]
-    cells: list[Segment] = []
-    for n in range(min(kernel_tokens, MAX_CELLS // 2)):
-        if split:
-            cells.append(Segment(f"c_kv t{n}", n * row, rank * elem, dtype, f"kv_lora_rank {rank}"))
-            cells.append(Segment(f"k_pe t{n}", n * row + rank * elem, rope * elem, dtype, f"qk_rope_head_dim {rope}"))
-        else:
-            cells.append(Segment(f"latent t{n}", n * row, row, dtype, ""))
-    note = f"one latent row of {row} B per token (MLA: no separate K and V)"
-    return segs, cells, note
 
 
 def _edited_side(plan, name, registration, edited, block, page_offset, page, registered) -> EditedSide:
@@ -585,16 +441,6 @@ def _short(name: str, plan) -> str:
     return f"{'D' if draft else 'L'}{nums[-1]}" if nums else parts[-1]
 
 
-def group_label(plan, group) -> str:
-    """``"g3 full_attention x7 (1 draft)"``: a group's kind, layers and the
-    drafter's share of them."""
-    drafts = sum(info.is_draft for info in plan.layers if info.name in group.layer_names)
-    mixers = {info.mixer for info in plan.layers if info.name in group.layer_names and info.mixer}
-    extra = [*sorted(mixers), *([f"{drafts} draft"] if drafts else [])]
-    return (f"g{group.index} {group.kind} x{len(group.layer_names)}"
-            + (f" ({', '.join(extra)})" if extra else ""))
-
-
 def buffer_layout(plan, *, registration: str = "unified") -> BufferLayout:
     """How each backing buffer is shared by one layer of every group.
 
@@ -641,7 +487,7 @@ def _unified_buffers(plan):
                             f"block {b}: {len(t.layers)} layers' pages") for b in range(nb)]
         pad = f", padding {page - real:,} B at the end of each page" if page > real else ""
         rows.append(BufferRow(
-            f"tensor {ti} (group {_group_of(plan, t.layers[0])}, {type(spec).__name__})", t.size, t.offset,
+            f"tensor {ti} (group {group_of(plan, t.layers[0])}, {type(spec).__name__})", t.size, t.offset,
             f"{len(t.layers)} layers, layer_stride {t.layer_stride:,} B, block_stride "
             f"{t.block_stride:,} B, page {page:,} B{pad}",
             tuple(segs)))

@@ -1,7 +1,7 @@
 """One deployment's pages across vLLM releases, as data and drawn.
 
 Pages travel between release environments as JSON data
-(:func:`page_facts`): per KV cache group, the first layer's page of block 0
+(:func:`kvexplore.pages.page_facts`): per KV cache group, the first layer's page of block 0
 with its segments (``[label, start, size, dtype]``).  The functions here draw
 that data for several releases on one byte axis, so a reader sees a block
 grow from 544 to 576 tokens or a page's padding change without reading a
@@ -21,33 +21,9 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from kvexplore.errors import KVExploreError
 from kvexplore.rendering.figures import MAX_INNER_LABELS, byte_axis, legend, rows_figure
 from kvexplore.rendering.html import bar_html, bar_row, legend_html, message_html
-from kvexplore.rendering.layouts import group_label, plan_pages
 from kvexplore.rendering.segments import Segment, fmt_size, kind_of
-
-
-def page_facts(plan) -> list[dict[str, Any]]:
-    """Per KV cache group of ``plan``: the group's label, its first layer, the
-    page's bytes (``page_bytes``, ``real_bytes``), kernel pages per block and
-    the page's segments as ``[label, start, size, dtype]`` (JSON data).  A
-    plan whose pages cannot be drawn gives ``[]``."""
-    try:
-        pages = plan_pages(plan)
-    except KVExploreError:
-        return []
-    return [
-        {
-            "group": group_label(plan, g),
-            "layer": lay.layer,
-            "page_bytes": lay.page_bytes,
-            "real_bytes": lay.real_bytes,
-            "kernel_pages": lay.kernel_pages,
-            "segments": [[s.label, s.start, s.size, s.dtype] for s in lay.segments],
-        }
-        for g, lay in zip(plan.groups, pages, strict=True)
-    ]
 
 
 def page_summary(segments: Sequence[Sequence[Any]]) -> str:
@@ -107,7 +83,7 @@ def _pages(pages_by_release: Mapping[str, Sequence[Mapping[str, Any]]]):
 def release_pages_figure(
     title: str, pages_by_release: Mapping[str, Sequence[Mapping[str, Any]]]
 ):
-    """Every release's pages (:func:`page_facts` per release), one row per
+    """Every release's pages (:func:`kvexplore.pages.page_facts` per release), one row per
     release and group, on one byte axis."""
     rows = list(_pages(pages_by_release))
     page = max((p.page_bytes for _, p in rows), default=1)
@@ -154,7 +130,6 @@ def releases_html(head: str, pages_by_release, table_html: str) -> str:
 
 
 __all__ = [
-    "page_facts",
     "page_summary",
     "release_pages_figure",
     "release_pages_html",

@@ -12,9 +12,9 @@ text, HTML bar and figure.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from kvexplore.layout import compress_ints
+from kvexplore.pages import Segment
 
 #: Rectangles per figure row or HTML bar at most (see :func:`capped`).
 MAX_DRAWN_SEGMENTS = 64
@@ -83,29 +83,6 @@ def kind_of(label: str) -> str:
     if head in COLORS:
         return head
     return "state"
-
-
-@dataclass(frozen=True)
-class Segment:
-    """One contiguous byte run ``[start, start + size)`` of a page or buffer:
-    ``label`` a vLLM / LMCache word (``conv``, ``K|V p3``, ...), ``detail``
-    what the bytes hold."""
-
-    label: str
-    start: int
-    size: int
-    dtype: str = ""
-    detail: str = ""
-    kernel_page: int | None = None
-
-    @property
-    def end(self) -> int:
-        return self.start + self.size
-
-    @property
-    def kind(self) -> str:
-        """The label without the kernel-page suffix (``'K|V p3'`` -> ``'K|V'``)."""
-        return self.label.split(" ")[0]
 
 
 def capped(segments: Sequence[Segment], limit: int = MAX_DRAWN_SEGMENTS) -> list[Segment]:

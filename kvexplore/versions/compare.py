@@ -29,6 +29,7 @@ import pandas as pd
 from kvexplore.display import Displayable, register_forms
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import FrozenDict, jsonable
+from kvexplore.pages import page_facts
 from kvexplore.planning.release import (
     COMPARED_RELEASES,
     WINDOW_RELEASES,
@@ -36,7 +37,6 @@ from kvexplore.planning.release import (
     installed_release,
 )
 from kvexplore.rendering.releases import (
-    page_facts,
     page_summary,
     release_pages_figure,
     releases_html,
@@ -114,7 +114,8 @@ def deployment_facts(model: Any = "Qwen/Qwen3.5-0.8B", **plan_kwargs) -> dict[st
     data: ``vllm``, ``plan`` (:meth:`~kvexplore.Plan.to_dict`, with
     ``extensible_kv_cache`` and ``gpu_memory_utilization``), ``layers``
     (name -> kind), ``pages`` (per group, the first layer's page and its
-    segments: :func:`~kvexplore.rendering.releases.page_facts`),
+    segments: :func:`~kvexplore.pages.page_facts`; ``[]`` where the page model
+    cannot describe a page),
     ``registration`` (per group: the first layer's registered tensors, and the
     LMCache edits), ``offloading`` and ``capacity`` (each a ``{"refused":
     message}`` where the release refuses)."""
@@ -129,12 +130,16 @@ def deployment_facts(model: Any = "Qwen/Qwen3.5-0.8B", **plan_kwargs) -> dict[st
         registration = _registration_facts(p)
     except KVExploreError as exc:
         registration = {"refused": _error(exc)}
+    try:
+        pages = page_facts(p)
+    except KVExploreError:
+        pages = []  # no page map: the comparison draws no page for this release
     return {
         "vllm": p.vllm_version,
         "plan": plan_facts,
         "explain": dict(p.derivation()),
         "layers": {info.name: info.kind for info in p.layers},
-        "pages": page_facts(p),
+        "pages": pages,
         "registration": registration,
         "offloading": _offload_facts(p),
         "capacity": _capacity_facts(p),
@@ -206,7 +211,7 @@ class VersionComparison(Displayable):
 
     @property
     def pages(self) -> dict[str, list]:
-        """Release -> its pages (:func:`~kvexplore.rendering.releases.page_facts`)."""
+        """Release -> its pages (:func:`~kvexplore.pages.page_facts`)."""
         return {r: list(f.get("pages", ())) for r, f in self.facts.items()}
 
     def _head(self) -> str:

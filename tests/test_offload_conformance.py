@@ -625,3 +625,42 @@ def test_vllm_parallel_config_matches_the_rules():
         distributed_executor_backend="external_launcher",
     )
     assert (ext.world_size, ext.data_parallel_index) == (4, 1)
+
+
+def test_a_later_refusal_of_vllm_comes_before_a_stricter_one():
+    """whisper-small's cross-attention group is no spec vLLM's offloading
+    supports: vLLM's int() truncates ``blocks_per_chunk=2.5`` to 2 (and
+    ``-2.5`` to -2, which it refuses), takes ``block_size=0`` as 0 blocks per
+    chunk, then asserts on the spec (where the release keeps a window per
+    group).  Each pair of answers must be one the comparison accepts, naming
+    the rule vLLM applies first."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading import (
+        config as offloading,
+    )
+
+    windows = hasattr(offloading, "get_sliding_window_size_in_chunks")
+    p = kvexplore.plan("openai/whisper-small", gpu="A100")
+    assert {type(g.kv_cache_spec).__name__ for g in p.kv_cache_config.kv_cache_groups} == {
+        "FullAttentionSpec",
+        "CrossAttentionSpec",
+    }
+    expected = {
+        2.5: "both-raise:unsupported_spec" if windows else "stricter:not_a_whole_number",
+        -2.5: "both-raise:blocks_per_chunk_not_positive",
+        0: "both-raise:unsupported_spec" if windows else "stricter:block_size_not_positive",
+    }
+    for value, want in expected.items():
+        key = "block_size" if value == 0 else "blocks_per_chunk"
+        kw = dict(
+            extra_config={key: value},
+            prefill_context_parallel_size=1,
+            data_parallel_rank=0,
+            distributed_executor_backend="mp",
+            nnodes_within_dp=1,
+            use_v2_model_runner=False,
+            enable_kv_cache_events=False,
+            rank=0,
+            engine_id="engine-0",
+        )
+        outcome, failure = compare(p, kw)
+        assert (outcome, failure) == (want, None), (value, outcome, failure)

@@ -94,8 +94,9 @@ def checkout(ref: str, tmp: Path) -> Path:
         return ROOT
     dest = tmp / ref.replace("/", "_")
     dest.mkdir()
-    data = subprocess.run(["git", "-C", str(ROOT), "archive", ref], check=True,
-                          capture_output=True).stdout
+    data = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", ref], check=True, capture_output=True
+    ).stdout
     with tempfile.TemporaryFile() as f:
         f.write(data)
         f.seek(0)
@@ -105,12 +106,22 @@ def checkout(ref: str, tmp: Path) -> Path:
 
 
 def run_once(tree: Path) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(tree), "VLLM_LOGGING_LEVEL": "ERROR",
-           "HUMMING_DISABLE_PARALLEL_BUILD": "1", "TQDM_DISABLE": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tree),
+        "VLLM_LOGGING_LEVEL": "ERROR",
+        "HUMMING_DISABLE_PARALLEL_BUILD": "1",
+        "TQDM_DISABLE": "1",
+    }
     with tempfile.TemporaryDirectory() as store:
         env["KVEXPLORE_STORE_DIR"] = store
-        out = subprocess.run([sys.executable, "-c", RUN, str(tree)], env=env, cwd=tree,
-                             capture_output=True, text=True)
+        out = subprocess.run(
+            [sys.executable, "-c", RUN, str(tree)],
+            env=env,
+            cwd=tree,
+            capture_output=True,
+            text=True,
+        )
     if out.returncode:
         raise SystemExit(f"{tree}: exit {out.returncode}\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -129,20 +140,27 @@ def main() -> None:
                 r = run_once(trees[ref])
                 results[ref].append(r)
                 print(ref, json.dumps(r), flush=True)
-    print("\n| checkout | comparisons | plan() calls | distinct plans | builds (stages) "
-          "| fixture s | builds s | traced forward s | CPU s |")
+    print(
+        "\n| checkout | comparisons | plan() calls | distinct plans | builds (stages) "
+        "| fixture s | builds s | traced forward s | CPU s |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for ref, rs in results.items():
-        med = {k: statistics.median(r[k] for r in rs)
-               for k in ("fixture_s", "build_s", "forward_s", "fixture_cpu_s")}
+        med = {
+            k: statistics.median(r[k] for r in rs)
+            for k in ("fixture_s", "build_s", "forward_s", "fixture_cpu_s")
+        }
         r = rs[0]
-        print(f"| {ref} | {r['comparisons']} | {r['plan_calls']} | {r['distinct_plans']} "
-              f"| {r['builds']} ({r['stage_builds']}) | {med['fixture_s']:.0f} "
-              f"| {med['build_s']:.0f} | {med['forward_s']:.0f} | {med['fixture_cpu_s']:.0f} |")
+        print(
+            f"| {ref} | {r['comparisons']} | {r['plan_calls']} | {r['distinct_plans']} "
+            f"| {r['builds']} ({r['stage_builds']}) | {med['fixture_s']:.0f} "
+            f"| {med['build_s']:.0f} | {med['forward_s']:.0f} | {med['fixture_cpu_s']:.0f} |"
+        )
     base = args.refs[0]
     for ref in args.refs[1:]:
-        ratio = statistics.median(r["fixture_s"] for r in results[base]) / statistics.median(
-            r["fixture_s"] for r in results[ref])
+        ratio = statistics.median(
+            r["fixture_s"] for r in results[base]
+        ) / statistics.median(r["fixture_s"] for r in results[ref])
         print(f"fixture time {base} / {ref}: {ratio:.2f}x")
     for ref, rs in results.items():
         print(ref, rs[0]["tests"])

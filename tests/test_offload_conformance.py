@@ -3,8 +3,9 @@
 For >= 500 reproducible random configurations across the bundled catalog (plus
 hand-built KV cache configs for what the planner never produces: chunked-local
 groups, groups without KV transfer, an empty cache, UniformTypeKVCacheSpecs,
-extra retained sliding-window tokens, prefix_match_unit), both are called with
-the same inputs: vLLM's function on the stand-in VllmConfig
+extra retained sliding-window tokens, prefix_match_unit), each plan drawn
+under OPTIONS_PER_PLAN offload-option sets drawn independently, both are
+called with the same inputs: vLLM's function on the stand-in VllmConfig
 with a real ParallelConfig / KVTransferConfig / KVEventsConfig.  The results
 must be equal field by field; where vLLM raises or asserts, kvexplore must
 raise a ValueError for the same rule, carrying the same numbers.
@@ -41,6 +42,7 @@ pytestmark = pytest.mark.release
 
 SEED = 20260433
 N_COMPARED = 700  # offload comparisons (valid plans); plan-level DCP cases come on top
+OPTIONS_PER_PLAN = 3  # offload-option sets drawn for each plan drawn
 
 MODELS = kvexplore.catalog_names()
 # weight the model families that matter most: MLA, sliding window, hybrid Mamba, dense GQA
@@ -471,10 +473,11 @@ def outcomes():
                 # planner gap: vLLM's verify_with_parallel_config divides by the
                 # 0 KV heads of an attention-free model when DCP > 1
                 continue
-        kw = random_offload_kwargs(rng, p)
-        outcome, failure = compare(p, kw)
-        records.append((label, outcome, failure, p, kw))
-        compared += 1
+        for _ in range(min(OPTIONS_PER_PLAN, N_COMPARED - compared)):
+            kw = random_offload_kwargs(rng, p)
+            outcome, failure = compare(p, kw)
+            records.append((label, outcome, failure, p, kw))
+            compared += 1
     # DCP at plan level: valid and invalid combinations (GQA needs TP > KV heads)
     for model, tp, dcp in [
         ("Qwen/Qwen3.5-0.8B", 2, 2),

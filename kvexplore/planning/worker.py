@@ -97,17 +97,18 @@ def _group_inputs(vc) -> tuple:
     """What ``initialize_model_parallel`` (``vllm/distributed/parallel_state.py``)
     reads from the current config to decide which one-process groups it makes:
     the DP size, elastic EP, whether the model has experts (the EP group), EPLB
-    (its group), all-to-all on the EP group, and the Engram config with the
-    architecture (the Engram TP and DP groups)."""
+    (its group), all-to-all on the EP group, and an Engram config with the
+    architecture (the Engram TP and DP groups; read only with an Engram
+    config)."""
     pc, mc = vc.parallel_config, vc.model_config
+    engram = getattr(vc, "engram_config", None)
     return (
         int(pc.data_parallel_size),
         bool(getattr(pc, "enable_elastic_ep", False)),
         mc is None or bool(mc.is_moe),
         bool(getattr(pc, "enable_eplb", False)),
         bool(getattr(pc, "use_all2all", False)),
-        repr(getattr(vc, "engram_config", None)),
-        None if mc is None else mc.architecture,
+        None if engram is None else (repr(engram), None if mc is None else mc.architecture),
     )
 
 

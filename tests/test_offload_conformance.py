@@ -3,8 +3,9 @@
 For >= 500 reproducible random configurations across the bundled catalog (plus
 hand-built KV cache configs for what the planner never produces: chunked-local
 groups, groups without KV transfer, an empty cache, UniformTypeKVCacheSpecs,
-extra retained sliding-window tokens, prefix_match_unit), both are called with
-the same inputs: vLLM's function on the stand-in VllmConfig
+extra retained sliding-window tokens, prefix_match_unit), each plan drawn
+under OPTIONS_PER_PLAN offload-option sets drawn independently, both are
+called with the same inputs: vLLM's function on the stand-in VllmConfig
 with a real ParallelConfig / KVTransferConfig / KVEventsConfig.  The results
 must be equal field by field; where vLLM raises or asserts, kvexplore must
 raise a ValueError for the same rule, carrying the same numbers.
@@ -41,6 +42,7 @@ pytestmark = pytest.mark.release
 
 SEED = 20260433
 N_COMPARED = 700  # offload comparisons (valid plans); plan-level DCP cases come on top
+OPTIONS_PER_PLAN = 3  # offload-option sets drawn for each plan drawn
 
 MODELS = kvexplore.catalog_names()
 # weight the model families that matter most: MLA, sliding window, hybrid Mamba, dense GQA
@@ -471,10 +473,11 @@ def outcomes():
                 # planner gap: vLLM's verify_with_parallel_config divides by the
                 # 0 KV heads of an attention-free model when DCP > 1
                 continue
-        kw = random_offload_kwargs(rng, p)
-        outcome, failure = compare(p, kw)
-        records.append((label, outcome, failure, p, kw))
-        compared += 1
+        for _ in range(min(OPTIONS_PER_PLAN, N_COMPARED - compared)):
+            kw = random_offload_kwargs(rng, p)
+            outcome, failure = compare(p, kw)
+            records.append((label, outcome, failure, p, kw))
+            compared += 1
     # DCP at plan level: valid and invalid combinations (GQA needs TP > KV heads)
     for model, tp, dcp in [
         ("Qwen/Qwen3.5-0.8B", 2, 2),
@@ -625,3 +628,42 @@ def test_vllm_parallel_config_matches_the_rules():
         distributed_executor_backend="external_launcher",
     )
     assert (ext.world_size, ext.data_parallel_index) == (4, 1)
+
+
+def test_a_later_refusal_of_vllm_comes_before_a_stricter_one():
+    """whisper-small's cross-attention group is no spec vLLM's offloading
+    supports: vLLM's int() truncates ``blocks_per_chunk=2.5`` to 2 (and
+    ``-2.5`` to -2, which it refuses), takes ``block_size=0`` as 0 blocks per
+    chunk, then asserts on the spec (where the release keeps a window per
+    group).  Each pair of answers must be one the comparison accepts, naming
+    the rule vLLM applies first."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading import (
+        config as offloading,
+    )
+
+    windows = hasattr(offloading, "get_sliding_window_size_in_chunks")
+    p = kvexplore.plan("openai/whisper-small", gpu="A100")
+    assert {type(g.kv_cache_spec).__name__ for g in p.kv_cache_config.kv_cache_groups} == {
+        "FullAttentionSpec",
+        "CrossAttentionSpec",
+    }
+    expected = {
+        2.5: "both-raise:unsupported_spec" if windows else "stricter:not_a_whole_number",
+        -2.5: "both-raise:blocks_per_chunk_not_positive",
+        0: "both-raise:unsupported_spec" if windows else "stricter:block_size_not_positive",
+    }
+    for value, want in expected.items():
+        key = "block_size" if value == 0 else "blocks_per_chunk"
+        kw = dict(
+            extra_config={key: value},
+            prefill_context_parallel_size=1,
+            data_parallel_rank=0,
+            distributed_executor_backend="mp",
+            nnodes_within_dp=1,
+            use_v2_model_runner=False,
+            enable_kv_cache_events=False,
+            rank=0,
+            engine_id="engine-0",
+        )
+        outcome, failure = compare(p, kw)
+        assert (outcome, failure) == (want, None), (value, outcome, failure)

@@ -383,8 +383,8 @@ def test_a_release_control_only_where_another_release_can_answer(monkeypatch, tm
     ex.releases_button.click()
     shown = ex.releases_panel.value
     assert "across vLLM 0.33.0, 0.34.0" in shown and 'class="kvx-bar"' in shown
-    text = ex.state.compare_releases(("0.33.0", "0.34.0")).text
-    row = next(line for line in text.splitlines() if line.split()[:1] == ["plan.block_size"])
-    assert row.split()[1:] == ["544", "576"]
+    # the table of differences shown: the block_size row, one cell per release
+    cells = re.findall(r"<td>([^<]*)</td>", shown[shown.index("<td>plan.block_size</td>"):])
+    assert cells[:3] == ["plan.block_size", "544", "576"]
     refused = ex.state.compare_releases(("0.34.0",))
     assert not refused.ok and "two or more different releases" in refused.text

@@ -292,11 +292,11 @@ def tokens_per_hash(p: Plan) -> Derived:
     return h
 
 
-def _extra_int(name: str, value) -> int:
+def _extra_int(name: str, value, stricter: bool = True) -> int:
     """``int(value)`` as vLLM applies it to ``kv_connector_extra_config``
-    entries; a float with a fraction, which ``int()`` would truncate, is
-    refused (:data:`STRICTER_CODES`)."""
-    if isinstance(value, float) and value.is_integer() is False:
+    entries; with ``stricter``, a float with a fraction, which ``int()`` would
+    truncate, is refused (:data:`STRICTER_CODES`)."""
+    if stricter and isinstance(value, float) and value.is_integer() is False:
         raise OffloadConfigError(
             f"extra_config[{name!r}]={value!r} is not a whole number; expected an integer "
             f"(vLLM's int() would truncate it to {int(value)})",
@@ -312,10 +312,14 @@ def _extra_int(name: str, value) -> int:
         ) from None
 
 
-def blocks_per_chunk(extra: Mapping[str, Any], group_ids: tuple[int, ...], tpb: tuple[int, ...]) -> Derived:
+def blocks_per_chunk(extra: Mapping[str, Any], group_ids: tuple[int, ...], tpb: tuple[int, ...],
+                     *, stricter: bool = True) -> Derived:
     """``blocks_per_chunk`` from ``kv_connector_extra_config``: given directly,
     or ``block_size`` (tokens) over the one ``tokens_per_block`` every group
-    shares; 1 when neither is given."""
+    shares; 1 when neither is given.  ``stricter=False`` gives what vLLM's
+    ``build_offloading_config`` takes where kvexplore refuses by one of
+    :data:`STRICTER_CODES` (``int()``'s truncation, a ``block_size`` of no
+    or negative blocks per chunk); vLLM's own refusals stay."""
     bpc_raw = extra.get("blocks_per_chunk")
     tok_raw = extra.get("block_size")
     if bpc_raw is not None and tok_raw is not None:
@@ -325,7 +329,7 @@ def blocks_per_chunk(extra: Mapping[str, Any], group_ids: tuple[int, ...], tpb: 
             code="both_chunk_keys",
         )
     if bpc_raw is not None:
-        bpc = _extra_int("blocks_per_chunk", bpc_raw)
+        bpc = _extra_int("blocks_per_chunk", bpc_raw, stricter)
         if bpc <= 0:
             raise OffloadConfigError(
                 f"extra_config['blocks_per_chunk']={bpc_raw!r} is invalid; expected an "
@@ -335,7 +339,7 @@ def blocks_per_chunk(extra: Mapping[str, Any], group_ids: tuple[int, ...], tpb: 
         return Derived(bpc, f"extra_config['blocks_per_chunk'] = {bpc_raw!r}")
     if tok_raw is None:
         return Derived(1, "default: extra_config has neither 'block_size' nor 'blocks_per_chunk'")
-    tokens = _extra_int("block_size", tok_raw)
+    tokens = _extra_int("block_size", tok_raw, stricter)
     unique = sorted(set(tpb))
     if len(unique) != 1:
         raise OffloadConfigError(
@@ -353,7 +357,7 @@ def blocks_per_chunk(extra: Mapping[str, Any], group_ids: tuple[int, ...], tpb: 
             code="block_size_not_multiple",
         )
     bpc = tokens // t
-    if bpc <= 0:
+    if stricter and bpc <= 0:
         raise OffloadConfigError(
             f"extra_config['block_size']={tok_raw!r} is invalid: it gives {bpc} blocks per "
             f"chunk ({tokens} // {t} tokens per block); expected a positive multiple of the "
@@ -651,16 +655,31 @@ def derive(p: Plan, o: OffloadOptions) -> Derivation:
     tpb = tokens_per_block(p)
     hashing = tokens_per_hash(p)
     tpb_values = tuple(t.value for t in tpb)
-    bpc = blocks_per_chunk(o.extra_config, groups.value, tpb_values)
-    if release.offloading_has_windows():
-        windows = tuple(
-            sliding_window_size_in_chunks(gid, leaf_specs(p.groups[gid].kv_cache_spec)[0], t,
-                                          bpc.value)
-            for gid, t in zip(groups.value, tpb_values, strict=True)
-        )
-    else:
-        windows = tuple(Derived(None, f"{release_name()} keeps no window per group")
-                        for _ in groups.value)
+    try:
+        bpc, refused = blocks_per_chunk(o.extra_config, groups.value, tpb_values), None
+    except OffloadConfigError as exc:
+        if exc.code not in STRICTER_CODES:
+            raise
+        # vLLM goes on with the value its int() gives: a refusal of its own
+        # that comes later in build_offloading_config is the one raised
+        refused = exc
+        bpc = blocks_per_chunk(o.extra_config, groups.value, tpb_values, stricter=False)
+    try:
+        if release.offloading_has_windows():
+            windows = tuple(
+                sliding_window_size_in_chunks(gid, leaf_specs(p.groups[gid].kv_cache_spec)[0], t,
+                                              bpc.value)
+                for gid, t in zip(groups.value, tpb_values, strict=True)
+            )
+        else:
+            windows = tuple(Derived(None, f"{release_name()} keeps no window per group")
+                            for _ in groups.value)
+    except OffloadConfigError as exc:
+        # no block per chunk: vLLM divides by zero, kvexplore names the block_size
+        if refused is None or exc.code != "zero_chunk":
+            raise
+    if refused is not None:
+        raise refused
     wbytes = worker_kv_bytes_per_block(p)
     replicated = replicated_layout(p, o, sizes, world.value, backend.value, wbytes.value)
     canonical = canonical_layout(o.extra_config)

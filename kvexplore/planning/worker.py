@@ -88,6 +88,30 @@ def _ensure_distributed() -> None:
         )
 
 
+#: The one-process groups :func:`parallel_groups` made last: ``"made"`` ->
+#: (:func:`_group_inputs` of the config they were made for, their TP group).
+_GROUPS: dict = {}
+
+
+def _group_inputs(vc) -> tuple:
+    """What ``initialize_model_parallel`` (``vllm/distributed/parallel_state.py``)
+    reads from the current config to decide which one-process groups it makes:
+    the DP size, elastic EP, whether the model has experts (the EP group), EPLB
+    (its group), all-to-all on the EP group, and an Engram config with the
+    architecture (the Engram TP and DP groups; read only with an Engram
+    config)."""
+    pc, mc = vc.parallel_config, vc.model_config
+    engram = getattr(vc, "engram_config", None)
+    return (
+        int(pc.data_parallel_size),
+        bool(getattr(pc, "enable_elastic_ep", False)),
+        mc is None or bool(mc.is_moe),
+        bool(getattr(pc, "enable_eplb", False)),
+        bool(getattr(pc, "use_all2all", False)),
+        None if engram is None else (repr(engram), None if mc is None else mc.architecture),
+    )
+
+
 @contextlib.contextmanager
 def parallel_groups(vc, pipeline_rank: int = 0):
     """vLLM's model-parallel groups, with the view of the worker at TP rank 0
@@ -97,7 +121,10 @@ def parallel_groups(vc, pipeline_rank: int = 0):
     FusedMoEParallelConfig.make), and the PP group's rank, which decides the
     layers the stage builds (``make_layers`` / ``get_pp_indices``,
     ``vllm/model_executor/models/utils.py``) and whether it holds the
-    embedding and the head (``is_first_rank`` / ``is_last_rank``)."""
+    embedding and the head (``is_first_rank`` / ``is_last_rank``).  The groups
+    ``initialize_model_parallel`` makes are kept for the next build while
+    what it reads from the config (:func:`_group_inputs`) stays the same and
+    no other code has replaced them."""
     from vllm.distributed import parallel_state as ps
 
     pc = vc.parallel_config
@@ -108,8 +135,15 @@ def parallel_groups(vc, pipeline_rank: int = 0):
     # whether the model has experts, which decides the expert-parallel group.
     with patch_attributes([(pc, "data_parallel_size", 1)]):
         _ensure_distributed()
-        ps.destroy_model_parallel()
-        ps.initialize_model_parallel(1, 1)
+        key = _group_inputs(vc)
+        with _DIST_LOCK:
+            made = _GROUPS.get("made")
+            if made is None or made[0] != key or not ps.model_parallel_is_initialized() \
+                    or ps.get_tp_group() is not made[1]:
+                _GROUPS.pop("made", None)
+                ps.destroy_model_parallel()
+                ps.initialize_model_parallel(1, 1)
+                _GROUPS["made"] = (key, ps.get_tp_group())
     pp = ps.get_pp_group()
     stages = int(pc.pipeline_parallel_size)
     pairs = [

@@ -23,7 +23,6 @@ import kvexplore
 from kvexplore.cli import main
 from kvexplore.errors import KVExploreError
 from kvexplore.offloading.config import OffloadConfigError, offload_config
-from kvexplore.planning.inputs import plan_request
 from kvexplore.planning.release import canonical_release
 from kvexplore.versions import compare as compare_module
 from kvexplore.versions import environments
@@ -364,23 +363,3 @@ def test_a_config_of_more_layers_than_any_model_is_refused_before_the_build():
         text = str(info.value)
         assert text.startswith("num_hidden_layers=100000 is more layers than kvexplore builds")
         assert "expected at most 1024" in text
-
-
-@pytest.mark.parametrize("mode", ["none", "align", "all"])
-def test_a_mamba_cache_mode_is_taken_exactly_when_the_release_takes_it(mode):
-    """vLLM's own CacheConfig (a pydantic dataclass checking its
-    ``MambaCacheMode`` literal) is the oracle: 0.31 and 0.32 take ``all``, 0.33
-    and 0.34 do not. A mode the release refuses is refused before any build,
-    naming the value and the release's modes."""
-    from vllm.config import CacheConfig
-
-    try:
-        CacheConfig(mamba_cache_mode=mode)
-        vllm_takes = True
-    except ValueError:  # pydantic's ValidationError is a ValueError
-        vllm_takes = False
-    if vllm_takes:
-        assert plan_request(mamba_cache_mode=mode).mamba_cache_mode == mode
-    else:
-        with pytest.raises(KVExploreError, match=rf"mamba_cache_mode='{mode}' is invalid.*'align'.*vLLM 0\.3"):
-            kvexplore.plan(QWEN, gpu="H100", mamba_cache_mode=mode, num_blocks=8)

@@ -39,10 +39,10 @@ from kvexplore.memo import per_plan
 from kvexplore.offloading.config import offload_config
 from kvexplore.planning.backends import COMMON_BACKENDS
 from kvexplore.planning.gpus import DEFAULT_GPU, gpus
-from kvexplore.planning.inputs import MODEL_DTYPES, PLAN_DEFAULTS
+from kvexplore.planning.inputs import MAMBA_CACHE_MODES, MODEL_DTYPES, PLAN_DEFAULTS
 from kvexplore.planning.models import DEFAULT_MODEL, catalog_names
 from kvexplore.planning.planner import plan as make_plan
-from kvexplore.planning.release import kv_cache_dtypes, mamba_cache_modes
+from kvexplore.planning.release import kv_cache_dtypes
 from kvexplore.registration import REGISTRATIONS, allocate, backing_bytes
 from kvexplore.rendering import editing, figures, html, layouts
 from kvexplore.versions import compare_versions, compatibility
@@ -117,7 +117,7 @@ def choices() -> dict[str, list]:
         "dtype": list(MODEL_DTYPES),
         "attention_backend": ["auto", *COMMON_BACKENDS],
         "enable_prefix_caching": ["auto", True, False],
-        "mamba_cache_mode": ["auto", *mamba_cache_modes()],
+        "mamba_cache_mode": ["auto", *MAMBA_CACHE_MODES],
         "registration": list(REGISTRATIONS),
         "lmcache": ["auto", *lmcache_releases()],
         "block_size": ["auto", "16", "32", "64", "128", "256", "544", "1088"],

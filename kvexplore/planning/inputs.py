@@ -40,6 +40,7 @@ from typing import Any
 
 from kvexplore.errors import KVExploreError
 
+MAMBA_CACHE_MODES = ("none", "align", "all")
 KV_CACHE_LAYOUTS = ("LBNHC", "LBHNC", "LHBNC", "BLHNC", "BLNHC", "BHLNC", "NHD", "HND")
 MODEL_DTYPES = ("auto", "bfloat16", "float16", "float32", "half", "float")
 MAMBA_SSM_DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -144,12 +145,6 @@ def _kv_cache_dtypes() -> tuple[str, ...]:
     return kv_cache_dtypes()
 
 
-def _mamba_cache_modes() -> tuple[str, ...]:
-    from kvexplore.planning.release import mamba_cache_modes
-
-    return mamba_cache_modes()
-
-
 def _quantization_methods() -> tuple[str, ...]:
     from kvexplore.planning.release import quantization_methods
 
@@ -161,14 +156,8 @@ def _choice_of(choices: tuple[str, ...] | Callable[[], tuple[str, ...]], *,
     """A check accepting one of ``choices`` (a tuple, or a function giving the
     installed release's)."""
     def check(name: str, value: Any):
-        if not callable(choices):
-            return as_choice(name, value, choices, allow_none=allow_none)
-        try:
-            return as_choice(name, value, choices(), allow_none=allow_none)
-        except KVExploreError as exc:
-            from kvexplore.planning.release import release_name
-
-            raise KVExploreError(f"{exc} ({release_name()}'s choices)") from None
+        options = choices() if callable(choices) else choices
+        return as_choice(name, value, options, allow_none=allow_none)
 
     return check
 
@@ -261,10 +250,9 @@ class PlanRequest:
     enable_prefix_caching: bool | None = keyword(
         None, _bool_or_none, "automatic prefix caching (default: vLLM's for the model)", cli="bool")
     mamba_cache_mode: str | None = keyword(
-        None, _choice_of(_mamba_cache_modes, allow_none=True),
-        "which Mamba states the cache keeps (default: vLLM's, from prefix caching; "
-        "the choices are the release's MambaCacheMode)",
-        choices=_mamba_cache_modes)
+        None, _choice_of(MAMBA_CACHE_MODES, allow_none=True),
+        "which Mamba states the cache keeps (default: vLLM's, from prefix caching)",
+        choices=MAMBA_CACHE_MODES)
     mamba_ssm_cache_dtype: str = keyword("auto", _choice_of(MAMBA_SSM_DTYPES),
                                          "the Mamba SSM state's data type", choices=MAMBA_SSM_DTYPES)
     max_model_len: int | None = keyword(
@@ -513,6 +501,7 @@ POST_BUILD_KEYWORDS: tuple[str, ...] = tuple(f.name for f in _KEYWORD_FIELDS
 
 __all__ = [
     "KV_CACHE_LAYOUTS",
+    "MAMBA_CACHE_MODES",
     "MAMBA_SSM_DTYPES",
     "POST_BUILD_KEYWORDS",
     "MODEL_DTYPES",

@@ -266,17 +266,6 @@ def kv_cache_dtypes() -> tuple[str, ...]:
     return tuple(get_args(CacheDType))
 
 
-def mamba_cache_modes() -> tuple[str, ...]:
-    """The ``--mamba-cache-mode`` choices of the release (``MambaCacheMode`` in
-    ``vllm/config/cache.py``: ``all`` / ``align`` / ``none`` on 0.31 and 0.32,
-    ``align`` / ``none`` from 0.33)."""
-    from typing import get_args
-
-    from vllm.config.cache import MambaCacheMode
-
-    return tuple(get_args(MambaCacheMode))
-
-
 @functools.cache
 def engine_argument_names() -> frozenset[str]:
     """The fields of the release's ``EngineArgs`` (``vllm/engine/arg_utils.py``)."""

@@ -100,7 +100,11 @@ def test_a_drawn_hybrid_plans_as_vllm_aligns_it(case):
     kv_heads = max(1, text["num_key_value_heads"] // tp)
     page = p.block_size * 2 * kv_heads * text["head_dim"] * KV_BYTES[kv_dtype]
     assert {s.page_size_bytes for s in p.layer_specs.values()} == {page}
-    assert p.mamba_page_size_padded == page >= gdn_state_bytes(text, tp)
+    state = gdn_state_bytes(text, tp)
+    assert page >= state
+    # vLLM pads the Mamba page to the attention page only where the state is
+    # smaller; a state that fills the page leaves mamba_page_size_padded None
+    assert p.mamba_page_size_padded == (page if state < page else None)
     kinds = [type(s).__name__ for s in p.layer_specs.values()]
     assert kinds.count("MambaSpec") == text["layer_types"].count("linear_attention")
     assert len(kinds) == text["num_hidden_layers"]
@@ -117,3 +121,26 @@ def test_the_hand_count_is_the_catalog_qwen35_page():
         for shape, dtype in zip(spec.shapes, spec.dtypes, strict=True)
     ) == 1_085_440
 
+
+
+def test_a_state_that_fills_the_attention_page_is_not_padded():
+    """By hand: 8 key and 16 value heads of 64, convolution width 2, one KV head
+    of 64. The GDN state is (2 x 8 x 64 + 16 x 64) x 1 x 2 B + 16 x 64 x 64 x
+    4 B = 266,240 B; an attention token is 2 x 1 x 64 x 2 B = 256 B, so 1,040
+    tokens (16 x cdiv(266,240, 16 x 256)) fill exactly 266,240 B: vLLM
+    (Platform.update_block_size_for_backend) returns before padding, and
+    mamba_page_size_padded stays None."""
+    rope = dict(BASE["text_config"]["rope_parameters"], mrope_section=MROPE[64])
+    text = dict(BASE["text_config"], head_dim=64, linear_conv_kernel_dim=2,
+                linear_key_head_dim=64, linear_value_head_dim=64, linear_num_key_heads=8,
+                linear_num_value_heads=16, num_attention_heads=4, num_key_value_heads=1,
+                num_hidden_layers=2, full_attention_interval=2, rope_parameters=rope,
+                layer_types=["linear_attention", "full_attention"])
+    config = copy.deepcopy(BASE)
+    config["text_config"] = text
+    assert gdn_state_bytes(text, 1) == 266_240 == 1_040 * 256
+    src = kvexplore.load_model_config(config)
+    p = kvexplore.plan(src, gpu="A100", num_blocks=8)
+    ref = vllm_alignment(str(src.config_dir), backend_name=p.attention_backend, gpu="A100")
+    assert (p.block_size, p.mamba_page_size, p.mamba_page_size_padded) == (1_040, 266_240, None)
+    assert (ref.block_size, ref.mamba_page_size_padded) == (1_040, None)

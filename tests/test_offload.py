@@ -201,6 +201,9 @@ def test_model_section_dtype():
         ({"blocks_per_chunk": -2}, "blocks_per_chunk_not_positive", ["-2"]),
         ({"blocks_per_chunk": "two"}, "not_an_integer", ["'two'"]),
         ({"block_size": [544]}, "not_an_integer", ["[544]"]),
+        ({"block_size": float("nan")}, "not_an_integer", ["nan", "int()"]),
+        ({"blocks_per_chunk": float("inf")}, "not_an_integer", ["inf", "int()"]),
+        ({"block_size": float("-inf")}, "not_an_integer", ["-inf"]),
     ],
 )
 def test_extra_config_errors(extra, code, facts):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import random
 import re
 import traceback
@@ -86,6 +87,8 @@ def vllm_code(exc: BaseException) -> str:
         return "prefix_match_unit"
     if isinstance(exc, (TypeError, ValueError)) and "int()" in msg:
         return "not_an_integer"
+    if isinstance(exc, (ValueError, OverflowError)) and "cannot convert float" in msg:
+        return "not_an_integer"  # int() of NaN or of an infinity
     if isinstance(exc, AssertionError):
         line = traceback.extract_tb(exc.__traceback__)[-1].line or ""
         if "FullAttentionSpec" in line:
@@ -667,3 +670,26 @@ def test_a_later_refusal_of_vllm_comes_before_a_stricter_one():
         )
         outcome, failure = compare(p, kw)
         assert (outcome, failure) == (want, None), (value, outcome, failure)
+
+
+def test_nan_and_infinity_are_refused_as_vllm_refuses_them():
+    """``int()`` raises on NaN (ValueError) and on the infinities
+    (OverflowError): vLLM's ``build_offloading_config`` fails on either as a
+    chunk size, and kvexplore refuses it by name as not an integer (never a
+    bare ValueError or OverflowError)."""
+    p = kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="A100")
+    for key in ("block_size", "blocks_per_chunk"):
+        for value in (math.nan, math.inf, -math.inf):
+            kw = dict(
+                extra_config={key: value},
+                prefill_context_parallel_size=1,
+                data_parallel_rank=0,
+                distributed_executor_backend="mp",
+                nnodes_within_dp=1,
+                use_v2_model_runner=False,
+                enable_kv_cache_events=False,
+                rank=0,
+                engine_id="engine-0",
+            )
+            outcome, failure = compare(p, kw)
+            assert (outcome, failure) == ("both-raise:not_an_integer", None), (key, value)

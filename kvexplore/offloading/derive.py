@@ -295,8 +295,9 @@ def tokens_per_hash(p: Plan) -> Derived:
 def _extra_int(name: str, value, stricter: bool = True) -> int:
     """``int(value)`` as vLLM applies it to ``kv_connector_extra_config``
     entries; with ``stricter``, a float with a fraction, which ``int()`` would
-    truncate, is refused (:data:`STRICTER_CODES`)."""
-    if stricter and isinstance(value, float) and value.is_integer() is False:
+    truncate, is refused (:data:`STRICTER_CODES`).  NaN and the infinities,
+    which ``int()`` refuses, are refused as vLLM refuses them (not an integer)."""
+    if stricter and isinstance(value, float) and math.isfinite(value) and not value.is_integer():
         raise OffloadConfigError(
             f"extra_config[{name!r}]={value!r} is not a whole number; expected an integer "
             f"(vLLM's int() would truncate it to {int(value)})",

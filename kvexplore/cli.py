@@ -668,6 +668,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rebuild the environments that fail the check (in a new folder, swapped in)")
     e.add_argument("--python", action="store_true", help="print only each environment's Python")
     _finish(e, cmd_envs)
+    e.set_defaults(runs_vllm=False)  # it runs the environments' Pythons, never vLLM here
     return parser
 
 
@@ -701,6 +702,12 @@ def _vllm_logs_routed(verbose: bool) -> Iterator[None]:
             h.setStream(stream)
         vllm_log_level(before[0])
         logger.setLevel(before[1])
+
+
+@contextlib.contextmanager
+def _nothing_routed(verbose: bool) -> Iterator[None]:
+    """For a command that never imports vLLM: no log to route."""
+    yield
 
 
 #: Documented settings torch and vLLM read when imported, set (where the user
@@ -744,7 +751,8 @@ def main(argv: list[str] | None = None) -> int:
             answer = getattr(ns, "answer_from_store", None)
             if answer is not None and answer(ns):
                 return 0
-            with _vllm_logs_routed(ns.verbose):
+            routed = _vllm_logs_routed if getattr(ns, "runs_vllm", True) else _nothing_routed
+            with routed(ns.verbose):
                 ns.func(ns)
     except Exception as exc:  # noqa: BLE001 - every failure is one line, never a traceback
         why = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"

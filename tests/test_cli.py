@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from kvexplore.cli import build_parser, main
+from kvexplore.planning.release import WINDOW_RELEASES
 
 
 def test_plan_table(capsys):
@@ -172,6 +173,20 @@ def test_a_repeated_text_plan_prints_the_same_text_without_vllm(tmp_path):
     assert "KV cache groups:" in first.stdout and "derivation:" in first.stdout
     assert second.stdout == first.stdout  # character for character
     assert second.stderr.splitlines()[-1] == "imported False False", second.stderr
+
+
+def test_envs_imports_neither_vllm_nor_torch(tmp_path):
+    """``kvexplore envs`` checks and lists environments by running their own
+    Pythons: the command itself imports neither vLLM nor torch (the release
+    tests' first step runs it once per release)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "KVEXPLORE_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", _MAIN_REPORTING_IMPORTS, "envs", "--json"],
+                          cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert [r["release"] for r in rows] == list(WINDOW_RELEASES)
+    assert not any(r["exists"] for r in rows)  # an empty cache folder: none made
+    assert done.stderr.splitlines()[-1] == "imported False False", done.stderr
 
 
 def test_text_plan_reads_the_store_and_no_cache_skips_it(capsys):

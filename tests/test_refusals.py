@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -334,6 +336,47 @@ def test_a_backend_that_does_not_suit_the_model_names_those_that_do():
     assert "FLASHMLA" not in named and "FLASH_ATTN" in named
     plan = kvexplore.plan(LLAMA_1B, gpu="H100", attention_backend=named[0])
     assert plan.attention_backend == named[0]
+
+
+def test_a_backend_without_attention_sinks_names_those_with_them():
+    """gpt-oss's attention sinks on FLASHINFER (A100): the refusal names the
+    backends vLLM's selection finds valid, asked under the GPU's emulation
+    with the build's config current (FlashInfer and FlashAttention read it);
+    a plan with each of them succeeds and uses it."""
+    with pytest.raises(KVExploreError) as err:
+        kvexplore.plan("openai/gpt-oss-20b", gpu="A100", attention_backend="FLASHINFER")
+    text = str(err.value)
+    assert "attention sinks not supported" in text
+    named = text.split("valid for this layer on this GPU: ")[1].split(" (raised")[0].split(", ")
+    assert named and "FLASHINFER" not in named
+    for name in named:
+        assert kvexplore.plan("openai/gpt-oss-20b", gpu="A100",
+                              attention_backend=name).attention_backend == name
+
+
+def test_a_refused_backend_leaves_the_next_plan_as_a_fresh_process_makes_it():
+    """Wording a refusal imports vLLM's backend modules; one imported outside
+    the GPU's emulation (``flash_attn.py`` binds its kernel functions only
+    where the platform reports them) would refuse a later plan that a fresh
+    process makes.  In one new process: FLASHINFER refused, then the default
+    plan, equal to the plan of a process that never asked FLASHINFER."""
+    code = (
+        "import sys, kvexplore\n"
+        "if sys.argv[1] == 'refused-first':\n"
+        "    try:\n"
+        "        kvexplore.plan('openai/gpt-oss-20b', gpu='A100', attention_backend='FLASHINFER')\n"
+        "    except kvexplore.KVExploreError:\n"
+        "        pass\n"
+        "p = kvexplore.plan('openai/gpt-oss-20b', gpu='A100')\n"
+        "print(p.attention_backend, p.block_size, p.kernel_block_sizes, len(p.groups))\n"
+    )
+    out = {}
+    for order in ("refused-first", "fresh"):
+        done = subprocess.run([sys.executable, "-c", code, order], capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        out[order] = done.stdout.strip().splitlines()[-1]
+    assert out["refused-first"] == out["fresh"]
 
 
 def test_a_config_with_zero_kv_heads_names_the_field(tmp_path):

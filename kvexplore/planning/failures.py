@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import traceback
 
@@ -41,19 +42,44 @@ def _selector_locals(exc: BaseException) -> dict | None:
     return found
 
 
-def backend_hint(exc: BaseException) -> str:
-    """What vLLM's attention-backend selection would accept, where it refused:
+def backend_hint(exc: BaseException, gpu: GPU) -> str:
+    """What vLLM's attention-backend selection would accept on ``gpu``, where
+    it refused:
     the backends valid for the same layer on the same GPU when a named
     ``attention_backend`` is not, or the kernel block sizes of the backends
     that refuse only the ``block_size``.  Both come from the platform's own
     ``get_valid_backends`` and each backend's
     ``get_supported_kernel_block_sizes`` (a block size is accepted when it is a
     multiple of one of them: ``AttentionBackend.supports_block_size``), called
-    with the selector config the refused call had; ``""`` where ``exc`` is not
-    such a refusal."""
+    with the selector config the refused call had, under ``gpu``'s emulation
+    as the build ran (a backend module vLLM imports here, such as
+    ``flash_attn.py``, binds its kernel functions only when the platform
+    reports them available) and with the build's ``VllmConfig`` current (some
+    backends' checks read it); ``""`` where ``exc`` is not such a refusal."""
     found = _selector_locals(exc)
     if found is None:
         return ""
+    from vllm.config import set_current_vllm_config
+
+    from kvexplore.planning.emulation import emulate
+
+    vllm_config = _frame_local(exc, "vllm_config")
+    current = (contextlib.nullcontext() if vllm_config is None
+               else set_current_vllm_config(vllm_config))
+    with emulate(gpu, meta_tensors=False), current:
+        return _backend_hint(found)
+
+
+def _frame_local(exc: BaseException, name: str):
+    """The innermost frame's local ``name`` on ``exc``'s traceback, or ``None``."""
+    tb, value = exc.__traceback__, None
+    while tb is not None:
+        value = tb.tb_frame.f_locals.get(name, value)
+        tb = tb.tb_next
+    return value
+
+
+def _backend_hint(found: dict) -> str:
     try:
         valid, invalid = found["cls"].get_valid_backends(
             device_capability=found["device_capability"],
@@ -147,7 +173,7 @@ def vllm_error(src: ModelSource, gpu: GPU, exc: BaseException,
         if zeros:
             msg = (f"{msg}: the config sets {', '.join(f'{k}=0' for k in zeros)}; expected "
                    "a positive number (vLLM divides by it)")
-    hint = backend_hint(exc)
+    hint = backend_hint(exc, gpu)
     if hint:
         msg = msg.rstrip(".") + hint
     origin = vllm_origin(exc)

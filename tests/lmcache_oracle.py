@@ -2,9 +2,9 @@
 
 Each release's wheel is installed ``--no-deps`` into
 ``<kvexplore cache>/oracles/lmcache-<release>`` (once; atomically) and run in
-a process of its own (``lmcache_worker.py``: LMCache's native extension loads
-once per process).  A case travels as plain data: the ``KVCacheConfig``, the
-``CacheConfig`` (LMCache 0.5.5 and later read the resolved layout from it)
+a process of its own (``lmcache_worker.py`` forks one per release: LMCache's
+native extension loads once per process).  A case travels as plain data: the
+``KVCacheConfig``, the ``CacheConfig`` (LMCache 0.5.5 and later read the resolved layout from it)
 and each layer's tensors as (storage, shape, stride, storage offset, dtype);
 both sides rebuild identical tensors from it, so every shape, stride, offset
 and storage they report is comparable as data.
@@ -122,32 +122,32 @@ def case_of(config, cache_config, caches: dict) -> dict:
     }
 
 
-def _run_one(release: str, cases_path: str) -> list[dict]:
-    target = install(release)
-    out = Path(cases_path).with_suffix(f".{release}.out")
-    done = subprocess.run(
-        [sys.executable, str(WORKER), str(target), cases_path, str(out)],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    if done.returncode:
-        raise OracleUnavailable(
-            f"LMCache {release}'s worker exited {done.returncode}:\n{done.stderr[-3000:]}"
-        )
-    with open(out, "rb") as f:
-        return pickle.load(f)
-
-
 def run_oracles(releases, cases: list[dict], workers: int = 3) -> dict[str, list[dict]]:
-    """``{release: [outcome per case]}`` from each release's own code."""
+    """``{release: [outcome per case]}`` from each release's own code: the
+    wheels installed (``workers`` at a time), then one worker process that
+    forks a process per release (``lmcache_worker.py``)."""
+    with ThreadPoolExecutor(workers) as pool:
+        targets = dict(zip(releases, pool.map(install, releases), strict=True))
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "cases.pkl")
         with open(path, "wb") as f:
             pickle.dump(cases, f)
-        with ThreadPoolExecutor(workers) as pool:
-            futures = {r: pool.submit(_run_one, r, path) for r in releases}
-            return {r: f.result() for r, f in futures.items()}
+        done = subprocess.run(
+            [sys.executable, str(WORKER), path, folder, str(workers),
+             *map(str, targets.values())],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+        if done.returncode:
+            raise OracleUnavailable(
+                f"the LMCache worker exited {done.returncode}:\n{done.stderr[-3000:]}"
+            )
+        outcomes = {}
+        for release, target in targets.items():
+            with open(os.path.join(folder, target.name + ".out"), "rb") as f:
+                outcomes[release] = pickle.load(f)
+        return outcomes
 
 
 def _error(exc: Exception) -> tuple[str, str]:

@@ -1,14 +1,20 @@
-"""Runs one LMCache release's own edits on registrations described by the parent.
+"""Runs LMCache releases' own edits on registrations described by the parent.
 
-``python lmcache_worker.py RELEASE_DIR CASES OUT``: ``RELEASE_DIR`` holds that
-release's ``lmcache`` package (installed ``--no-deps``), ``CASES`` a pickled
-list of cases (see ``tests/lmcache_oracle.py``), ``OUT`` receives a pickled list
-of outcomes.  Each case's registration is rebuilt here with the exact shapes,
-strides, storage offsets, dtypes and storage sharing of the parent's tensors
-(contents are never read by the rules), then LMCache's
+``python lmcache_worker.py CASES OUT_DIR WORKERS RELEASE_DIR...``: each
+``RELEASE_DIR`` holds one release's ``lmcache`` package (installed
+``--no-deps``), ``CASES`` a pickled list of cases (see
+``tests/lmcache_oracle.py``); ``OUT_DIR/<folder name>.out`` receives a pickled
+list of outcomes per release.  Each case's registration is rebuilt here with
+the exact shapes, strides, storage offsets, dtypes and storage sharing of the
+parent's tensors (contents are never read by the rules), then LMCache's
 ``validate_kv_cache_groups``, its layout hints, its rules one layer at a time
-and its ``apply_kv_cache_group_edits`` run on it.  One process per release:
-LMCache's native extension cannot be loaded twice in one process.
+and its ``apply_kv_cache_group_edits`` run on it.
+
+One process per release: LMCache's native extension cannot be loaded twice in
+one process.  Each is forked (at most ``WORKERS`` at a time) from this
+process after it has imported torch and the vLLM modules every release
+imports, and before any ``lmcache`` module is imported, so each child imports
+only its own release's ``lmcache`` (checked by its files' path).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import logging
 import os
 import pickle
 import sys
+import traceback
 import types
 
 
@@ -71,8 +78,8 @@ def error(exc):
     return (type(exc).__name__, str(exc))
 
 
-def main(release_dir, cases_path, out_path):
-    os.environ["LMCACHE_LOG_LEVEL"] = "ERROR"
+def run_release(release_dir, cases, out_path):
+    """One release's outcomes on ``cases``, pickled to ``out_path``."""
     sys.path.insert(0, release_dir)
     from lmcache.integration.vllm import kv_cache_group_edits as edits
     from lmcache.integration.vllm import utils
@@ -88,8 +95,6 @@ def main(release_dir, cases_path, out_path):
     per_layer_specs = "kv_cache_specs" in inspect.getsource(
         edits.apply_kv_cache_group_edits
     )
-    with open(cases_path, "rb") as f:
-        cases = pickle.load(f)
     outcomes = []
     for case in cases:
         cfg = case["config"]
@@ -169,5 +174,44 @@ def main(release_dir, cases_path, out_path):
         pickle.dump(outcomes, f)
 
 
+def main(cases_path, out_dir, workers, *release_dirs):
+    """Fork one child per release (at most ``workers`` running); exit 1 naming
+    every release whose child failed (its traceback is on stderr)."""
+    os.environ["LMCACHE_LOG_LEVEL"] = "ERROR"
+    import torch  # noqa: F401  - what every release imports, imported once here
+    import vllm.config  # noqa: F401
+    import vllm.v1.kv_cache_interface  # noqa: F401
+
+    assert not any(m == "lmcache" or m.startswith("lmcache.") for m in sys.modules)
+    with open(cases_path, "rb") as f:
+        cases = pickle.load(f)
+    pending, running, failed = list(release_dirs), {}, []
+    while pending or running:
+        while pending and len(running) < int(workers):
+            release_dir = pending.pop(0)
+            out = os.path.join(out_dir, os.path.basename(release_dir) + ".out")
+            pid = os.fork()
+            if pid == 0:  # the child: one release, then exit without the parent's cleanup
+                code = 1
+                try:
+                    run_release(release_dir, cases, out)
+                    code = 0
+                except BaseException:
+                    traceback.print_exc()
+                finally:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    os._exit(code)
+            running[pid] = release_dir
+        pid, status = os.wait()
+        release_dir = running.pop(pid)
+        if os.waitstatus_to_exitcode(status) != 0:
+            failed.append(os.path.basename(release_dir))
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    sys.exit(main(*sys.argv[1:]))

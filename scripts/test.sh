@@ -29,49 +29,83 @@ export MPLBACKEND=Agg
 # every process of the run (a kernel that needs them would build them on first
 # use).
 export HUMMING_DISABLE_PARALLEL_BUILD=1
-status=0
-# Two lines of work, one per core (each is one single-threaded Python):
-# 2. in the background, the release tests (marker `release`) on every other
-#    release of the window, each in its own environment, created with uv on
-#    first use (kvexplore envs); each release's output is printed at the end.
 default=$(python3 -c "import importlib.metadata as m; print(m.version('vllm'))")
 releases=$(python3 -c "from kvexplore.planning.release import WINDOW_RELEASES as w; print(*w)")
 logs=$(mktemp -d)
-(
-  for release in $releases; do
-    [ "$release" = "$default" ] && continue
-    {
-      release_start=$SECONDS
-      echo "== vLLM $release: release tests in its own environment"
-      if python=$(python3 -m kvexplore envs "$release" --create --python); then
-        # vLLM caches what it learns of model classes in files named alike
-        # across releases: each release keeps its own
-        VLLM_CACHE_ROOT="$(dirname "$(dirname "$python")")/vllm-cache" \
-          "$python" -m pytest -q -p no:cacheprovider -m release \
-          $(grep -l "mark.release" tests/test_*.py) && echo 0 > "$logs/$release.rc" \
-          || echo 1 > "$logs/$release.rc"
-      else
-        echo 1 > "$logs/$release.rc"
-      fi
-      echo "== vLLM $release: $((SECONDS - release_start)) s (environment check included)"
-    } > "$logs/$release.log" 2>&1
-  done
-) &
-chain=$!
-# 1. The whole suite (pytest, doctests, notebooks under nbval) on the default
-#    release, the newest of the window that installs from the package index.
-suite_start=$SECONDS
-python3 -m pytest -q -p no:cacheprovider \
-  --doctest-modules tests kvexplore notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg "$@" \
-  || status=$?
-suite_s=$((SECONDS - suite_start))
-wait "$chain" || true
+trap 'rm -rf "$logs"' EXIT
+# The work, as items two workers (one per core, each a single-threaded
+# Python) take in this order, each taking the next item no one has taken when
+# it finishes one, so both cores stay busy to the end whichever item runs
+# long (a release whose environment uv creates on first use, say):
+# - tests: pytest and the doctests on the default release, the newest of
+#   the window that installs from the package index;
+# - release-R: the release tests (marker `release`) on every other release R
+#   of the window, each in its own environment (kvexplore envs);
+# - notebooks-1, notebooks-2: the notebooks under nbval on the default
+#   release, in two parts of about equal time (01-10, and 11 on, notebook 11
+#   starting the other releases' processes).
+items="tests"
 for release in $releases; do
-  [ "$release" = "$default" ] && continue
-  cat "$logs/$release.log" 2>/dev/null || echo "== vLLM $release: no output"
-  [ "$(cat "$logs/$release.rc" 2>/dev/null)" = "0" ] || status=1
+  [ "$release" = "$default" ] || items="$items release-$release"
 done
-rm -rf "$logs"
-echo "== seconds: install $install_s, suite on vLLM $default $suite_s," \
-  "both lines $((SECONDS - suite_start)) (each release's time is above), whole command $SECONDS"
+items="$items notebooks-1 notebooks-2"
+nbval=(--nbval --nbval-sanitize-with notebooks/sanitize.cfg)
+notebooks_1=() notebooks_2=()
+for notebook in notebooks/*.ipynb; do
+  case "${notebook##*/}" in
+    0*|10-*) notebooks_1+=("$notebook") ;;
+    *) notebooks_2+=("$notebook") ;;
+  esac
+done
+
+run_item() {
+  case "$1" in
+    tests)
+      python3 -m pytest -q -p no:cacheprovider --doctest-modules tests kvexplore "${args[@]}" ;;
+    notebooks-1)
+      python3 -m pytest -q -p no:cacheprovider "${nbval[@]}" "${notebooks_1[@]}" "${args[@]}" ;;
+    notebooks-2)
+      python3 -m pytest -q -p no:cacheprovider "${nbval[@]}" "${notebooks_2[@]}" "${args[@]}" ;;
+    release-*)
+      local release=${1#release-} python
+      python=$(python3 -m kvexplore envs "$release" --create --python) || return 1
+      # vLLM caches what it learns of model classes in files named alike
+      # across releases: each release keeps its own
+      VLLM_CACHE_ROOT="$(dirname "$(dirname "$python")")/vllm-cache" \
+        "$python" -m pytest -q -p no:cacheprovider -m release \
+        $(grep -l "mark.release" tests/test_*.py) ;;
+  esac
+}
+
+worker() {
+  local item start rc
+  for item in $items; do
+    mkdir "$logs/$item.taken" 2>/dev/null || continue  # atomic: one worker per item
+    start=$SECONDS
+    rc=0
+    run_item "$item" > "$logs/$item.log" 2>&1 || rc=$?
+    # pytest's 5 is "no test collected": expected where arguments select none
+    [ "$rc" = 5 ] && [ "${#args[@]}" -gt 0 ] && rc=0
+    echo "$rc" > "$logs/$item.rc"
+    echo "$item $((SECONDS - start))" >> "$logs/seconds"
+    {
+      flock 9
+      echo "== $item: exit $rc after $((SECONDS - start)) s ($((SECONDS - lines_start)) s into both lines)"
+      cat "$logs/$item.log"
+    } 9>"$logs/print.lock"
+  done
+}
+
+args=("$@")
+status=0
+lines_start=$SECONDS
+worker &
+first=$!
+worker || true
+wait "$first" || true
+for item in $items; do
+  [ "$(cat "$logs/$item.rc" 2>/dev/null)" = "0" ] || { echo "== $item failed"; status=1; }
+done
+echo "== seconds: install $install_s, $(sort -k2 -nr "$logs/seconds" | tr '\n' ',' | sed 's/,$//; s/,/, /g')," \
+  "both lines $((SECONDS - lines_start)) (default release vLLM $default), whole command $SECONDS"
 exit $status

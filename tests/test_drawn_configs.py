@@ -1,7 +1,7 @@
-"""Configs kvexplore did not choose: Gated-DeltaNet hybrids drawn at random
-(head counts, head sizes, convolution width, layer pattern, TP, KV dtype, GPU)
-are planned and compared with the installed vLLM's own block-size path
-(``tests/reference.py``: a fresh ``ModelConfig`` and
+"""Configs kvexplore did not choose: Gated-DeltaNet and Mamba2 hybrids drawn
+by hypothesis (a fixed draw: head counts, head sizes, convolution width, layer
+pattern, TP, KV dtype, GPU) are planned and compared with the installed vLLM's
+own block-size path (``tests/reference.py``: a fresh ``ModelConfig`` and
 ``Platform.update_block_size_for_backend`` on a stand-in config) and with the
 state and page sizes counted by hand from the drawn config:
 
@@ -10,6 +10,12 @@ state and page sizes counted by hand from the drawn config:
   ``(conv_kernel - 1)`` in the model dtype, and its recurrent state,
   ``value_heads / TP x key_dim x value_dim`` float32 values (the config's
   ``mamba_ssm_dtype``);
+* a Mamba2 layer's state (GraniteMoeHybrid) is its convolution window,
+  ``(expand x hidden + 2 x groups x state_size) / TP`` channels x
+  ``(conv_kernel - 1)``, the groups first raised to TP when TP does not divide
+  them (each rank keeps the groups its heads read), and its recurrent state,
+  ``heads / TP x head_dim x state_size``, both in the model dtype (the
+  config names no SSM dtype);
 * an attention layer's page is ``block_size`` tokens x K and V x the KV heads
   of a rank (at least one: vLLM replicates them when TP exceeds them) x
   ``head_dim`` x the KV dtype's bytes, and every layer's page is that one.
@@ -25,6 +31,7 @@ from reference import vllm_alignment
 import kvexplore
 
 BASE = kvexplore.load_model_config("Qwen/Qwen3.5-0.8B").config
+GRANITE = kvexplore.load_model_config("ibm-granite/granite-4.0-h-350m").config
 
 KV_BYTES = {"auto": 2, "fp8": 1}
 MROPE = {64: [3, 3, 2], 128: [6, 5, 5], 256: [11, 11, 10]}
@@ -144,3 +151,82 @@ def test_a_state_that_fills_the_attention_page_is_not_padded():
     ref = vllm_alignment(str(src.config_dir), backend_name=p.attention_backend, gpu="A100")
     assert (p.block_size, p.mamba_page_size, p.mamba_page_size_padded) == (1_040, 266_240, None)
     assert (ref.block_size, ref.mamba_page_size_padded) == (1_040, None)
+
+@st.composite
+def mamba2_hybrids(draw):
+    heads = draw(st.sampled_from([16, 32, 48, 64]))
+    head_dim = draw(st.sampled_from([32, 64]))
+    hidden = heads * head_dim // 2  # expand 2: the Mamba2 heads span expand x hidden
+    attention_heads = draw(st.sampled_from([a for a in (8, 12, 16) if hidden % a == 0]))
+    layers = draw(st.integers(min_value=2, max_value=6))
+    attention_at = draw(st.sets(st.integers(0, layers - 1), min_size=1, max_size=layers - 1))
+    config = dict(
+        GRANITE,
+        mamba_n_heads=heads,
+        mamba_d_head=head_dim,
+        mamba_expand=2,
+        hidden_size=hidden,
+        mamba_n_groups=draw(st.sampled_from([g for g in (1, 2, 4, 8) if heads % g == 0])),
+        mamba_d_state=draw(st.sampled_from([64, 128])),
+        mamba_d_conv=draw(st.sampled_from([2, 4])),
+        num_attention_heads=attention_heads,
+        num_key_value_heads=draw(st.sampled_from([h for h in (1, 2, 4) if attention_heads % h == 0])),
+        num_hidden_layers=layers,
+        layer_types=["attention" if i in attention_at else "mamba" for i in range(layers)],
+    )
+    return (
+        config,
+        draw(st.sampled_from([1, 2])),
+        draw(st.sampled_from(["auto", "fp8"])),
+        draw(st.sampled_from(["A100", "H100"])),
+    )
+
+
+def mamba2_state_bytes(config: dict, tp: int) -> int:
+    groups = config["mamba_n_groups"]
+    if groups % tp:
+        groups = tp  # raised to TP (vLLM: extra_groups_for_head_shards)
+    channels = config["mamba_expand"] * config["hidden_size"] + 2 * groups * config["mamba_d_state"]
+    conv = channels // tp * (config["mamba_d_conv"] - 1) * 2
+    ssm = config["mamba_n_heads"] // tp * config["mamba_d_head"] * config["mamba_d_state"] * 2
+    return conv + ssm
+
+
+@settings(max_examples=8, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(mamba2_hybrids())
+def test_a_drawn_mamba2_hybrid_plans_as_vllm_aligns_it(case):
+    config, tp, kv_dtype, gpu = case
+    src = kvexplore.load_model_config(config)
+    p = kvexplore.plan(src, gpu=gpu, tensor_parallel_size=tp, kv_cache_dtype=kv_dtype,
+                       num_blocks=8)
+    ref = vllm_alignment(str(src.config_dir), tensor_parallel_size=tp,
+                         kv_cache_dtype=kv_dtype, backend_name=p.attention_backend, gpu=gpu)
+    assert (p.block_size, p.mamba_page_size_padded) == (ref.block_size, ref.mamba_page_size_padded)
+    kv_heads = max(1, config["num_key_value_heads"] // tp)
+    head_size = config["hidden_size"] // config["num_attention_heads"]
+    page = p.block_size * 2 * kv_heads * head_size * KV_BYTES[kv_dtype]
+    assert {s.page_size_bytes for s in p.layer_specs.values()} == {page}
+    mamba = [s for s in p.layer_specs.values() if type(s).__name__ == "MambaSpec"]
+    assert len(mamba) == config["layer_types"].count("mamba")
+    assert len(p.layer_specs) == config["num_hidden_layers"]
+    state = mamba2_state_bytes(config, tp)
+    assert {sum(math.prod(shape) * dtype.itemsize
+                for shape, dtype in zip(s.shapes, s.dtypes, strict=True)) for s in mamba} == {state}
+    assert page >= state
+    assert p.mamba_page_size_padded == (page if state < page else None)
+
+
+def test_the_hand_count_is_the_catalog_granite_state():
+    """The hand count on the bundled config: granite-4.0-h-350m's Mamba2 state is
+    (2 x 768 + 2 x 1 x 128) x 3 x 2 B + 48 x 32 x 128 x 2 B = 403,968 B at TP 1;
+    at TP 2 its one group is raised to 2: (1,536 + 2 x 2 x 128) / 2 x 3 x 2 B +
+    24 x 32 x 128 x 2 B = 202,752 B."""
+    assert mamba2_state_bytes(GRANITE, 1) == 403_968
+    assert mamba2_state_bytes(GRANITE, 2) == 202_752
+    for tp, state in ((1, 403_968), (2, 202_752)):
+        p = kvexplore.plan("ibm-granite/granite-4.0-h-350m", gpu="A100",
+                           tensor_parallel_size=tp, num_blocks=8)
+        spec = next(s for s in p.layer_specs.values() if type(s).__name__ == "MambaSpec")
+        assert sum(math.prod(shape) * dtype.itemsize
+                   for shape, dtype in zip(spec.shapes, spec.dtypes, strict=True)) == state

@@ -358,10 +358,13 @@ def test_a_refused_backend_leaves_the_next_plan_as_a_fresh_process_makes_it():
     """Wording a refusal imports vLLM's backend modules; one imported outside
     the GPU's emulation (``flash_attn.py`` binds its kernel functions only
     where the platform reports them) would refuse a later plan that a fresh
-    process makes.  In one new process: FLASHINFER refused, then the default
-    plan, equal to the plan of a process that never asked FLASHINFER."""
+    process makes; so would the user's own import of it.  In new processes:
+    FLASHINFER refused, then the default plan; ``flash_attn.py`` imported by
+    hand, then the default plan; both equal to a fresh process's plan."""
     code = (
         "import sys, kvexplore\n"
+        "if sys.argv[1] == 'imported-first':\n"
+        "    import vllm.v1.attention.backends.flash_attn  # outside any emulation\n"
         "if sys.argv[1] == 'refused-first':\n"
         "    try:\n"
         "        kvexplore.plan('openai/gpt-oss-20b', gpu='A100', attention_backend='FLASHINFER')\n"
@@ -371,12 +374,12 @@ def test_a_refused_backend_leaves_the_next_plan_as_a_fresh_process_makes_it():
         "print(p.attention_backend, p.block_size, p.kernel_block_sizes, len(p.groups))\n"
     )
     out = {}
-    for order in ("refused-first", "fresh"):
+    for order in ("refused-first", "imported-first", "fresh"):
         done = subprocess.run([sys.executable, "-c", code, order], capture_output=True,
                               text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-2000:]
         out[order] = done.stdout.strip().splitlines()[-1]
-    assert out["refused-first"] == out["fresh"]
+    assert out["refused-first"] == out["imported-first"] == out["fresh"]
 
 
 def test_a_config_with_zero_kv_heads_names_the_field(tmp_path):

@@ -275,8 +275,8 @@ def emulate(gpu: GPU, *, meta_tensors: bool = True) -> Iterator[None]:
             _clear_capability_caches()
             _state["gpu"] = gpu
         meta = _DeviceTensorsOnMeta() if meta_tensors else contextlib.nullcontext()
-        with patch_attributes(pairs), patch_attributes(_fa_utils_cuda_names()), meta, \
-                _vllm_logs_at(vllm_log_level()):
+        with patch_attributes(pairs), patch_attributes(_fa_utils_cuda_names()), \
+                patch_attributes(_flash_attn_names()), meta, _vllm_logs_at(vllm_log_level()):
             yield
 
 
@@ -300,6 +300,32 @@ def _fa_utils_cuda_names() -> list:
     pairs = [(fa_utils, n, getattr(vfa, n)) for n in names]
     pairs.append((fa_utils, "reshape_and_cache_flash", _custom_ops.reshape_and_cache_flash))
     return pairs
+
+
+#: The names ``vllm/v1/attention/backends/flash_attn.py`` imports from
+#: ``fa_utils`` only where ``is_flash_attn_varlen_func_available()`` holds
+#: when it is first imported (the same five in 0.31-0.34).
+FLASH_ATTN_GATED_NAMES = (
+    "compile_flash_attn_varlen_func_from_specs",
+    "flash_attn_supports_sinks",
+    "flash_attn_varlen_func",
+    "get_scheduler_metadata",
+    "reshape_and_cache_flash",
+)
+
+
+def _flash_attn_names() -> list:
+    """Where ``flash_attn.py`` was first imported outside the emulation (by the
+    user's own vLLM imports, say), it lacks :data:`FLASH_ATTN_GATED_NAMES`;
+    they are lent from ``fa_utils`` (itself patched by
+    :func:`_fa_utils_cuda_names`) while the emulation lasts, so a plan never
+    depends on what was imported before it."""
+    module = sys.modules.get("vllm.v1.attention.backends.flash_attn")
+    if module is None:
+        return []
+    fa_utils = importlib.import_module("vllm.v1.attention.backends.fa_utils")
+    return [(module, n, getattr(fa_utils, n)) for n in FLASH_ATTN_GATED_NAMES
+            if not hasattr(module, n) and hasattr(fa_utils, n)]
 
 
 __all__ = ["CUDA_GATED_DECISIONS", "CUDA_GATED_MODULES", "emulate", "patch_attributes",

@@ -704,12 +704,6 @@ def _vllm_logs_routed(verbose: bool) -> Iterator[None]:
         logger.setLevel(before[1])
 
 
-@contextlib.contextmanager
-def _nothing_routed(verbose: bool) -> Iterator[None]:
-    """For a command that never imports vLLM: no log to route."""
-    yield
-
-
 #: Documented settings torch and vLLM read when imported, set (where the user
 #: has not set them) for a command run without ``--verbose``: ``TORCH_LOGS``
 #: ``-all`` puts every torch logger at ERROR (torch._logging), so the
@@ -751,7 +745,8 @@ def main(argv: list[str] | None = None) -> int:
             answer = getattr(ns, "answer_from_store", None)
             if answer is not None and answer(ns):
                 return 0
-            routed = _vllm_logs_routed if getattr(ns, "runs_vllm", True) else _nothing_routed
+            # a command that never imports vLLM has no vLLM log to route
+            routed = _vllm_logs_routed if getattr(ns, "runs_vllm", True) else contextlib.nullcontext
             with routed(ns.verbose):
                 ns.func(ns)
     except Exception as exc:  # noqa: BLE001 - every failure is one line, never a traceback

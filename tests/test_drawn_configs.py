@@ -34,6 +34,9 @@ BASE = kvexplore.load_model_config("Qwen/Qwen3.5-0.8B").config
 GRANITE = kvexplore.load_model_config("ibm-granite/granite-4.0-h-350m").config
 
 KV_BYTES = {"auto": 2, "fp8": 1}
+#: (tensor_parallel_size, kv_cache_dtype, gpu) of a drawn deployment.
+DEPLOYMENTS = st.tuples(st.sampled_from([1, 2]), st.sampled_from(["auto", "fp8"]),
+                        st.sampled_from(["A100", "H100"]))
 MROPE = {64: [3, 3, 2], 128: [6, 5, 5], 256: [11, 11, 10]}
 
 
@@ -69,12 +72,7 @@ def gdn_hybrids(draw):
     )
     config = copy.deepcopy(BASE)
     config["text_config"] = text
-    return (
-        config,
-        draw(st.sampled_from([1, 2])),
-        draw(st.sampled_from(["auto", "fp8"])),
-        draw(st.sampled_from(["A100", "H100"])),
-    )
+    return (config, *draw(DEPLOYMENTS))
 
 
 def gdn_state_bytes(text: dict, tp: int) -> int:
@@ -92,29 +90,45 @@ def gdn_state_bytes(text: dict, tp: int) -> int:
     return conv + ssm
 
 
-@settings(max_examples=12, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow])
-@given(gdn_hybrids())
-def test_a_drawn_hybrid_plans_as_vllm_aligns_it(case):
-    config, tp, kv_dtype, gpu = case
-    text = config["text_config"]
+def state_bytes(spec) -> int:
+    """The bytes of one Mamba layer's states in a block, from its spec's shapes."""
+    return sum(math.prod(shape) * dtype.itemsize
+               for shape, dtype in zip(spec.shapes, spec.dtypes, strict=True))
+
+
+def check_drawn_plan(config: dict, tp: int, kv_dtype: str, gpu: str, *, kv_heads: int,
+                     head_size: int, state: int, mamba_layers: int, layers: int) -> None:
+    """Plan ``config`` and compare it with vLLM's own block-size path and with
+    the hand counts: every page is ``block_size`` tokens x K and V x the KV
+    heads of a rank x ``head_size`` x the KV dtype's bytes; every Mamba layer
+    holds ``state`` bytes; vLLM pads the Mamba page to the attention page only
+    where the state is smaller (a state that fills the page leaves
+    ``mamba_page_size_padded`` None)."""
     src = kvexplore.load_model_config(config)
     p = kvexplore.plan(src, gpu=gpu, tensor_parallel_size=tp, kv_cache_dtype=kv_dtype,
                        num_blocks=8)
     ref = vllm_alignment(str(src.config_dir), tensor_parallel_size=tp,
                          kv_cache_dtype=kv_dtype, backend_name=p.attention_backend, gpu=gpu)
     assert (p.block_size, p.mamba_page_size_padded) == (ref.block_size, ref.mamba_page_size_padded)
-    kv_heads = max(1, text["num_key_value_heads"] // tp)
-    page = p.block_size * 2 * kv_heads * text["head_dim"] * KV_BYTES[kv_dtype]
+    page = p.block_size * 2 * max(1, kv_heads // tp) * head_size * KV_BYTES[kv_dtype]
     assert {s.page_size_bytes for s in p.layer_specs.values()} == {page}
-    state = gdn_state_bytes(text, tp)
+    mamba = [s for s in p.layer_specs.values() if type(s).__name__ == "MambaSpec"]
+    assert len(mamba) == mamba_layers and len(p.layer_specs) == layers
+    assert {state_bytes(s) for s in mamba} == {state}
     assert page >= state
-    # vLLM pads the Mamba page to the attention page only where the state is
-    # smaller; a state that fills the page leaves mamba_page_size_padded None
     assert p.mamba_page_size_padded == (page if state < page else None)
-    kinds = [type(s).__name__ for s in p.layer_specs.values()]
-    assert kinds.count("MambaSpec") == text["layer_types"].count("linear_attention")
-    assert len(kinds) == text["num_hidden_layers"]
+
+
+@settings(max_examples=12, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(gdn_hybrids())
+def test_a_drawn_hybrid_plans_as_vllm_aligns_it(case):
+    config, tp, kv_dtype, gpu = case
+    text = config["text_config"]
+    check_drawn_plan(config, tp, kv_dtype, gpu, kv_heads=text["num_key_value_heads"],
+                     head_size=text["head_dim"], state=gdn_state_bytes(text, tp),
+                     mamba_layers=text["layer_types"].count("linear_attention"),
+                     layers=text["num_hidden_layers"])
 
 
 def test_the_hand_count_is_the_catalog_qwen35_page():
@@ -123,11 +137,7 @@ def test_the_hand_count_is_the_catalog_qwen35_page():
     assert gdn_state_bytes(BASE["text_config"], 1) == 1_085_440
     p = kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="A100", num_blocks=8)
     spec = next(s for s in p.layer_specs.values() if type(s).__name__ == "MambaSpec")
-    assert sum(
-        math.prod(shape) * dtype.itemsize
-        for shape, dtype in zip(spec.shapes, spec.dtypes, strict=True)
-    ) == 1_085_440
-
+    assert state_bytes(spec) == 1_085_440
 
 
 def test_a_state_that_fills_the_attention_page_is_not_padded():
@@ -152,6 +162,7 @@ def test_a_state_that_fills_the_attention_page_is_not_padded():
     assert (p.block_size, p.mamba_page_size, p.mamba_page_size_padded) == (1_040, 266_240, None)
     assert (ref.block_size, ref.mamba_page_size_padded) == (1_040, None)
 
+
 @st.composite
 def mamba2_hybrids(draw):
     heads = draw(st.sampled_from([16, 32, 48, 64]))
@@ -174,12 +185,7 @@ def mamba2_hybrids(draw):
         num_hidden_layers=layers,
         layer_types=["attention" if i in attention_at else "mamba" for i in range(layers)],
     )
-    return (
-        config,
-        draw(st.sampled_from([1, 2])),
-        draw(st.sampled_from(["auto", "fp8"])),
-        draw(st.sampled_from(["A100", "H100"])),
-    )
+    return (config, *draw(DEPLOYMENTS))
 
 
 def mamba2_state_bytes(config: dict, tp: int) -> int:
@@ -197,24 +203,11 @@ def mamba2_state_bytes(config: dict, tp: int) -> int:
 @given(mamba2_hybrids())
 def test_a_drawn_mamba2_hybrid_plans_as_vllm_aligns_it(case):
     config, tp, kv_dtype, gpu = case
-    src = kvexplore.load_model_config(config)
-    p = kvexplore.plan(src, gpu=gpu, tensor_parallel_size=tp, kv_cache_dtype=kv_dtype,
-                       num_blocks=8)
-    ref = vllm_alignment(str(src.config_dir), tensor_parallel_size=tp,
-                         kv_cache_dtype=kv_dtype, backend_name=p.attention_backend, gpu=gpu)
-    assert (p.block_size, p.mamba_page_size_padded) == (ref.block_size, ref.mamba_page_size_padded)
-    kv_heads = max(1, config["num_key_value_heads"] // tp)
-    head_size = config["hidden_size"] // config["num_attention_heads"]
-    page = p.block_size * 2 * kv_heads * head_size * KV_BYTES[kv_dtype]
-    assert {s.page_size_bytes for s in p.layer_specs.values()} == {page}
-    mamba = [s for s in p.layer_specs.values() if type(s).__name__ == "MambaSpec"]
-    assert len(mamba) == config["layer_types"].count("mamba")
-    assert len(p.layer_specs) == config["num_hidden_layers"]
-    state = mamba2_state_bytes(config, tp)
-    assert {sum(math.prod(shape) * dtype.itemsize
-                for shape, dtype in zip(s.shapes, s.dtypes, strict=True)) for s in mamba} == {state}
-    assert page >= state
-    assert p.mamba_page_size_padded == (page if state < page else None)
+    check_drawn_plan(config, tp, kv_dtype, gpu, kv_heads=config["num_key_value_heads"],
+                     head_size=config["hidden_size"] // config["num_attention_heads"],
+                     state=mamba2_state_bytes(config, tp),
+                     mamba_layers=config["layer_types"].count("mamba"),
+                     layers=config["num_hidden_layers"])
 
 
 def test_the_hand_count_is_the_catalog_granite_state():
@@ -228,5 +221,4 @@ def test_the_hand_count_is_the_catalog_granite_state():
         p = kvexplore.plan("ibm-granite/granite-4.0-h-350m", gpu="A100",
                            tensor_parallel_size=tp, num_blocks=8)
         spec = next(s for s in p.layer_specs.values() if type(s).__name__ == "MambaSpec")
-        assert sum(math.prod(shape) * dtype.itemsize
-                   for shape, dtype in zip(spec.shapes, spec.dtypes, strict=True)) == state
+        assert state_bytes(spec) == state

@@ -633,6 +633,22 @@ def test_vllm_parallel_config_matches_the_rules():
     assert (ext.world_size, ext.data_parallel_index) == (4, 1)
 
 
+def one_rank_kwargs(extra_config: dict) -> dict:
+    """:func:`compare`'s keywords for ``extra_config`` on one rank of one
+    engine (no PCP, DP rank 0, the mp executor, Model Runner V1, no KV events)."""
+    return dict(
+        extra_config=extra_config,
+        prefill_context_parallel_size=1,
+        data_parallel_rank=0,
+        distributed_executor_backend="mp",
+        nnodes_within_dp=1,
+        use_v2_model_runner=False,
+        enable_kv_cache_events=False,
+        rank=0,
+        engine_id="engine-0",
+    )
+
+
 def test_a_later_refusal_of_vllm_comes_before_a_stricter_one():
     """whisper-small's cross-attention group is no spec vLLM's offloading
     supports: vLLM's int() truncates ``blocks_per_chunk=2.5`` to 2 (and
@@ -657,18 +673,7 @@ def test_a_later_refusal_of_vllm_comes_before_a_stricter_one():
     }
     for value, want in expected.items():
         key = "block_size" if value == 0 else "blocks_per_chunk"
-        kw = dict(
-            extra_config={key: value},
-            prefill_context_parallel_size=1,
-            data_parallel_rank=0,
-            distributed_executor_backend="mp",
-            nnodes_within_dp=1,
-            use_v2_model_runner=False,
-            enable_kv_cache_events=False,
-            rank=0,
-            engine_id="engine-0",
-        )
-        outcome, failure = compare(p, kw)
+        outcome, failure = compare(p, one_rank_kwargs({key: value}))
         assert (outcome, failure) == (want, None), (value, outcome, failure)
 
 
@@ -680,16 +685,5 @@ def test_nan_and_infinity_are_refused_as_vllm_refuses_them():
     p = kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="A100")
     for key in ("block_size", "blocks_per_chunk"):
         for value in (math.nan, math.inf, -math.inf):
-            kw = dict(
-                extra_config={key: value},
-                prefill_context_parallel_size=1,
-                data_parallel_rank=0,
-                distributed_executor_backend="mp",
-                nnodes_within_dp=1,
-                use_v2_model_runner=False,
-                enable_kv_cache_events=False,
-                rank=0,
-                engine_id="engine-0",
-            )
-            outcome, failure = compare(p, kw)
+            outcome, failure = compare(p, one_rank_kwargs({key: value}))
             assert (outcome, failure) == ("both-raise:not_an_integer", None), (key, value)

@@ -29,23 +29,27 @@ def vllm_origin(exc: BaseException) -> str:
     return where
 
 
+def _frames(exc: BaseException):
+    """Each frame on ``exc``'s traceback, outermost first."""
+    tb = exc.__traceback__
+    while tb is not None:
+        yield tb.tb_frame
+        tb = tb.tb_next
+
+
 def _selector_locals(exc: BaseException) -> dict | None:
     """The locals of the platform's ``get_attn_backend_cls`` frame that raised
     ``exc`` (``vllm/platforms/cuda.py``), or ``None``."""
-    tb = exc.__traceback__
     found = None
-    while tb is not None:
-        frame = tb.tb_frame
+    for frame in _frames(exc):
         if frame.f_code.co_name == "get_attn_backend_cls" and "attn_selector_config" in frame.f_locals:
             found = frame.f_locals
-        tb = tb.tb_next
     return found
 
 
 def backend_hint(exc: BaseException, gpu: GPU) -> str:
     """What vLLM's attention-backend selection would accept on ``gpu``, where
-    it refused:
-    the backends valid for the same layer on the same GPU when a named
+    it refused: the backends valid for the same layer on the same GPU when a named
     ``attention_backend`` is not, or the kernel block sizes of the backends
     that refuse only the ``block_size``.  Both come from the platform's own
     ``get_valid_backends`` and each backend's
@@ -63,20 +67,13 @@ def backend_hint(exc: BaseException, gpu: GPU) -> str:
 
     from kvexplore.planning.emulation import emulate
 
-    vllm_config = _frame_local(exc, "vllm_config")
+    configs = [f.f_locals["vllm_config"] for f in _frames(exc)
+               if f.f_locals.get("vllm_config") is not None]
+    vllm_config = configs[-1] if configs else None
     current = (contextlib.nullcontext() if vllm_config is None
                else set_current_vllm_config(vllm_config))
     with emulate(gpu, meta_tensors=False), current:
         return _backend_hint(found)
-
-
-def _frame_local(exc: BaseException, name: str):
-    """The innermost frame's local ``name`` on ``exc``'s traceback, or ``None``."""
-    tb, value = exc.__traceback__, None
-    while tb is not None:
-        value = tb.tb_frame.f_locals.get(name, value)
-        tb = tb.tb_next
-    return value
 
 
 def _backend_hint(found: dict) -> str:

@@ -49,6 +49,7 @@ from kvexplore.planning.stored import (
     PLAN_KIND,
     is_payload,
     json_facts,
+    payload,
     plan_answer,
     question,
 )
@@ -433,6 +434,8 @@ def _capacity_question(ns) -> Question:
 
 #: The commands whose answers the store keeps: their question.
 _QUESTIONS = {"plan": _plan_question, "offload": _offload_question, "capacity": _capacity_question}
+#: The answer store's kind of each command's answer.
+_KINDS = {"plan": PLAN_KIND, "offload": OFFLOAD_KIND, "capacity": CAPACITY_KIND}
 
 
 def command_question(ns: argparse.Namespace) -> Question:
@@ -477,7 +480,7 @@ def answer_from_store(ns) -> bool:
     q = _question(ns)
     if q is None:
         return False
-    hit = answer_store(True).get(q, is_payload)
+    hit = answer_store(True).get(q, lambda value: is_payload(value, q.kind))
     if hit is None or (not ns.json and hit["text"] is None):
         return False
     _print_answer(hit, ns.json)
@@ -496,11 +499,13 @@ def _answered(ns, compute) -> None:
     (:func:`kvexplore.store.answer`): both forms are kept, so either flag is
     answered from the store next time."""
 
-    def payload() -> dict:
-        got = compute()
-        return {"facts": json_facts(got["facts"]), "text": got["text"]}
+    q, kind = _question(ns), _KINDS[ns.command]
 
-    _print_answer(answer(_question(ns), payload, True, valid=is_payload), ns.json)
+    def stored() -> dict:
+        got = compute()
+        return payload(kind, json_facts(got["facts"]), got["text"])
+
+    _print_answer(answer(q, stored, True, valid=lambda value: is_payload(value, kind)), ns.json)
 
 
 def cmd_offload(ns) -> None:

@@ -811,3 +811,28 @@ def test_a_log_of_a_release_without_an_environment_is_checked_by_the_installed_o
     assert f"kvexplore envs {other} --create" in c.release_note
     with pytest.raises(KVExploreError, match=r"'0\.2' is outside kvexplore's window"):
         kvexplore.check_log(_log_of(other), gpu="A100", vllm="0.2")
+
+
+def test_a_number_past_pythons_integer_limit_is_an_unread_line():
+    """A 'Maximum concurrency for N tokens' line whose N has 100,000 digits:
+    Python refuses to read it (its integer-string limit), so the line is
+    listed in ``unread`` and the other figures are read."""
+    text = ("INFO 01-01 [kv_cache_utils.py:1] GPU KV cache size: 100,000 tokens\n"
+            "INFO 01-01 [kv_cache_utils.py:2] Maximum concurrency for " + "9" * 100_000
+            + " tokens per request: 3.00x\n")
+    log = read_log(text)
+    assert log.get("kv_cache_size_tokens") == 100_000
+    assert [n for n, _ in log.unread] == [2]
+    assert "max_concurrency" not in [f.name for f in log.figures]
+
+
+def test_a_concurrency_wrapped_onto_the_next_line_is_read():
+    """A pasted capacity line cut after 'Maximum concurrency' reads with its
+    continuation; cut with no continuation, it is listed in ``unread``."""
+    log = read_log("INFO 01-01 GPU KV cache size: 100,000 tokens, Maximum concurrency\n"
+                   "for 4,096 tokens per request: 39.08x\n")
+    assert (log.get("max_concurrency"), log.get("max_model_len")) == (39.08, 4096)
+    assert log.unread == ()
+    cut = read_log("INFO 01-01 GPU KV cache size: 100,000 tokens, Maximum concurrency\n"
+                   "INFO 01-01 Starting the API server\n")
+    assert [n for n, _ in cut.unread] == [1]

@@ -102,6 +102,21 @@ def test_an_entry_answering_another_question_under_the_key_is_a_miss(
         assert plan_facts(QWEN, store=tmp_path, **PLAN) == fresh_facts
 
 
+def test_a_plan_question_holding_another_commands_payload_is_planned_again(
+    tmp_path, fresh_facts
+):
+    """An entry that records the plan's question but holds the offload
+    command's payload (same shape: kind, facts, text) is not the plan's: the
+    plan's facts are computed and stored over it."""
+    from kvexplore.planning.stored import payload
+
+    store = AnswerStore.open(tmp_path)
+    plan_q = question(PLAN_KIND, QWEN, **PLAN)
+    store.put(plan_q, payload("offload", {"reasons": ["offloaded"]}, "offload facts"))
+    assert plan_facts(QWEN, store=tmp_path, **PLAN) == fresh_facts
+    assert store.get(plan_q)["kind"] == PLAN_KIND
+
+
 @pytest.mark.parametrize(
     "hostile",
     [

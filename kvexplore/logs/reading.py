@@ -583,8 +583,8 @@ _KEYWORDS = re.compile(
     r"Model loading took|Loading model weights took|Available KV cache memory|total_gpu_memory|"
     r"model weights take|Memory profiling results|Estimated CUDA graph memory|Graph capturing "
     r"finished|is equivalent to|Setting attention block size|Padding mamba page size|kv cache group "
-    r"sizes|kv lcm block sizes|KV cache layout|padding layers|KV cache size:|Maximum concurrency "
-    r"for|GPU blocks:|with config|non-default args|KV cache is needed"
+    r"sizes|kv lcm block sizes|KV cache layout|padding layers|KV cache size:|Maximum concurrency"
+    r"|GPU blocks:|with config|non-default args|KV cache is needed"
 )
 
 #: Banner keys and the figure each gives.
@@ -981,6 +981,20 @@ def _banner_figures(lines: list[str], i: int, m: re.Match) -> tuple[Found, bool]
     return found, cut or "model" not in pairs
 
 
+def _rejoined(lines: list[str]) -> list[str]:
+    """``lines`` with a capacity line that a terminal or a paste wrapped after
+    ``Maximum concurrency`` joined to its continuation (the next line, which
+    starts with ``for``); the continuation's place is left empty, so line
+    numbers stay the file's."""
+    out = list(lines)
+    for i in range(len(out) - 1):
+        if out[i].rstrip().endswith("Maximum concurrency") and \
+                out[i + 1].lstrip().startswith("for "):
+            out[i] = out[i].rstrip() + " " + out[i + 1].strip()
+            out[i + 1] = ""
+    return out
+
+
 def read_log(text_or_path: Any) -> VllmLog:
     """Read a vLLM start-up log (its text, bytes, or a path) into a
     :class:`VllmLog` (see the module doc for the lines read).
@@ -992,7 +1006,7 @@ def read_log(text_or_path: Any) -> VllmLog:
     what = f"log {name!r}" if name else "the log given"
     if not text.strip():
         raise KVExploreError(f"{what} is empty; expected a vLLM start-up log")
-    lines = [_ANSI.sub("", raw).rstrip("\r") for raw in text.split("\n")]
+    lines = _rejoined([_ANSI.sub("", raw).rstrip("\r") for raw in text.split("\n")])
     figures: list[LogFigure] = []
     unread: list[tuple[int, str]] = []
     for i, line in enumerate(lines):
@@ -1048,7 +1062,13 @@ def read_log(text_or_path: Any) -> VllmLog:
         spans = []
         for where, pattern, handle in RULES:
             for m in pattern.finditer(line):
-                for n, v, t, r in handle(m):
+                try:
+                    found = handle(m)
+                except (ValueError, OverflowError):
+                    # a number past what Python reads (its integer-string
+                    # limit) or a float overflow: the figure is not readable
+                    continue
+                for n, v, t, r in found:
                     figures.append(LogFigure(n, v, t, i + 1, line, process, where, r))
                 spans.append(m.span())
         if any(

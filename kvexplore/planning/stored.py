@@ -3,7 +3,7 @@
 :func:`plan_facts` is ``plan(model, **kwargs).to_dict()`` as JSON values,
 and :func:`plan_answer` those facts with ``Plan.text()`` (what ``kvexplore
 plan`` prints), kept together in the answer store (:mod:`kvexplore.store`,
-one payload ``{"facts": ..., "text": ...}``) for the plan's :func:`question`:
+one :func:`payload` ``{"kind": ..., "facts": ..., "text": ...}``) for the plan's :func:`question`:
 the vLLM release, kvexplore's :func:`~kvexplore.store.code_version`, the model
 config's name and content digest, the GPU and the normalised request
 (:func:`~kvexplore.planning.inputs.store_key`: checked as ``PlanRequest``
@@ -71,17 +71,26 @@ def json_facts(facts: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(facts, default=str))
 
 
-def is_payload(value: Any) -> bool:
-    """Whether ``value`` is a stored payload ``{"facts": {...}, "text": str
-    or None}`` (a plan's, ``kvexplore offload``'s or ``capacity``'s), and
-    nothing else."""
-    return (isinstance(value, dict) and set(value) == {"facts", "text"}
+def payload(kind: str, facts: dict, text: str | None) -> dict[str, Any]:
+    """A stored answer: ``{"kind": the question's kind, "facts": JSON
+    values, "text": the text form or None}``; the kind says whose facts
+    they are, so no command serves another's."""
+    return {"kind": kind, "facts": facts, "text": text}
+
+
+def is_payload(value: Any, kind: str | None = None) -> bool:
+    """Whether ``value`` is a stored :func:`payload` (a plan's, ``kvexplore
+    offload``'s or ``capacity``'s) and nothing else; with ``kind``, one
+    answering a question of that kind (a plan's question whose entry holds
+    an offloading answer is not a plan's payload)."""
+    return (isinstance(value, dict) and set(value) == {"kind", "facts", "text"}
+            and isinstance(value["kind"], str) and (kind is None or value["kind"] == kind)
             and isinstance(value["facts"], dict) and isinstance(value["text"], (str, type(None))))
 
 
 def plan_answer(model: Any = DEFAULT_MODEL, *, store: Any = True, text: bool = False,
                 **kwargs: Any) -> dict[str, Any]:
-    """``{"facts": plan(model, **kwargs).to_dict() as JSON values
+    """``{"kind": "plan", "facts": plan(model, **kwargs).to_dict() as JSON values
     (:func:`json_facts`), "text": plan(...).text()}``, from the answer store
     when it holds them (no vLLM import), else planned and stored, both for
     :func:`question` ``(PLAN_KIND, model, **kwargs)``
@@ -100,9 +109,9 @@ def plan_answer(model: Any = DEFAULT_MODEL, *, store: Any = True, text: bool = F
         from kvexplore.planning.planner import plan
 
         p = plan(model, **kwargs)
-        return {"facts": json_facts(p.to_dict()), "text": p.text()}
+        return payload(PLAN_KIND, json_facts(p.to_dict()), p.text())
 
-    return answer(q, compute, store, valid=is_payload,
+    return answer(q, compute, store, valid=lambda value: is_payload(value, PLAN_KIND),
                   enough=lambda hit: not text or hit["text"] is not None)
 
 
@@ -119,6 +128,7 @@ def plan_facts(model: Any = DEFAULT_MODEL, *, store: Any = True, **kwargs: Any) 
 __all__ = [
     "PLAN_KIND",
     "is_payload",
+    "payload",
     "json_facts",
     "plan_answer",
     "plan_facts",

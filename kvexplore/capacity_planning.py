@@ -57,7 +57,7 @@ from kvexplore.display import Displayable
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import FrozenDict, GiB, cdiv, check_int, jsonable
 from kvexplore.memo import per_plan
-from kvexplore.planning import release
+from kvexplore.planning import release, startup
 from kvexplore.planning.admission import blocks_and_admission, largest_max_model_len
 from kvexplore.planning.gpus import DEFAULT_GPU
 from kvexplore.planning.inputs import PLAN_DEFAULTS, as_fraction, check_keywords
@@ -522,13 +522,16 @@ def _with_max_model_len(vc, n: int):
     return vc
 
 
-def _vllm_answers(p: Plan, available: int) -> dict[str, Any]:
+def _vllm_answers(p: Plan, available: int, total: int, util: float) -> dict[str, Any]:
     """The report's fields for ``available`` bytes, each by vLLM's own
     function on ``p``'s config: blocks and admission as the plan's own
     (:func:`kvexplore.planning.admission.blocks_and_admission`),
     ``get_kv_cache_capacity``, and ``_estimate_max_model_len_from_groups`` for
     the longest request the memory admits; the memory-independent half is
-    computed once per plan."""
+    computed once per plan.  The verdict is the whole start-up's
+    (:mod:`kvexplore.planning.startup`): ``request_memory`` on a card of
+    ``total`` bytes at ``util``, the memory check, and the checks on the KV
+    cache config with these blocks (the CUDA-graph mode's Mamba-blocks rule)."""
     from vllm.v1.core.kv_cache_utils import get_kv_cache_capacity
 
     f = per_plan(p, ("capacity",), lambda: _plan_facts(p))
@@ -536,6 +539,9 @@ def _vllm_answers(p: Plan, available: int) -> dict[str, Any]:
     mml = vc.model_config.max_model_len
     num_blocks, admission = blocks_and_admission(vc, groups, f.pool_bytes, available)
     cfg = dataclasses.replace(f.cfg, num_blocks=num_blocks)
+    admission = admission.with_checks(
+        before=(startup.request_memory(cc, total, p.request.gpu_memory_in_use, util),),
+        after=p.checks_after_kv_cache(cfg))
     tokens, concurrency = get_kv_cache_capacity(vc, cfg)
     message, check_memory = admission.message, admission.available_bytes
     probe = _with_max_model_len(vc, max(p.model_max_model_len, mml))
@@ -694,7 +700,8 @@ def capacity(
     if p.request.max_model_len == -1:
         # auto-fit decides max_model_len from the memory: vLLM's own path
         p = p.replace(num_blocks=None, kv_cache_memory_bytes=available)
-    answers = _vllm_answers(p, available)
+    answers = _vllm_answers(p, available, memory["total_memory_bytes"]
+                            or p.gpu.total_memory_range[0], util)
     host = None
     if cpu_bytes_to_use is not None:
         from kvexplore.offloading.config import offload_config

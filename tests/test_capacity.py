@@ -94,9 +94,19 @@ def test_admission_is_vllms_own_verdict(which, memory, request):
         refusal = " ".join(str(exc).split())
     r = kvexplore.capacity(p, kv_cache_memory_bytes=memory)
     q = p.replace(kv_cache_memory_bytes=memory)
-    assert r.admission_message == refusal
-    assert r.admitted is (refusal is None)
-    assert q.admission.message == refusal and q.admission.ok is (refusal is None)
+    memory_check = next(c for c in q.admission.checks if c.name == "kv_cache_memory")
+    assert memory_check.message == refusal and memory_check.ok is (refusal is None)
+    # vLLM checks the memory first; past it, the model runner's CUDA-graph
+    # check refuses max_num_seqs above the blocks of a hybrid
+    # (tests/test_startup.py holds it against the release's own function)
+    graphs = next(c for c in q.admission.checks if c.name == "cudagraph_mode")
+    if any(g.kind == "mamba" for g in q.groups):
+        assert graphs.ok is (q.vllm_config.scheduler_config.max_num_seqs <= q.num_blocks)
+    else:
+        assert graphs.ok
+    expected = refusal if refusal is not None else graphs.message
+    assert r.admission_message == expected == q.admission.message
+    assert r.admitted is q.admission.ok is (expected is None)
     assert r.num_blocks == q.num_blocks
 
 
@@ -224,10 +234,12 @@ def test_largest_max_model_len_is_vllms_estimate(qwen_32k_a100):
         get_kv_cache_configs(vc, [dict(r.plan.layer_specs)], [memory], r.plan.kv_cache_config.kv_cache_groups)
     assert f"estimated maximum model length is {r.largest_max_model_len}." in str(err.value)
     # and that length is admitted, one more token is not
+    # (16 sequences: at vLLM's default 256, more than these blocks, the
+    # CUDA-graph check would refuse before any length is asked)
     assert capacity(QWEN, gpu="A100", max_model_len=r.largest_max_model_len,
-                    kv_cache_memory_bytes=memory).admitted
+                    kv_cache_memory_bytes=memory, max_num_seqs=16).admitted
     assert not capacity(QWEN, gpu="A100", max_model_len=r.largest_max_model_len + 1,
-                        kv_cache_memory_bytes=memory).admitted
+                        kv_cache_memory_bytes=memory, max_num_seqs=16).admitted
     # auto-fit (max_model_len=-1) lands on the same length
     auto = plan(QWEN, gpu="A100", max_model_len=-1, kv_cache_memory_bytes=memory)
     assert auto.model_config.max_model_len == r.largest_max_model_len

@@ -81,7 +81,7 @@ def test_build_request_drops_only_the_memory_keywords_and_the_stage():
     assert b.block_size == 32
     assert set(POST_BUILD_KEYWORDS) == {"max_model_len", "num_blocks", "kv_cache_memory_bytes",
                                     "gpu_memory_utilization", "enable_extensible_kv_cache",
-                                    "pipeline_parallel_rank"}
+                                    "pipeline_parallel_rank", "gpu_memory_in_use"}
     assert b == PlanRequest(block_size=32)
 
 

@@ -144,7 +144,7 @@ def test_a_misspelt_capacity_keyword_offers_the_near_spelling():
     assert text.startswith(
         "capacity() got an unknown keyword gpu_memory_utilisation=0.9"
     )
-    assert "did you mean 'gpu_memory_utilization'?" in text
+    assert "did you mean 'gpu_memory_utilization'" in text
 
 
 @pytest.fixture(scope="module")

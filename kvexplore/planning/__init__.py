@@ -15,9 +15,13 @@ from kvexplore.planning.models import (
     load_model_config,
 )
 
-#: The planner's names, imported from :mod:`kvexplore.planning.planner` on first use.
-__getattr__ = lazy_attributes(__name__, dict.fromkeys(
-    ("Admission", "Plan", "catalog", "clear_plan_cache", "plan"), "kvexplore.planning.planner"))
+#: The planner's names (and the start-up check's and way out's types), imported on first use.
+__getattr__ = lazy_attributes(__name__, {
+    **dict.fromkeys(("Admission", "Plan", "catalog", "clear_plan_cache", "plan"),
+                    "kvexplore.planning.planner"),
+    "StartupCheck": "kvexplore.planning.startup",
+    "WayOut": "kvexplore.planning.way_out",
+})
 
 __all__ = [
     "DEFAULT_GPU",
@@ -27,6 +31,8 @@ __all__ = [
     "LayerInfo",
     "ModelSource",
     "Plan",
+    "StartupCheck",
+    "WayOut",
     "catalog",
     "catalog_names",
     "clear_plan_cache",

@@ -19,20 +19,27 @@ from functools import cached_property
 from typing import Any
 
 from kvexplore.display import Displayable
+from kvexplore.layout import FrozenDict
 from kvexplore.planning import release
 from kvexplore.planning.emulation import emulate, patch_attributes
 
 
 @dataclass(frozen=True, kw_only=True)
 class Admission(Displayable):
-    """vLLM's start-up verdict on the cache: can it serve one request of
-    ``max_model_len`` tokens? (``kv_cache_planning.py:
-    _check_enough_kv_cache_memory``, called by ``get_kv_cache_configs``).
+    """vLLM's start-up verdict on the way to serving: every check the release
+    runs between ``create_engine_config()`` and its first request that
+    kvexplore reproduces (:attr:`checks`, in vLLM's order,
+    :mod:`kvexplore.planning.startup`), the KV cache memory check among them
+    (``kv_cache_planning.py: _check_enough_kv_cache_memory``, called by
+    ``get_kv_cache_configs``: can the cache serve one request of
+    ``max_model_len`` tokens?).
 
-    ``message`` is vLLM's own error text when it would refuse to start, and
-    ``estimated_max_model_len`` the estimate that message quotes
-    (``_estimate_max_model_len_from_groups``, a binary search run on first
-    access). ``auto_fit_from`` is the model's length when
+    ``ok`` is False when any check refuses; ``message`` is vLLM's own error
+    text of the first refusal; ``refused_by`` that check.  ``memory_ok`` is
+    the memory check's own verdict, ``needed_bytes`` / ``available_bytes``
+    its inputs, and ``estimated_max_model_len`` the estimate its message
+    quotes (``_estimate_max_model_len_from_groups``, a binary search run on
+    first access). ``auto_fit_from`` is the model's length when
     ``max_model_len=-1`` made vLLM shrink it to fit.  ``release`` names the
     vLLM release whose check gave the verdict, in one line by :meth:`summary`.
     ``text()``, ``_repr_html_()`` and ``figure()`` are its display forms
@@ -48,17 +55,63 @@ class Admission(Displayable):
     _extra: tuple = field(default=(), repr=False, compare=False)
     _estimate: Any = field(default=None, repr=False, compare=False)
     _check: Any = field(default=None, repr=False, compare=False)
+    _before: tuple = field(default=(), repr=False, compare=False)
+    _after: tuple = field(default=(), repr=False, compare=False)
+
+    @property
+    def memory_ok(self) -> bool:
+        """The KV cache memory check's own verdict."""
+        return self.needed_bytes <= self.available_bytes and self.available_bytes > 0
+
+    def with_checks(self, before: tuple = (), after: tuple = ()) -> Admission:
+        """This verdict with the checks vLLM runs ``before`` the memory check
+        (the worker's ``init_device``) and ``after`` it (``initialize_kv_cache``
+        and on), each a :class:`~kvexplore.planning.startup.StartupCheck`;
+        ``ok`` becomes every check's verdict."""
+        return dataclasses.replace(
+            self, ok=self.memory_ok and all(c.ok for c in (*before, *after)),
+            _before=tuple(before), _after=tuple(after))
+
+    @cached_property
+    def checks(self) -> tuple:
+        """Every check that ran, in vLLM's order, each a
+        :class:`~kvexplore.planning.startup.StartupCheck`: the worker's
+        ``request_memory``, the KV cache memory check, the model runner's
+        CUDA-graph resolution and the connector's."""
+        from kvexplore.planning.startup import StartupCheck
+
+        memory = StartupCheck(
+            name="kv_cache_memory", stage="engine core get_kv_cache_configs",
+            function=("v1/core/kv_cache_planning.py: _check_enough_kv_cache_memory"
+                      if release.kv_cache_planning().__name__.endswith("kv_cache_planning")
+                      else "v1/core/kv_cache_utils.py: _check_enough_kv_cache_memory"),
+            ok=self.memory_ok, message=None if self.memory_ok else self._memory_message,
+            inputs=FrozenDict(max_model_len=self.max_model_len, needed_bytes=self.needed_bytes,
+                              available_bytes=self.available_bytes),
+        )
+        return (*self._before, memory, *self._after)
+
+    @property
+    def refused_by(self):
+        """The first check that refuses (a ``StartupCheck``), or ``None``."""
+        return next((c for c in self.checks if not c.ok), None) if not self.ok else None
 
     @cached_property
     def estimated_max_model_len(self) -> int | None:
-        if self.ok or self._estimate is None or self.available_bytes <= 0:
+        if self.memory_ok or self._estimate is None or self.available_bytes <= 0:
             return None
         est = self._estimate(self.available_bytes)
         return est if est > 0 else None
 
     @cached_property
     def message(self) -> str | None:
-        if self.ok:
+        """vLLM's own message of the first refusal; ``None`` when admitted."""
+        first = self.refused_by
+        return None if first is None else first.message
+
+    @cached_property
+    def _memory_message(self) -> str | None:
+        if self.memory_ok:
             return None
         estimate = self.estimated_max_model_len or 0
         try:
@@ -77,12 +130,26 @@ class Admission(Displayable):
             "estimated_max_model_len": self.estimated_max_model_len,
             "auto_fit_from": self.auto_fit_from, "message": self.message,
             "release": self.release,
+            "refused_by": None if self.refused_by is None else self.refused_by.name,
+            "checks": [c.to_dict() for c in self.checks],
         }
+
+    @property
+    def check_table(self):
+        """One row per check that ran (a pandas DataFrame): name, stage, vLLM
+        function, passed, vLLM's message, outcome."""
+        import pandas as pd
+
+        return pd.DataFrame([{"check": c.name, "stage": c.stage, "function": c.function,
+                              "passed": c.ok, "message": c.message or "",
+                              "outcome": c.outcome} for c in self.checks])
 
     def summary(self) -> str:
         """One line: ``admitted: ...`` with the bytes one request needs and
         the cache holds (and the auto-fit length it replaced), or ``refused
-        by RELEASE at start-up:`` and vLLM's own message."""
+        by RELEASE at start-up:`` and vLLM's own message, with the check's
+        name where it is not the memory check (:attr:`check_table` lists
+        every check)."""
         if self.ok:
             out = (
                 f"admitted: one request of max_model_len={self.max_model_len:,} needs "
@@ -91,6 +158,9 @@ class Admission(Displayable):
             if self.auto_fit_from is not None:
                 out += f" (auto-fit reduced max_model_len from {self.auto_fit_from:,})"
             return out
+        first = self.refused_by
+        if first is not None and first.name != "kv_cache_memory":
+            return f"refused by {self.release} at start-up ({first.name}): {self.message}"
         return f"refused by {self.release} at start-up: {self.message}"
 
 

@@ -159,10 +159,12 @@ UNPLANNED_CACHE_ARGUMENTS: dict[str, str] = _each({
      "cache_aware_admission_window"):
         "when the scheduler admits a request at run time (free-block headroom, reserving the "
         "whole prompt); the plan's admission is the start-up check",
-    ("compilation_config", "cudagraph_capture_sizes", "max_cudagraph_capture_size",
-     "enforce_eager", "optimization_level", "performance_mode"):
-        "the CUDA graphs captured, whose memory the start-up profile subtracts; kvexplore "
-        "estimates it for vLLM's defaults",
+    ("cudagraph_capture_sizes", "max_cudagraph_capture_size"):
+        "shorthands of compilation_config's fields of the same names; "
+        "plan(compilation_config=...) takes them",
+    ("optimization_level", "performance_mode"):
+        "the compilation level and its CUDA-graph defaults (-O); plan() takes the "
+        "release's default level, and compilation_config / enforce_eager override it",
     ("enable_dbo", "ubatch_size", "dbo_decode_token_threshold", "dbo_prefill_token_threshold"):
         "micro-batching of the forward: the activation and CUDA-graph memory profiled",
     ("disable_custom_all_reduce",):
@@ -178,10 +180,9 @@ UNPLANNED_CACHE_ARGUMENTS: dict[str, str] = _each({
     ("cpu_offload_gb", "cpu_offload_params", "offload_backend", "offload_group_size",
      "offload_num_in_group", "offload_prefetch_step", "offload_params"):
         "weights offloaded to host memory: fewer weight bytes per rank on the GPU",
-    ("kv_transfer_config", "kv_offloading_size", "kv_offloading_backend"):
-        "a KV connector (offloading among them): hash block sizes, and with vLLM 0.34 the "
-        "extensible cache; kvexplore.allocate, offload_config and capacity take the "
-        "connector, a plan is the cache without one",
+    ("kv_offloading_size", "kv_offloading_backend"):
+        "shorthands that configure vLLM's offloading connector; plan(kv_transfer_config=...) "
+        "takes the connector, offload_config and capacity its options",
     ("ec_transfer_config", "ec_manager_config"):
         "not analysed: the encoder-cache connector's GPU memory",
     ("quantization_config",):

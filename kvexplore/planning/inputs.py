@@ -319,6 +319,23 @@ class PlanRequest:
         None, _json_object("{'num_hidden_layers': 8}"),
         'changes to the model\'s config.json, e.g. \'{"num_hidden_layers": 8}\' (a sweep '
         'holds it fixed)', cli="json")
+    enforce_eager: bool = keyword(
+        False, as_bool, "run the model eagerly: no CUDA graphs (vLLM's --enforce-eager)",
+        cli="bool")
+    compilation_config: str | None = keyword(
+        None, _json_object("{'cudagraph_mode': 'PIECEWISE'}"),
+        'vLLM\'s CompilationConfig fields, e.g. \'{"cudagraph_mode": "PIECEWISE"}\' '
+        '(vLLM\'s --compilation-config / -cc; a sweep holds it fixed)',
+        flags=("--compilation-config", "-cc"), cli="json")
+    kv_transfer_config: str | None = keyword(
+        None, _json_object("{'kv_connector': 'OffloadingConnector', 'kv_role': 'kv_both'}"),
+        'the KV connector, as vLLM takes it, e.g. \'{"kv_connector": "OffloadingConnector", '
+        '"kv_role": "kv_both"}\' (vLLM\'s --kv-transfer-config; a sweep holds it fixed)',
+        cli="json")
+    gpu_memory_in_use: int = keyword(
+        0, _index, "bytes of the card another process holds when vLLM starts (vLLM measures "
+        "the free memory; its request_memory check refuses less than gpu_memory_utilization "
+        "of the card)", cli="int", engine=False, build=False)
     draft_model: Any = field(default=None, init=False, repr=False, metadata={"keyword": False})
 
     def __post_init__(self) -> None:
@@ -337,6 +354,7 @@ class PlanRequest:
                 f"pipeline_parallel_size={self.pipeline_parallel_size}; expected 0 to "
                 f"{self.pipeline_parallel_size - 1}"
             )
+        check_engine_configs(self.compilation_config, self.kv_transfer_config)
         from kvexplore.planning.release import require_engine_arguments
 
         require_engine_arguments({f.name: getattr(self, f.name) for f in keyword_fields()
@@ -376,6 +394,61 @@ class PlanRequest:
         if self.draft_model is not None:
             kw["speculative_config"]["model"] = str(self.draft_model.config_dir)
         return kw
+
+
+def check_engine_configs(compilation_config: str | None, kv_transfer_config: str | None) -> None:
+    """Refuse a ``compilation_config`` or ``kv_transfer_config`` (canonical
+    JSON text) that vLLM's own config classes refuse: ``CompilationConfig``
+    (an unknown field, a ``cudagraph_mode`` that is not a ``CUDAGraphMode``
+    name) and ``KVTransferConfig`` with ``KVConnectorFactory.get_connector_class``
+    (a connector vLLM does not know), each a :class:`KVExploreError` naming
+    the value and quoting vLLM."""
+    if compilation_config is not None:
+        from vllm.config.compilation import CompilationConfig, CUDAGraphMode
+
+        given = json.loads(compilation_config)
+        names = {f.name for f in dataclasses.fields(CompilationConfig)}
+        unknown = [k for k in given if k not in names]
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], sorted(names), n=3, cutoff=0.6)
+            raise KVExploreError(
+                f"compilation_config={given!r} has an unknown field {unknown[0]!r}"
+                + (f" (did you mean {' or '.join(map(repr, close))}?)" if close else "")
+                + "; expected fields of vLLM's CompilationConfig such as 'cudagraph_mode', "
+                "'cudagraph_capture_sizes', 'max_cudagraph_capture_size'"
+            )
+        mode = given.get("cudagraph_mode")
+        modes = [m.name for m in CUDAGraphMode]
+        if mode is not None and (not isinstance(mode, str) or mode.upper() not in modes):
+            raise KVExploreError(
+                f"compilation_config['cudagraph_mode']={mode!r} is invalid; expected one of "
+                f"{modes} (vLLM's CUDAGraphMode)"
+            )
+        try:
+            CompilationConfig(**given)
+        except Exception as exc:
+            raise KVExploreError(
+                f"compilation_config={given!r} is refused by vLLM's CompilationConfig: "
+                f"{' '.join(str(exc).split())[:300]}"
+            ) from None
+    if kv_transfer_config is not None:
+        from vllm.config.kv_transfer import KVTransferConfig
+
+        from kvexplore.planning.release import connector_class
+
+        given = json.loads(kv_transfer_config)
+        try:
+            ktc = KVTransferConfig(**given)
+            if ktc.kv_connector is None:
+                raise ValueError("kv_connector is not set")
+            connector_class(ktc)
+        except Exception as exc:
+            raise KVExploreError(
+                f"kv_transfer_config={given!r} is refused by vLLM: "
+                f"{' '.join(str(exc).split())[:300]}; expected a connector vLLM's "
+                "KVConnectorFactory knows (e.g. 'OffloadingConnector', 'LMCacheMPConnector', "
+                "'NixlConnector') and its kv_role"
+            ) from None
 
 
 def check_quantization(src, request: PlanRequest) -> None:
@@ -516,6 +589,7 @@ __all__ = [
     "as_fraction",
     "as_int",
     "VLLM_CHECKED",
+    "check_engine_configs",
     "check_quantization",
     "keyword",
     "keyword_fields",

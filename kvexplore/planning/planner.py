@@ -51,6 +51,7 @@ from kvexplore.layout import (
     cdiv,
     jsonable,
 )
+from kvexplore.planning import startup
 from kvexplore.planning.admission import Admission, kv_cache_config_with_admission
 from kvexplore.planning.derivation import plan_derivation, smallest_kernel_block
 from kvexplore.planning.drafter import Drafter
@@ -332,6 +333,20 @@ class Plan(Displayable):
 
         return weight_term(self._build).low
 
+    def checks_after_kv_cache(self, kv_cache_config) -> tuple:
+        """The start-up checks vLLM runs once a KV cache config exists
+        (:func:`kvexplore.planning.startup.checks_after_kv_cache`), on this
+        plan's build with ``kv_cache_config`` (this layout, other blocks)."""
+        return startup.checks_after_kv_cache(self._vllm_config, kv_cache_config, self._build)
+
+    def way_out(self) -> tuple:
+        """The settings nearest to this plan that get past its first start-up
+        refusal, each planned and confirmed
+        (:func:`kvexplore.planning.way_out.way_out`); ``()`` when it starts."""
+        from kvexplore.planning.way_out import way_out
+
+        return way_out(self)
+
     def memory_profile(self):
         """:func:`kvexplore.planning.profile.profile_build` of this plan's build
         (traces the model's forward once per build)."""
@@ -602,7 +617,8 @@ def _kv_cache_memory(gpu: GPU, built, r: PlanRequest, utilization: float,
 
     if r.num_blocks is not None or r.kv_cache_memory_bytes is not None:
         return r.kv_cache_memory_bytes
-    low, _ = kv_cache_memory_range(memory_terms(built, gpu), utilization, extensible=extensible)
+    low, _ = kv_cache_memory_range(memory_terms(built, gpu), utilization, extensible=extensible,
+                                   memory_in_use=r.gpu_memory_in_use)
     return max(low, 0)
 
 
@@ -669,12 +685,23 @@ def _plan_from_build(src: ModelSource, gpu: GPU, r: PlanRequest, stages: tuple) 
             "(e.g. num_hidden_layers=0); expected at least one attention or state layer"
         )
     rank = r.pipeline_parallel_rank
+    card = gpu.total_memory_range[1]
+    if r.gpu_memory_in_use > card:
+        raise KVExploreError(
+            f"gpu_memory_in_use={r.gpu_memory_in_use:,} is more than the {gpu.name}'s "
+            f"{card:,} B; expected 0 to {card:,} bytes held by other processes at start"
+        )
     vc = _plan_vllm_config(src, built, r)
     extensible, utilization = _sizing(gpu, vc, r)
     memories = [_kv_cache_memory(gpu, b, r, utilization, extensible) for b in stages]
     memory = memories[rank]
     cfg, admission = kv_cache_config_with_admission(vc, stages, memories, rank)
     check_cache_bytes(vc, cfg)
+    if admission is not None:
+        admission = admission.with_checks(
+            before=(startup.request_memory(vc.cache_config, gpu.total_memory_range[0],
+                                           r.gpu_memory_in_use, utilization),),
+            after=startup.checks_after_kv_cache(vc, cfg, built))
     # the engine core's next step: the scheduler and hash block sizes, which
     # refuse a prefix_match_unit the groups' block sizes do not allow
     resolve_kv_cache_block_sizes(cfg, vc)

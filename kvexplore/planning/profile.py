@@ -166,15 +166,23 @@ def _traced_forward(built, tokens: int, seqs: int) -> tuple[int, int, str | None
             return 0, 0, f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
 
 
-def _cudagraph(vc) -> Term:
+def _cudagraph(built) -> Term:
+    """The CUDA-graph pool for the mode the runner resolves before
+    ``profile_cudagraph_memory`` (:func:`kvexplore.planning.startup.profiled_cudagraph_mode`)."""
     from vllm.config.compilation import CUDAGraphMode
 
-    cc = vc.compilation_config
-    mode = cc.cudagraph_mode
-    if vc.model_config.enforce_eager or mode in (None, CUDAGraphMode.NONE):
+    from kvexplore.planning.startup import profiled_cudagraph_mode
+
+    vc = built.vllm_config
+    if vc.model_config.enforce_eager or vc.compilation_config.cudagraph_mode in (
+            None, CUDAGraphMode.NONE):
         return Term(0, 0, "0: no CUDA graphs are captured (enforce_eager / cudagraph_mode NONE)")
+    mode, sizes = profiled_cudagraph_mode(built)
+    if mode in (None, CUDAGraphMode.NONE):
+        return Term(0, 0, "0: the runner resolves cudagraph_mode to NONE for these backends "
+                          "(resolve_cudagraph_mode_and_sizes)")
     modes = 2 if mode == CUDAGraphMode.FULL_AND_PIECEWISE else 1
-    n = len(cc.cudagraph_capture_sizes or [])
+    n = len(sizes)
     low, high = (modes * (first + max(n - 1, 0) * per) for first, per in
                  zip(CUDAGRAPH_FIRST, CUDAGRAPH_PER_GRAPH, strict=True))
     return Term(low, high, (
@@ -245,7 +253,7 @@ def _profile(built) -> MemoryProfile:
     leaves = ("attention and state kernel workspaces", "the drafter's dummy forward",
               "multimodal encoder profiling", "memory fragmentation")
     return MemoryProfile(weights, _activation(built, forward, logits, why), non_torch,
-                         _cudagraph(vc), forward, logits, tokens, seqs, leaves)
+                         _cudagraph(built), forward, logits, tokens, seqs, leaves)
 
 
 def memory_terms(built, gpu) -> dict[str, Term]:
@@ -269,7 +277,7 @@ def memory_terms(built, gpu) -> dict[str, Term]:
 
 
 def kv_cache_memory_range(terms: dict[str, Term], gpu_memory_utilization: float,
-                          *, extensible: bool = False) -> tuple[int, int]:
+                          *, extensible: bool = False, memory_in_use: int = 0) -> tuple[int, int]:
     """``(low, high)`` bytes the worker leaves the KV cache; the low end takes
     each subtracted term's high end and the total's low end, the high end the
     other way round.
@@ -280,7 +288,10 @@ def kv_cache_memory_range(terms: dict[str, Term], gpu_memory_utilization: float,
     release sizes it after warmup from measured memory instead: its own
     ``measure_kv_cache_bytes`` on a card whose used memory is the weights,
     non-torch and CUDA-graph memory, with the activation peak as the transient
-    peak it keeps free (plus its margin)."""
+    peak it keeps free (plus its margin), and ``memory_in_use`` bytes held by
+    another process since start (not free at start nor after warmup; the
+    profile's sizing does not see them: it subtracts what the worker itself
+    took)."""
     total = terms["total_memory_bytes"]
     rest = [t for name, t in terms.items() if name != "total_memory_bytes"]
     if not extensible:
@@ -294,7 +305,8 @@ def kv_cache_memory_range(terms: dict[str, Term], gpu_memory_utilization: float,
     peak = terms["activation_peak_bytes"]
 
     def measured(card: int, used: int, transient: int) -> int:
-        return int(measure(init_free_memory=card, free_memory=card - used, committed_bytes=0,
+        return int(measure(init_free_memory=card - memory_in_use,
+                           free_memory=card - memory_in_use - used, committed_bytes=0,
                            requested_memory=math.ceil(card * gpu_memory_utilization),
                            transient_peak_bytes=transient))
 

@@ -565,6 +565,103 @@ def admission_hint(vc) -> tuple[str, ...]:
     return (hint(vc),)
 
 
+# ---------------------------------------------------------------------------
+# The start-up checks after the KV cache config exists
+# ---------------------------------------------------------------------------
+
+
+def resolve_cudagraph_mode(cc, *, min_cg_support, min_cg_attn_backend: str | None,
+                           uniform_decode_query_len: int, use_v2_model_runner: bool,
+                           tensor_parallel_size: int, kv_cache_config, max_num_reqs: int,
+                           piecewise_capture_available: bool):
+    """The release's ``CompilationConfig.resolve_cudagraph_mode_and_sizes``
+    (``vllm/config/compilation.py``) called on ``cc`` as the model runner's
+    ``initialize_kv_cache`` calls it (``is_profiling=False``), with only the
+    keywords the release's signature has (0.31 takes
+    ``tensor_parallel_size``, 0.34 no ``use_v2_model_runner``;
+    ``piecewise_capture_available`` is passed by Model Runner V2 only).
+    ``cc`` is rewritten as vLLM rewrites it: pass a copy."""
+    fn = getattr(type(cc), "resolve_cudagraph_mode_and_sizes", None)
+    if fn is None:
+        raise _mismatch("CompilationConfig.resolve_cudagraph_mode_and_sizes")
+    given = {
+        "uniform_decode_query_len": uniform_decode_query_len,
+        "use_v2_model_runner": use_v2_model_runner,
+        "tensor_parallel_size": tensor_parallel_size,
+        "kv_cache_config": kv_cache_config,
+        "max_num_reqs": max_num_reqs,
+        "is_profiling": False,
+    }
+    if use_v2_model_runner:
+        given["piecewise_capture_available"] = piecewise_capture_available
+    takes = inspect.signature(fn).parameters
+    return fn(cc, min_cg_support, min_cg_attn_backend,
+              **{k: v for k, v in given.items() if k in takes})
+
+
+def piecewise_capture_available(vc, model) -> bool:
+    """Model Runner V2's ``piecewise_capture_available``
+    (``vllm/v1/worker/gpu/model_runner.py: initialize_kv_cache``): breakable
+    CUDA graphs switched on (0.34: ``is_breakable_cudagraph_enabled`` of the
+    compilation config; before: ``VLLM_USE_BREAKABLE_CUDAGRAPH``) or a
+    submodule of ``model`` compiled by ``@support_torch_compile``
+    (``has_compiled_submodule``)."""
+    runner = importlib.import_module("vllm.v1.worker.gpu.model_runner")
+    breakable = getattr(runner, "is_breakable_cudagraph_enabled", None)
+    if breakable is not None:
+        on = bool(breakable(vc.compilation_config))
+    else:
+        import vllm.envs as envs
+
+        on = bool(getattr(envs, "VLLM_USE_BREAKABLE_CUDAGRAPH", False))
+    _, compiled = _first((("vllm.v1.worker.gpu.cudagraph_utils", "has_compiled_submodule"),),
+                         "has_compiled_submodule")
+    return on or (model is not None and bool(compiled(model)))
+
+
+def uniform_decode_query_len(vc) -> int:
+    """Tokens one decode step verifies per request: ``1 +
+    num_speculative_tokens`` (V1: ``GPUModelRunner.uniform_decode_query_len``;
+    V2: ``num_speculative_steps`` plus the one token sampled per step)."""
+    spec = vc.speculative_config
+    return 1 + int(getattr(spec, "num_speculative_tokens", 0) or 0) if spec is not None else 1
+
+
+def request_memory_check():
+    """``request_memory`` (``vllm/v1/worker/utils.py``): the worker's
+    ``init_device`` check that the card's free memory covers
+    ``gpu_memory_utilization`` of it."""
+    _, fn = _first((("vllm.v1.worker.utils", "request_memory"),), "request_memory")
+    return fn
+
+
+def connector_supports_hma(kv_transfer_config) -> bool:
+    """``KVConnectorFactory.supports_hma_config``
+    (``vllm/distributed/kv_transfer/kv_connector/factory.py``): whether the
+    connector (every child of a ``MultiConnector``) declares support for the
+    hybrid KV cache manager."""
+    _, factory = _first((("vllm.distributed.kv_transfer.kv_connector.factory",
+                          "KVConnectorFactory"),), "KVConnectorFactory")
+    return bool(factory.supports_hma_config(kv_transfer_config))
+
+
+def attention_cp_check():
+    """``check_attention_cp_compatibility`` (``vllm/v1/worker/cp_utils.py``):
+    the model runner's check that every attention layer's backend supports
+    the configured prefill / decode context parallelism."""
+    _, fn = _first((("vllm.v1.worker.cp_utils", "check_attention_cp_compatibility"),),
+                   "check_attention_cp_compatibility")
+    return fn
+
+
+def connector_class(kv_transfer_config) -> type:
+    """``KVConnectorFactory.get_connector_class``: the class a
+    ``kv_transfer_config`` names (the registry, or its module path)."""
+    _, factory = _first((("vllm.distributed.kv_transfer.kv_connector.factory",
+                          "KVConnectorFactory"),), "KVConnectorFactory")
+    return factory.get_connector_class(kv_transfer_config)
+
+
 __all__ = [
     "COMPARED_RELEASES",
     "REQUIREMENT",
@@ -572,7 +669,14 @@ __all__ = [
     "WINDOW_RELEASES",
     "Release",
     "admission_hint",
+    "attention_cp_check",
     "builds_no_draft_model",
+    "connector_class",
+    "connector_supports_hma",
+    "piecewise_capture_available",
+    "request_memory_check",
+    "resolve_cudagraph_mode",
+    "uniform_decode_query_len",
     "canonical_release",
     "total_num_hidden_layers",
     "cache_hit_alignment_tokens",

@@ -164,6 +164,11 @@ def _engine_config(model_dir: str, kwargs: dict):
     from vllm.engine.arg_utils import EngineArgs
     from vllm.usage.usage_lib import UsageContext
 
+    if isinstance(kwargs.get("kv_transfer_config"), dict):
+        # the command line parses --kv-transfer-config into vLLM's class
+        from vllm.config.kv_transfer import KVTransferConfig
+
+        kwargs = {**kwargs, "kv_transfer_config": KVTransferConfig(**kwargs["kv_transfer_config"])}
     args = EngineArgs(
         model=model_dir,
         tokenizer=model_dir,

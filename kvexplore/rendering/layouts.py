@@ -390,9 +390,17 @@ def plan_title(plan) -> str:
 
 def plan_text(plan) -> str:
     """``Plan.text()``: the header, the key numbers, the groups and the
-    derivation of every size (what ``kvexplore plan`` prints)."""
-    return "\n".join([repr(plan), "", plan.summary.to_string(index=False), "", "KV cache groups:",
-                      plan.group_table.to_string(index=False), "", "derivation:", plan.explain()])
+    derivation of every size (what ``kvexplore plan`` prints); when vLLM
+    would refuse to start it, every start-up check's verdict and the way out
+    (``Plan.way_out``)."""
+    lines = [repr(plan), "", plan.summary.to_string(index=False), "", "KV cache groups:",
+             plan.group_table.to_string(index=False), "", "derivation:", plan.explain()]
+    if plan.admission is not None and not plan.admission.ok:
+        lines += ["", "start-up checks:",
+                  *(f"  {c.summary()}" for c in plan.admission.checks), "",
+                  "way out (each planned):",
+                  *(f"  {w.text()}" for w in plan.way_out())]
+    return "\n".join(lines)
 
 
 def plan_figure(plan, *, registration: str = "unified"):

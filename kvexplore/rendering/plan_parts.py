@@ -25,31 +25,42 @@ def admission_html(admission) -> str:
     return message_html(admission_text(admission), "info" if admission.ok else "error")
 
 
-def admission_figure(admission):
-    """Two bars on one byte axis (GiB): what one request of ``max_model_len``
-    needs and what the cache holds, the first red when refused."""
-    gib = 1 << 30
-    fig = new_figure(6.0, 1.8)
-    ax = fig.subplots()
-    labels = [f"one request of {admission.max_model_len:,} tokens", "the cache holds"]
-    values = [admission.needed_bytes / gib, admission.available_bytes / gib]
-    colours = ["#55A868" if admission.ok else "#C44E52", "#4C72B0"]
+def _bars(ax, labels, values, colours, unit: str, fmt: str) -> None:
     ax.barh(labels, values, color=colours)
     for y, value in enumerate(values):
-        ax.annotate(
-            f"{value:,.2f} GiB",
-            (value, y),
-            xytext=(3, 0),
-            textcoords="offset points",
-            va="center",
-            fontsize=8,
-        )
+        ax.annotate(fmt.format(value), (value, y), xytext=(3, 0), textcoords="offset points",
+                    va="center", fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("GiB")
+    ax.set_xlabel(unit)
     ax.margins(x=0.25)
-    ax.set_title(
-        "admitted" if admission.ok else f"refused by {admission.release}", fontsize=9
-    )
+
+
+def admission_figure(admission):
+    """The start-up verdict drawn: what one request of ``max_model_len``
+    needs beside what the cache holds (GiB), and, for a cache with Mamba
+    layers under full CUDA graphs, the sequences ``max_num_seqs`` asks
+    beside the blocks there are (each decoding sequence holds one); a bar
+    is red where its check refuses.  The title names the first check that
+    refuses, or every check that passed."""
+    gib = 1 << 30
+    graphs = next((c for c in admission.checks if c.name == "cudagraph_mode"), None)
+    seqs = graphs is not None and graphs.inputs.get("has_mamba_layers") and \
+        "FULL" in str(graphs.outcome or graphs.inputs.get("cudagraph_mode", ""))
+    fig = new_figure(6.0, 3.2 if seqs else 1.8)
+    axes = fig.subplots(2 if seqs else 1, 1, squeeze=False)[:, 0]
+    red, green, blue = "#C44E52", "#55A868", "#4C72B0"
+    _bars(axes[0], [f"one request of {admission.max_model_len:,} tokens", "the cache holds"],
+          [admission.needed_bytes / gib, admission.available_bytes / gib],
+          [green if admission.memory_ok else red, blue], "GiB", "{:,.2f} GiB")
+    if seqs:
+        _bars(axes[1], [f"max_num_seqs ({graphs.inputs['max_num_seqs']:,})",
+                        f"Mamba blocks ({graphs.inputs['num_blocks']:,})"],
+              [graphs.inputs["max_num_seqs"], graphs.inputs["num_blocks"]],
+              [green if graphs.ok else red, blue], "sequences / blocks", "{:,}")
+    first = admission.refused_by
+    title = (f"refused by {admission.release}: {first.name}" if first is not None
+             else "admitted: " + ", ".join(c.name for c in admission.checks))
+    axes[0].set_title(title, fontsize=9)
     fig.tight_layout()
     return fig
 

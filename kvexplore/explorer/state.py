@@ -51,8 +51,13 @@ from kvexplore.versions import compare_versions, compatibility
 EXPLORED_KEYWORDS = (
     "tensor_parallel_size", "decode_context_parallel_size", "pipeline_parallel_size",
     "pipeline_parallel_rank", "block_size", "kv_cache_dtype", "dtype", "attention_backend",
-    "mamba_cache_mode", "enable_prefix_caching",
+    "mamba_cache_mode", "enable_prefix_caching", "max_num_seqs", "gpu_memory_utilization",
+    "max_model_len",
 )
+
+#: ``compilation_config["cudagraph_mode"]`` choices of the CUDA-graph control
+#: ("auto": vLLM's default for the deployment).
+CUDAGRAPH_MODES = ("auto", "FULL_AND_PIECEWISE", "FULL_DECODE_ONLY", "FULL", "PIECEWISE", "NONE")
 
 #: Controls and their defaults ("auto" = let vLLM choose: a keyword whose
 #: ``plan()`` default is ``None``); a keyword's default is ``plan()``'s.
@@ -60,6 +65,7 @@ CONTROL_DEFAULTS: dict[str, Any] = {
     "model": DEFAULT_MODEL,
     "gpu": DEFAULT_GPU,
     **{k: "auto" if PLAN_DEFAULTS[k] is None else PLAN_DEFAULTS[k] for k in EXPLORED_KEYWORDS},
+    "cudagraph_mode": "auto",
     "speculative_method": "none",
     "num_speculative_tokens": 3,
     "draft_model": "",
@@ -122,6 +128,10 @@ def choices() -> dict[str, list]:
         "lmcache": ["auto", *lmcache_releases()],
         "block_size": ["auto", "16", "32", "64", "128", "256", "544", "1088"],
         "speculative_method": list(SPECULATIVE_METHODS),
+        "max_num_seqs": ["auto", "64", "128", "256", "512", "1024"],
+        "gpu_memory_utilization": ["auto", "0.8", "0.85", "0.9", "0.92", "0.95"],
+        "max_model_len": ["auto", "4096", "32768", "131072", "262144"],
+        "cudagraph_mode": list(CUDAGRAPH_MODES),
     }
 
 
@@ -139,6 +149,19 @@ def _control_int(name: str, value: Any, *, auto: bool = False) -> int | None:
         allowed = ("'auto' or " if auto else "") + f"an integer >= {minimum}"
         raise KVExploreError(f"{name}={value!r} is invalid; expected {allowed}")
     return parsed
+
+
+def _control_fraction(name: str, value: Any) -> float | None:
+    """``'0.9'`` -> 0.9; ``'auto'``/``''``/None -> None (vLLM's default)."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "auto")):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = -1.0
+    if isinstance(value, bool) or not 0 < number <= 1:
+        raise KVExploreError(f"{name}={value!r} is invalid; expected 'auto' or a number in (0, 1]")
+    return number
 
 
 def _auto(value: Any) -> Any:
@@ -216,7 +239,39 @@ class ExplorerState:
             "mamba_cache_mode": _auto(c["mamba_cache_mode"]),
             "enable_prefix_caching": _auto(c["enable_prefix_caching"]),
             "speculative_config": _speculative_config(c),
+            "max_num_seqs": _control_int("max_num_seqs", c["max_num_seqs"], auto=True),
+            "gpu_memory_utilization": _control_fraction("gpu_memory_utilization",
+                                                        c["gpu_memory_utilization"]),
+            "max_model_len": _control_int("max_model_len", c["max_model_len"], auto=True),
+            "compilation_config": (None if _auto(c["cudagraph_mode"]) is None
+                                   else {"cudagraph_mode": c["cudagraph_mode"]}),
         }
+
+    def way_out(self) -> tuple:
+        """The current plan's way out of its start-up refusal
+        (:meth:`kvexplore.Plan.way_out`, each planned); ``()`` when it starts
+        or there is no plan."""
+        if self.plan is None or self.plan.admission is None or self.plan.admission.ok:
+            return ()
+        return self.plan.way_out()
+
+    def apply_way_out(self, index: int = 0) -> tuple[str, ...]:
+        """Set the controls to way out ``index`` of :meth:`way_out` (its
+        ``max_num_seqs``, ``gpu_memory_utilization``, ``max_model_len`` and
+        CUDA-graph mode); return the panels that changed."""
+        ways = self.way_out()
+        if not 0 <= index < len(ways):
+            raise KVExploreError(
+                f"way out {index!r} does not exist; expected 0 to {len(ways) - 1} "
+                "(the plan's way_out())" if ways else
+                f"way out {index!r} does not exist: the plan starts (no way out needed)")
+        changes: dict[str, Any] = {}
+        for name, value in ways[index].change.items():
+            if name == "compilation_config":
+                changes["cudagraph_mode"] = value.get("cudagraph_mode", "auto")
+            elif name in CONTROL_DEFAULTS:
+                changes[name] = str(value)
+        return self.set(**changes)
 
     def compare_releases(self, releases) -> Panel:
         """The current deployment in each vLLM release of ``releases``, each
@@ -285,8 +340,8 @@ class ExplorerState:
         if self.error:
             new["status"] = _message_panel("status", self.error)
         elif p.admission is not None and not p.admission.ok:
-            text = f"{p!r}\n{p.admission.text()}"
-            new["status"] = Panel("status", text, html.message_html(text, "warning"))
+            text = f"{p!r}\nstart-up: {p.admission.text()}"
+            new["status"] = Panel("status", text, html.message_html(text, "error"), ok=False)
         else:
             new["status"] = Panel("status", f"{p!r}", html.message_html(f"{p!r}", "info"))
         return self._commit(before, new)
@@ -642,6 +697,7 @@ __all__ = [
     "Comparison",
     "ExplorerState",
     "PANELS",
+    "CUDAGRAPH_MODES",
     "EXPLORED_KEYWORDS",
     "PLAN_CONTROLS",
     "Panel",

@@ -58,6 +58,10 @@ _LABELS = {
     "mamba_cache_mode": "Mamba cache",
     "gpu": "GPU",
     "enable_prefix_caching": "prefix caching",
+    "max_num_seqs": "max seqs",
+    "gpu_memory_utilization": "GPU mem util",
+    "max_model_len": "max model len",
+    "cudagraph_mode": "CUDA graphs",
     "speculative_method": "speculative",
     "num_speculative_tokens": "draft tokens",
     "draft_model": "draft model",
@@ -74,7 +78,8 @@ def _control(name: str, value: Any, label: str, options: dict, **kwargs) -> widg
     if name in ("tensor_parallel_size", "decode_context_parallel_size", "pipeline_parallel_size",
                 "pipeline_parallel_rank", "layer", "block", "num_speculative_tokens"):
         return widgets.IntText(value=int(value), description=label, **kwargs)
-    if name in ("model", "block_size", "draft_model"):
+    if name in ("model", "block_size", "draft_model", "max_num_seqs", "gpu_memory_utilization",
+                "max_model_len"):
         extra = {"placeholder": "none"} if name == "draft_model" else {}
         return widgets.Combobox(options=list(options["model" if name == "draft_model" else name]),
                                 value=str(value), description=label, ensure_option=False,
@@ -90,7 +95,10 @@ class Explorer(widgets.VBox):
     message, never a traceback.
 
     Attributes: ``state``, ``controls`` (name -> widget; set ``.value`` to
-    drive it), ``panels`` (name -> ``HTML``), ``live_button``,
+    drive it), ``panels`` (name -> ``HTML``; the ``status`` panel turns red
+    with vLLM's message when a start-up check refuses), ``way_out`` (an
+    ``HBox`` with one button per way out of that refusal, each applying its
+    change to the controls), ``live_button``,
     ``figure_toggle``, ``figure`` (the PNG page map); where another vLLM
     release's environment exists (:func:`releases_at_hand`), a ``releases``
     tab: ``releases`` (a ``SelectMultiple``), ``releases_button``,
@@ -165,18 +173,54 @@ class Explorer(widgets.VBox):
                           ctl["dtype"]]),
             widgets.HBox([ctl["mamba_cache_mode"], ctl["enable_prefix_caching"], ctl["layer"], ctl["block"]]),
             widgets.HBox([ctl["speculative_method"], ctl["num_speculative_tokens"], ctl["draft_model"]]),
+            widgets.HBox([ctl["max_num_seqs"], ctl["gpu_memory_utilization"],
+                          ctl["max_model_len"], ctl["cudagraph_mode"]]),
         ]
-        super().__init__(children=[*rows, self.panels["status"], self.tabs])
+        self.way_out = widgets.HBox()
+        self.way_out.add_class("kvx-way-out")
+        self._syncing = False
+        super().__init__(children=[*rows, self.panels["status"], self.way_out, self.tabs])
         self.add_class("kvx-explorer")
         self._render(PANELS)
 
     def _on_change(self, change) -> None:
+        if self._syncing:  # a way out is setting the controls: one refresh for all
+            return
         try:
             changed = self.state.set(**{change["owner"].kvexplore_control: change["new"]})
         except Exception as exc:  # never a traceback in the notebook
             self.panels["status"].value = message_html(describe_error(exc))
             return
         self._render(changed)
+
+    def _on_way_out(self, index: int) -> None:
+        try:
+            changed = self.state.apply_way_out(index)
+        except Exception as exc:  # never a traceback in the notebook
+            self.panels["status"].value = message_html(describe_error(exc))
+            return
+        self._syncing = True
+        try:
+            for name, w in self.controls.items():
+                value = self.state.controls[name]
+                if w.value != value:
+                    w.value = str(value) if isinstance(w, widgets.Combobox) else value
+        finally:
+            self._syncing = False
+        self._render(changed)
+
+    def _update_way_out(self) -> None:
+        """One button per way out of a start-up refusal (each a planned
+        change that starts, or says it does not), none when the plan starts."""
+        buttons = []
+        for i, way in enumerate(self.state.way_out()):
+            button = widgets.Button(description=f"apply {way.flags}"[:60],
+                                    tooltip=way.text(), icon="wrench",
+                                    button_style="success" if way.starts else "warning",
+                                    layout=widgets.Layout(width="auto"))
+            button.on_click(lambda _b, i=i: self._on_way_out(i))
+            buttons.append(button)
+        self.way_out.children = ([widgets.HTML("<b>way out:</b>"), *buttons] if buttons else [])
 
     def _on_live(self, _button=None) -> None:
         self.live_button.disabled = True
@@ -211,6 +255,8 @@ class Explorer(widgets.VBox):
                 self.panels[name].value = panel.html
         if "page_map" in changed or "status" in changed:
             self._update_layer_label()
+        if "status" in changed:
+            self._update_way_out()
         if "page_map" in changed:
             self._draw_figure()
         if "edits" in changed:

@@ -46,6 +46,7 @@ README_PAGES = (
     ("releases.md", "vLLM releases", ("Releases",)),
     ("lmcache-releases.md", "LMCache releases", ("LMCache releases",)),
     ("capacity.md", "Capacity", ("Capacity",)),
+    ("will-it-start.md", "Will it start?", ("Will it start?",)),
     ("logs.md", "Your start-up log", ("Your start-up log",)),
     ("explorer.md", "The Explorer", ("Explorer",)),
     ("cli.md", "The command line", ("CLI",)),

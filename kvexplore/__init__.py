@@ -16,6 +16,7 @@ this order; each imports only its own stage and the stages before it:
 * :mod:`kvexplore.offloading` the ``OffloadingConfig`` vLLM hands a backend, sweeps
 * :mod:`kvexplore.capacity_planning`   memory, tokens, concurrency, prefix-cache hits, host tier
 * :mod:`kvexplore.logs`       a vLLM start-up log read, checked against kvexplore, calibrated
+* :mod:`kvexplore.advising`   what to run: the settings that start, hold a workload, reuse its prefix
 * :mod:`kvexplore.rendering`  layouts as data, text, HTML and figures
 * :mod:`kvexplore.versions`   one deployment compared across vLLM releases, the vLLM x LMCache matrix
 * :mod:`kvexplore.explorer`   the Explorer widget over plain-Python state
@@ -40,6 +41,10 @@ from kvexplore.version import VERSION
 #: ``text()`` / ``_repr_html_()`` / ``figure()`` (:mod:`kvexplore.display`),
 #: whichever name gave it.
 _NAMES = {
+    "Advice": "kvexplore.advising",
+    "ReleaseAdvice": "kvexplore.advising",
+    "Workload": "kvexplore.advising",
+    "advise": "kvexplore.advising",
     "Calibration": "kvexplore.capacity_planning",
     "CapacityReport": "kvexplore.capacity_planning",
     "capacity": "kvexplore.capacity_planning",
@@ -210,6 +215,11 @@ __all__ = [
     "calibrate",
     "check_log",
     "read_log",
+    # what to run
+    "Advice",
+    "ReleaseAdvice",
+    "Workload",
+    "advise",
     # errors
     "KVExploreError",
     # rendering and the Explorer

@@ -559,6 +559,72 @@ def _vllm_answers(p: Plan, available: int, total: int, util: float) -> dict[str,
     }
 
 
+def shared_prefix_hit_tokens(p: Plan, shared_prefix: int, prompt_tokens: int | None = None) -> int:
+    """Tokens of a ``shared_prefix`` a later request takes from vLLM's prefix
+    cache, by vLLM's own ``Scheduler`` and ``KVCacheManager``
+    (``vllm/v1/core/sched/scheduler.py``, ``kv_cache_manager.py:
+    get_computed_blocks``) on the CPU, with plan ``p``'s configs (the block
+    size the engine core sets, the scheduler's ``KVCacheConfig``:
+    :func:`_engine_block_size`).
+
+    A first request of ``prompt_tokens`` tokens (default: the prefix and one
+    more) runs to completion, chunked as the scheduler chunks it; a second of
+    the same length sharing only the first ``shared_prefix`` tokens is
+    scheduled, and its ``num_computed_tokens`` is the answer.  The block pool
+    holds the plan's blocks, capped at what the two requests can touch (the
+    answer is the same: nothing is evicted either way).  0 when the plan has
+    prefix caching off."""
+    if shared_prefix <= 0:
+        return 0
+    prompt = prompt_tokens if prompt_tokens is not None else shared_prefix + 1
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.request import Request
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    from kvexplore.planning.emulation import patch_attributes
+
+    init_none_hash(sha256)
+    f = per_plan(p, ("capacity",), lambda: _plan_facts(p))
+    vc, cfg = copy.copy(f.vc), f.cfg
+    smallest = min(g.kv_cache_spec.block_size for g in cfg.kv_cache_groups)
+    reach = len(cfg.kv_cache_groups) * (2 * (prompt // smallest + 2)) + 16
+    cfg = dataclasses.replace(cfg, num_blocks=max(2, min(cfg.num_blocks, reach)))
+    vc.cache_config = copy.copy(vc.cache_config)
+    vc.cache_config.num_gpu_blocks = cfg.num_blocks
+    sb, hb = f.scheduler_bs, f.hash_bs
+    with patch_attributes([(type(vc.model_config), "supports_multimodal_inputs",
+                            property(lambda self: False))]):
+        s = Scheduler(vllm_config=vc, kv_cache_config=cfg,
+                      structured_output_manager=StructuredOutputManager(vc),
+                      block_size=sb, hash_block_size=hb)
+    hasher = get_request_block_hasher(hb, sha256)
+    first = list(range(1, prompt + 1))
+    second = first[:shared_prefix] + [t + prompt for t in first[shared_prefix:]]
+    reused = 0
+    for n, tokens in enumerate((first, second)):
+        req = Request(f"kvexplore-probe-{n}", tokens, SamplingParams(max_tokens=1), None,
+                      block_hasher=hasher)
+        s.add_request(req)
+        scheduled_first = True
+        while s.has_unfinished_requests():
+            out = s.schedule()
+            if scheduled_first and out.scheduled_new_reqs:
+                reused = out.scheduled_new_reqs[0].num_computed_tokens
+                scheduled_first = False
+            ids = list(out.num_scheduled_tokens)
+            if not ids:
+                raise KVExploreError(
+                    f"vLLM's scheduler could not schedule a {prompt}-token request in "
+                    f"{cfg.num_blocks} blocks; expected a cache that holds it")
+            done = req.num_computed_tokens >= prompt
+            s.update_from_output(out, release.model_runner_output(
+                ids, [[7] if done else [] for _ in ids]))
+    return int(min(reused, shared_prefix))
+
+
 def check_capacity_keywords(kwargs: Mapping[str, Any]) -> None:
     """Refuse a keyword of :func:`capacity` that is neither one of its own
     nor a :func:`kvexplore.plan` keyword (``gpu`` included), naming it, the
@@ -978,5 +1044,6 @@ __all__ = [
     "capacity_row",
     "capacity_rows",
     "capacity_sweep",
+    "shared_prefix_hit_tokens",
     "profile_estimates",
 ]

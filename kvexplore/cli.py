@@ -332,6 +332,26 @@ def cmd_versions(ns) -> None:
         print(c.text())
 
 
+def cmd_advise(ns) -> None:
+    """:func:`kvexplore.advise`: the recommendation, its ``vllm serve``
+    command and every searched setting (``--json``: :meth:`Advice.to_dict`;
+    with several ``--vllm`` releases, one per release)."""
+    from kvexplore.advising import Workload, advise
+
+    workload = Workload(
+        max_model_len=ns.max_model_len, prompt_tokens=ns.prompt_tokens,
+        output_tokens=ns.output_tokens, concurrency=ns.concurrency,
+        shared_prefix=ns.shared_prefix, reuse_prefix=ns.reuse_prefix,
+        speculative_config=ns.speculative_config, cpu_bytes_to_use=ns.cpu_bytes_to_use)
+    vllm = ns.vllm.split(",") if ns.vllm and "," in ns.vllm else ns.vllm
+    got = advise(ns.model, gpu=ns.gpu, gpus=ns.gpus, workload=workload, vllm=vllm,
+                 space=ns.space, objective=ns.objective)
+    if ns.json:
+        _print_json(got.to_dict())
+    else:
+        print(got.text())
+
+
 def cmd_edits(ns) -> None:
     """:func:`kvexplore.apply_kv_cache_group_edits` of one LMCache release on
     what the plan registers (16 blocks of its layout, on the meta device):
@@ -641,6 +661,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated releases of the window")
     v.add_argument("--all", action="store_true", help="every fact, not only those that differ")
     _finish(v, cmd_versions)
+    a = sub.add_parser("advise", help="the engine arguments that start, hold a workload and "
+                       "reuse its shared prefix, searched on vLLM's own code")
+    a.add_argument("model", help="catalog id (see `kvexplore catalog`), config.json or its directory")
+    a.add_argument("--gpu", default="H100", help="GPU name (see `kvexplore gpus`)")
+    a.add_argument("--gpus", type=int, default=1, help="GPUs of that type to use at most")
+    for flag in ("max-model-len", "prompt-tokens", "output-tokens", "cpu-bytes-to-use"):
+        a.add_argument("--" + flag, dest=flag.replace("-", "_"), type=int, default=None)
+    a.add_argument("--concurrency", type=int, default=1, help="requests to serve at once")
+    a.add_argument("--shared-prefix", dest="shared_prefix", type=int, default=0,
+                   help="tokens every request starts with")
+    a.add_argument("--reuse-prefix", dest="reuse_prefix", action="store_true",
+                   help="a setting that reuses none of the shared prefix does not hold the workload")
+    a.add_argument("--speculative-config", "-sc", dest="speculative_config", type=_json_object,
+                   default=None)
+    a.add_argument("--space", type=_json_object, default=None,
+                   help='axes to search, e.g. \'{"kv_cache_dtype": ["auto", "fp8"]}\'')
+    a.add_argument("--objective", default="concurrency",
+                   choices=("concurrency", "prefix_reuse", "gpus"))
+    a.add_argument("--vllm", default=None, help="a release, or comma-separated releases")
+    _finish(a, cmd_advise)
     d = sub.add_parser("edits", help="one LMCache release's KV-cache-group edits on MODEL's registration")
     _add_plan_args(d)
     d.add_argument("--lmcache", default=None,

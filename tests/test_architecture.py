@@ -27,6 +27,8 @@ STAGES = [
     ("offloading", ["kvexplore.offloading"]),
     ("capacity", ["kvexplore.capacity_planning"]),
     ("logs", ["kvexplore.logs"]),
+    # what to run: settings searched on the plan, capacity and vLLM's scheduler
+    ("advising", ["kvexplore.advising"]),
     ("rendering", ["kvexplore.rendering"]),
     ("versions", ["kvexplore.versions"]),
     ("explorer", ["kvexplore.explorer"]),

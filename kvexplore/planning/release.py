@@ -662,7 +662,22 @@ def connector_class(kv_transfer_config) -> type:
     return factory.get_connector_class(kv_transfer_config)
 
 
+def model_runner_output(req_ids: list[str], sampled_token_ids: list[list[int]]):
+    """vLLM's ``ModelRunnerOutput`` (``vllm/v1/outputs.py``) for requests
+    ``req_ids`` with these sampled tokens, as the release's fields take it:
+    ``req_id_to_index`` up to 0.33, gone in 0.34."""
+    import dataclasses
+
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    kw: dict[str, Any] = {"req_ids": req_ids, "sampled_token_ids": sampled_token_ids}
+    if "req_id_to_index" in {f.name for f in dataclasses.fields(ModelRunnerOutput)}:
+        kw["req_id_to_index"] = {r: i for i, r in enumerate(req_ids)}
+    return ModelRunnerOutput(**kw)
+
+
 __all__ = [
+    "model_runner_output",
     "COMPARED_RELEASES",
     "REQUIREMENT",
     "WINDOW",

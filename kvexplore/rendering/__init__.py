@@ -10,6 +10,7 @@ or not a caller imported this stage.
 
 from __future__ import annotations
 
+from kvexplore.advising import Advice, ReleaseAdvice
 from kvexplore.capacity_planning import Calibration, CapacityReport
 from kvexplore.display import register_forms
 from kvexplore.editing.roundtrip import RoundTripReport
@@ -22,6 +23,7 @@ from kvexplore.planning.admission import Admission
 from kvexplore.planning.drafter import Drafter
 from kvexplore.planning.planner import Plan
 from kvexplore.rendering import (
+    advice,
     capacity,
     editing,
     figures,
@@ -51,6 +53,9 @@ FORMS = {
     VllmLog: (logs.log_text, logs.log_html, logs.log_figure),
     LogCheck: (logs.check_text, logs.check_html, logs.check_figure),
     Calibration: (logs.calibration_text, logs.calibration_html, logs.calibration_figure),
+    Advice: (advice.advice_text, advice.advice_html, advice.advice_figure),
+    ReleaseAdvice: (advice.release_advice_text, advice.release_advice_html,
+                    advice.release_advice_figure),
 }
 
 register_forms(FORMS)

@@ -2,6 +2,7 @@
 
 import json
 import re
+from html import escape
 
 import pytest
 
@@ -375,6 +376,35 @@ def test_a_refusal_turns_the_status_red_and_its_way_out_applies():
         if name == "max_num_seqs":
             assert e.controls["max_num_seqs"].value == str(value)
             assert e.state.plan.vllm_config.scheduler_config.max_num_seqs == value
+
+
+def test_the_advise_tab_recommends_and_applies():
+    """The advise tab asks kvexplore.advise for the controls' model and GPU:
+    its panel holds the recommendation's command, its figure is drawn, and
+    applying it sets the controls to a plan that starts; a bad value is a
+    message, not a traceback."""
+    from kvexplore.advising import Workload, advise
+    from kvexplore.explorer.widgets import Explorer
+
+    e = Explorer("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", gpu="H100", max_model_len="32768")
+    e.advise_controls["concurrency"].value = 16
+    e.advise_controls["shared_prefix"].value = 1500
+    e.advise_button.click()
+    expected = advise("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", gpu="H100",
+                      workload=Workload(max_model_len=32768, concurrency=16, shared_prefix=1500))
+    assert escape(expected.command) in e.advise_panel.value
+    assert e.advise_figure.value and e.advise_figure.layout.display == ""
+    assert not e.advise_apply.disabled
+    e.advise_apply.click()
+    rec = expected.recommended
+    assert e.state.plan.admission.ok
+    seqs = e.state.plan.vllm_config.scheduler_config.max_num_seqs
+    assert seqs == rec.get("max_num_seqs", seqs)
+    assert e.controls["max_num_seqs"].value == str(rec.get("max_num_seqs", "auto"))
+    e.advise_controls["concurrency"].value = 0
+    e.advise_button.click()
+    assert "concurrency" in e.advise_panel.value and "kvx-error" in e.advise_panel.value
+    assert e.advise_apply.disabled
 
 
 def test_status_warns_when_vllm_would_not_start():

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from kvexplore.advising import Workload, advise
 from kvexplore.display import Displayable, register_forms
 from kvexplore.editing.lmcache import lmcache_releases
 from kvexplore.editing.plan_edits import plan_edits
@@ -210,6 +211,7 @@ class ExplorerState:
         self.panels: dict[str, Panel] = {}
         self.error: str | None = None
         self.plan = None
+        self.advice = None
         self._live_key = None
         self.refresh()
 
@@ -272,6 +274,44 @@ class ExplorerState:
             elif name in CONTROL_DEFAULTS:
                 changes[name] = str(value)
         return self.set(**changes)
+
+    def advise(self, *, concurrency: Any = 1, shared_prefix: Any = 0, gpus: Any = 1,
+               objective: str = "concurrency") -> Panel:
+        """:func:`kvexplore.advise` for the controls' model and GPU, the
+        workload's length the ``max_model_len`` control (``auto``: the
+        model's), ``concurrency`` requests at once and a ``shared_prefix``:
+        the ``advise`` panel (the recommendation, its command and every
+        setting), or a message naming what was refused.  The answer is kept
+        in :attr:`advice` (for its figure and :meth:`apply_advice`)."""
+        try:
+            c = self.controls
+            workload = Workload(
+                max_model_len=_control_int("max_model_len", c["max_model_len"], auto=True),
+                concurrency=_control_int("concurrency", concurrency),
+                shared_prefix=_control_int("shared_prefix", shared_prefix, auto=True) or 0)
+            self.advice = advise(c["model"], gpu=c["gpu"], gpus=_control_int("gpus", gpus),
+                                 workload=workload, objective=objective)
+        except Exception as exc:  # never a traceback in the notebook
+            self.advice = None
+            return _message_panel("advise", describe_error(exc))
+        return Panel("advise", self.advice.text(), self.advice._repr_html_())
+
+    def apply_advice(self) -> tuple[str, ...]:
+        """Set the controls to the recommended setting of the last
+        :meth:`advise` (TP, prefix caching, ``max_num_seqs``, utilization; an
+        argument without a control, such as ``prefix_match_unit``, stays in
+        the command); return the panels that changed."""
+        rec = self.advice.recommended if self.advice is not None else None
+        if rec is None:
+            raise KVExploreError("no recommended setting to apply; expected advise() first, "
+                                 "with a setting that starts")
+        changes: dict[str, Any] = {
+            "tensor_parallel_size": int(rec.get("tensor_parallel_size", 1)),
+            "max_num_seqs": str(rec.get("max_num_seqs", "auto")),
+            "gpu_memory_utilization": str(rec.get("gpu_memory_utilization", "auto")),
+            "enable_prefix_caching": rec.get("enable_prefix_caching", "auto"),
+        }
+        return self.set(**{k: v for k, v in changes.items() if k in CONTROL_DEFAULTS})
 
     def compare_releases(self, releases) -> Panel:
         """The current deployment in each vLLM release of ``releases``, each

@@ -24,6 +24,7 @@ from kvexplore.explorer.state import (
     choices,
     compare,
     describe_error,
+    figure_png,
 )
 from kvexplore.planning.models import DEFAULT_MODEL
 from kvexplore.planning.release import WINDOW_RELEASES, installed_release
@@ -162,6 +163,31 @@ class Explorer(widgets.VBox):
                                                     self.matrix_button]),
                                       self.releases_panel]))
             titles.append("releases")
+        small = {"layout": widgets.Layout(width="200px"), "style": {"description_width": "100px"}}
+        self.advise_controls = {
+            "concurrency": widgets.IntText(value=1, description="at once", **small),
+            "shared_prefix": widgets.IntText(value=0, description="shared prefix", **small),
+            "gpus": widgets.IntText(value=1, description="GPUs", **small),
+            "objective": widgets.Dropdown(options=["concurrency", "prefix_reuse", "gpus"],
+                                          value="concurrency", description="objective", **small),
+        }
+        self.advise_button = widgets.Button(description="What should I run?", icon="search",
+                                            layout=widgets.Layout(width="200px"))
+        self.advise_button.on_click(self._on_advise)
+        self.advise_apply = widgets.Button(description="apply recommended", icon="wrench",
+                                           disabled=True, layout=widgets.Layout(width="200px"))
+        self.advise_apply.on_click(self._on_advise_apply)
+        self.advise_panel = widgets.HTML(message_html(
+            "the settings that start on the GPUs above, hold the requests at once and reuse "
+            "the shared prefix, searched on vLLM's own code (model, GPU and max model len "
+            "from the controls)", "info"))
+        self.advise_panel.add_class(_css_class("panel", "advise"))
+        self.advise_figure = widgets.Image(format="png", layout=widgets.Layout(display="none"))
+        tabs.append(widgets.VBox([
+            widgets.HBox([*self.advise_controls.values()]),
+            widgets.HBox([self.advise_button, self.advise_apply]),
+            self.advise_figure, self.advise_panel]))
+        titles.append("advise")
         self.tabs = widgets.Tab(children=tabs, titles=titles)
         self.tabs.observe(lambda _change: self._draw_edit_figures(), names="selected_index")
         ctl = self.controls
@@ -199,6 +225,11 @@ class Explorer(widgets.VBox):
         except Exception as exc:  # never a traceback in the notebook
             self.panels["status"].value = message_html(describe_error(exc))
             return
+        self._sync_controls(changed)
+
+    def _sync_controls(self, changed) -> None:
+        """Set every control widget to the state's value (one refresh for
+        all), then redraw the ``changed`` panels."""
         self._syncing = True
         try:
             for name, w in self.controls.items():
@@ -221,6 +252,28 @@ class Explorer(widgets.VBox):
             button.on_click(lambda _b, i=i: self._on_way_out(i))
             buttons.append(button)
         self.way_out.children = ([widgets.HTML("<b>way out:</b>"), *buttons] if buttons else [])
+
+    def _on_advise(self, _button=None) -> None:
+        self.advise_button.disabled = True
+        self.advise_panel.value = message_html("planning every setting of the search space ...",
+                                               "info")
+        try:
+            values = {name: w.value for name, w in self.advise_controls.items()}
+            self.advise_panel.value = self.state.advise(**values).html
+            advice = self.state.advice
+            self.advise_apply.disabled = advice is None or advice.recommended is None
+            _show(self.advise_figure, None if advice is None else
+                  figure_png(advice.figure()))
+        finally:
+            self.advise_button.disabled = False
+
+    def _on_advise_apply(self, _button=None) -> None:
+        try:
+            changed = self.state.apply_advice()
+        except Exception as exc:  # never a traceback in the notebook
+            self.panels["status"].value = message_html(describe_error(exc))
+            return
+        self._sync_controls(changed)
 
     def _on_live(self, _button=None) -> None:
         self.live_button.disabled = True

@@ -3,7 +3,8 @@
 Cold: a new Python process runs ``kvexplore.advise`` once (vLLM's import and
 the model's first build included); warm: the same call again in that
 process (plans and their builds reused), and a second workload (a new
-concurrency and shared prefix: new rows on the same builds).  Beside them,
+concurrency and shared prefix: new rows on the same builds); the command
+line with an empty answer store and again (read back from the store).  Beside them,
 one ``kvexplore.plan`` of vLLM's defaults in a new process, what every call
 pays first.  Prints medians of ``--repeats`` runs and the ratios.
 
@@ -47,6 +48,20 @@ def _run(model: str, gpu: str, only_plan: bool) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _cli(model: str, gpu: str, store: str) -> float:
+    """Seconds of one ``kvexplore advise`` command line with the answer
+    store in ``store``."""
+    import os
+    import time
+
+    argv = [sys.executable, "-m", "kvexplore", "advise", model, "--gpu", gpu,
+            "--max-model-len", "32768", "--concurrency", "64", "--shared-prefix", "1500"]
+    t = time.perf_counter()
+    subprocess.run(argv, capture_output=True, check=True,
+                   env={**os.environ, "KVEXPLORE_CACHE_DIR": store})
+    return time.perf_counter() - t
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
@@ -55,7 +70,15 @@ def main() -> None:
     ns = ap.parse_args()
     runs = [_run(ns.model, ns.gpu, False) for _ in range(ns.repeats)]
     plans = [_run(ns.model, ns.gpu, True)["cold"] for _ in range(ns.repeats)]
+    import tempfile
+
+    cli = []
+    for _ in range(ns.repeats):
+        with tempfile.TemporaryDirectory() as store:
+            cli.append((_cli(ns.model, ns.gpu, store), _cli(ns.model, ns.gpu, store)))
     med = {k: statistics.median(r[k] for r in runs) for k in ("cold", "warm", "other")}
+    cli_cold = statistics.median(c for c, _ in cli)
+    cli_warm = statistics.median(w for _, w in cli)
     plan_s = statistics.median(plans)
     print(f"{ns.model} on {ns.gpu}, default space ({runs[0]['rows']} rows), "
           f"medians of {ns.repeats}")
@@ -66,6 +89,9 @@ def main() -> None:
     print(f"| advise() again (warm) | {med['warm']:.2f} | {med['warm'] / plan_s:.3f}x |")
     print(f"| advise(), another workload (warm builds) | {med['other']:.2f} | "
           f"{med['other'] / plan_s:.3f}x |")
+    print(f"| kvexplore advise, empty answer store | {cli_cold:.2f} | {cli_cold / plan_s:.2f}x |")
+    print(f"| kvexplore advise again (answer store, no vLLM import) | {cli_warm:.2f} | "
+          f"{cli_warm / plan_s:.3f}x |")
 
 
 if __name__ == "__main__":

@@ -563,7 +563,7 @@ def _advise_here(model: Any, gpu: Any, gpus: int, workload: Workload,
 
 def advise(model: Any = "Qwen/Qwen3.5-0.8B", *, gpu: Any = "H100", gpus: int = 1,
            workload: Workload | None = None, vllm: Any = None, space: Any = None,
-           objective: str = "concurrency"):
+           objective: str = "concurrency", store: Any = True):
     """The settings of the engine arguments that start on ``gpus`` GPUs of
     type ``gpu``, hold ``workload`` (a :class:`Workload`; default: one
     request of the model's length) and reuse its shared prefix, searched on
@@ -575,7 +575,14 @@ def advise(model: Any = "Qwen/Qwen3.5-0.8B", *, gpu: Any = "H100", gpus: int = 1
     names the release that answers (None: the installed one); a list of
     releases answers in each, each in its own environment
     (:func:`kvexplore.versions.environments.answer_in`), as a
-    :class:`ReleaseAdvice`."""
+    :class:`ReleaseAdvice`.
+
+    The installed release's answer is kept in the answer store
+    (:mod:`kvexplore.store`; ``store`` as :func:`kvexplore.store.answer`
+    takes it, False for none) under its question: the model's name and
+    config digest, the GPU, ``gpus``, the workload, the space, the objective,
+    the vLLM release and kvexplore's code, so asking again in a new process
+    imports no vLLM."""
     gpus = _check_gpus(gpus)
     if workload is None:
         workload = Workload()
@@ -592,12 +599,51 @@ def advise(model: Any = "Qwen/Qwen3.5-0.8B", *, gpu: Any = "H100", gpus: int = 1
     answers = {}
     for release in releases or (here,):
         if release == here:
-            answers[release] = _advise_here(model, gpu, gpus, workload, checked, objective)
+            answers[release] = _stored_advice(model, gpu, gpus, workload, checked, objective,
+                                              store)
         else:
             answers[release] = _advise_in(release, model, gpu, gpus, workload, checked, objective)
     if vllm is None or isinstance(vllm, str):
         return next(iter(answers.values()))
     return ReleaseAdvice(answers=FrozenDict(answers))
+
+
+#: The answer store's kind of an :class:`Advice`.
+ADVICE_KIND = "advise"
+
+
+def advice_question(model: Any, *, gpu: Any, gpus: int, workload: Workload,
+                    space: Mapping[str, Sequence] | None, objective: str):
+    """The answer store's :class:`~kvexplore.store.Question` of the installed
+    release's :func:`advise` answer (imports no vLLM): the plan's question
+    (:func:`kvexplore.planning.stored.question`) of the workload's
+    keywords, with ``gpus``, the workload, the space and the objective."""
+    from kvexplore.planning.stored import question
+
+    options = {"gpus": gpus, "workload": workload.to_dict(), "objective": objective,
+               "space": {k: list(v) for k, v in (space or {}).items()}}
+    return question(ADVICE_KIND, model, options, gpu=gpu, **workload.plan_kwargs())
+
+
+def _stored_advice(model: Any, gpu: Any, gpus: int, workload: Workload,
+                   space: dict[str, tuple], objective: str, store: Any) -> Advice:
+    """:func:`_advise_here`'s answer, read back from the answer store when it
+    holds one for the same question, else computed and stored."""
+    from kvexplore.planning.stored import is_payload, payload
+    from kvexplore.store import answer
+
+    try:
+        q = advice_question(model, gpu=gpu, gpus=gpus, workload=workload, space=space,
+                            objective=objective)
+    except KVExploreError:
+        q = None  # the plan refuses these inputs: computing says why
+
+    def compute() -> dict:
+        a = _advise_here(model, gpu, gpus, workload, space, objective)
+        return payload(ADVICE_KIND, json.loads(json.dumps(a.to_dict(), default=str)), a.text())
+
+    got = answer(q, compute, store, valid=lambda value: is_payload(value, ADVICE_KIND))
+    return Advice.from_dict(got["facts"])
 
 
 def _releases(vllm: Any) -> tuple[str, ...]:
@@ -669,5 +715,5 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["AXES", "Advice", "METRICS", "OBJECTIVES", "ReleaseAdvice", "Workload", "advise",
-           "default_space", "evaluate", "pareto_front", "serve_command"]
+__all__ = ["ADVICE_KIND", "AXES", "Advice", "METRICS", "OBJECTIVES", "ReleaseAdvice", "Workload", "advise",
+           "advice_question", "default_space", "evaluate", "pareto_front", "serve_command"]

@@ -332,20 +332,37 @@ def cmd_versions(ns) -> None:
         print(c.text())
 
 
-def cmd_advise(ns) -> None:
-    """:func:`kvexplore.advise`: the recommendation, its ``vllm serve``
-    command and every searched setting (``--json``: :meth:`Advice.to_dict`;
-    with several ``--vllm`` releases, one per release)."""
-    from kvexplore.advising import Workload, advise
+def _workload(ns):
+    from kvexplore.advising import Workload
 
-    workload = Workload(
+    return Workload(
         max_model_len=ns.max_model_len, prompt_tokens=ns.prompt_tokens,
         output_tokens=ns.output_tokens, concurrency=ns.concurrency,
         shared_prefix=ns.shared_prefix, reuse_prefix=ns.reuse_prefix,
         speculative_config=ns.speculative_config, cpu_bytes_to_use=ns.cpu_bytes_to_use)
+
+
+def _advise_question(ns) -> Question:
+    """The stored answer's question of an ``advise`` command line answered
+    by the installed release (another ``--vllm`` has none here)."""
+    from kvexplore.advising import advice_question
+    from kvexplore.planning.release import canonical_release, installed_release
+
+    if ns.vllm is not None and canonical_release(ns.vllm) != installed_release().version:
+        raise KVExploreError(f"--vllm {ns.vllm} is answered in its own environment")
+    return advice_question(ns.model, gpu=ns.gpu, gpus=ns.gpus, workload=_workload(ns),
+                           space=ns.space, objective=ns.objective)
+
+
+def cmd_advise(ns) -> None:
+    """:func:`kvexplore.advise`: the recommendation, its ``vllm serve``
+    command and every searched setting (``--json``: :meth:`Advice.to_dict`;
+    with several ``--vllm`` releases, one per release)."""
+    from kvexplore.advising import advise
+
     vllm = ns.vllm.split(",") if ns.vllm and "," in ns.vllm else ns.vllm
-    got = advise(ns.model, gpu=ns.gpu, gpus=ns.gpus, workload=workload, vllm=vllm,
-                 space=ns.space, objective=ns.objective)
+    got = advise(ns.model, gpu=ns.gpu, gpus=ns.gpus, workload=_workload(ns), vllm=vllm,
+                 space=ns.space, objective=ns.objective, store=not ns.no_cache)
     if ns.json:
         _print_json(got.to_dict())
     else:
@@ -453,9 +470,11 @@ def _capacity_question(ns) -> Question:
 
 
 #: The commands whose answers the store keeps: their question.
-_QUESTIONS = {"plan": _plan_question, "offload": _offload_question, "capacity": _capacity_question}
+_QUESTIONS = {"plan": _plan_question, "offload": _offload_question,
+              "capacity": _capacity_question, "advise": _advise_question}
 #: The answer store's kind of each command's answer.
-_KINDS = {"plan": PLAN_KIND, "offload": OFFLOAD_KIND, "capacity": CAPACITY_KIND}
+_KINDS = {"plan": PLAN_KIND, "offload": OFFLOAD_KIND, "capacity": CAPACITY_KIND,
+          "advise": "advise"}
 
 
 def command_question(ns: argparse.Namespace) -> Question:
@@ -681,6 +700,7 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=("concurrency", "prefix_reuse", "gpus"))
     a.add_argument("--vllm", default=None, help="a release, or comma-separated releases")
     _finish(a, cmd_advise)
+    a.set_defaults(answer_from_store=answer_from_store)
     d = sub.add_parser("edits", help="one LMCache release's KV-cache-group edits on MODEL's registration")
     _add_plan_args(d)
     d.add_argument("--lmcache", default=None,

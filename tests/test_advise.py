@@ -14,6 +14,7 @@ request); the prefix reuse equals vLLM's ``KVCacheManager`` driven directly
 import itertools
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -315,13 +316,19 @@ def test_forms_and_the_command_line(case):
     assert points == int(a.table["starts"].sum()) + 1  # every start, and the circle
     if model != CASES[0][0]:
         return
-    out = subprocess.run(
-        [sys.executable, "-m", "kvexplore", "advise", model, "--gpu", gpu, "--gpus", str(gpus),
-         "--max-model-len", str(workload.max_model_len), "--concurrency",
-         str(workload.concurrency), "--shared-prefix", str(workload.shared_prefix), "--json"],
-        capture_output=True, text=True, timeout=600)
+    argv = [sys.executable, "-m", "kvexplore", "advise", model, "--gpu", gpu, "--gpus", str(gpus),
+            "--max-model-len", str(workload.max_model_len), "--concurrency",
+            str(workload.concurrency), "--shared-prefix", str(workload.shared_prefix), "--json"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stderr == ""
     got = json.loads(out.stdout)
+    # asked again: the stored answer, printed the same, without importing vLLM
+    again = subprocess.run([sys.executable, "-X", "importtime", *argv[1:]],
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and json.loads(again.stdout) == got
+    assert "import time:" in again.stderr
+    assert not re.search(r"\|\s+vllm$", again.stderr, re.M)
     assert got["command"] == a.command
     assert got["rows"] == [json.loads(json.dumps(dict(r), default=str)) for r in a.rows]
 
@@ -341,3 +348,23 @@ def test_two_releases_answer_side_by_side():
     r = both.recommendations
     assert list(r["vllm"]) == [here, other] and r["command"].str.startswith("vllm serve").all()
     assert set(both.table["vllm"]) == {here, other}
+
+
+def test_asked_again_the_answer_comes_from_the_store(tmp_path, monkeypatch):
+    """The installed release's answer is stored under its question: asked
+    again it is read back without planning (the search is not run), equal
+    to the first; another workload is a new question."""
+    import kvexplore.advising as advising
+
+    w = Workload(max_model_len=8192, concurrency=8, shared_prefix=1000)
+    first = advise("Qwen/Qwen3.5-0.8B", gpu="H100", workload=w, store=tmp_path)
+
+    def unplanned(*args, **kwargs):
+        raise AssertionError("planned again")
+
+    monkeypatch.setattr(advising, "_advise_here", unplanned)
+    again = advise("Qwen/Qwen3.5-0.8B", gpu="H100", workload=w, store=tmp_path)
+    assert again == first and again.command == first.command
+    with pytest.raises(AssertionError, match="planned again"):
+        advise("Qwen/Qwen3.5-0.8B", gpu="H100", store=tmp_path,
+               workload=Workload(max_model_len=8192, concurrency=9, shared_prefix=1000))

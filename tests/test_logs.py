@@ -836,3 +836,49 @@ def test_a_concurrency_wrapped_onto_the_next_line_is_read():
     cut = read_log("INFO 01-01 GPU KV cache size: 100,000 tokens, Maximum concurrency\n"
                    "INFO 01-01 Starting the API server\n")
     assert [n for n, _ in cut.unread] == [1]
+
+
+#: Each rule of a figure stated after a phrase, and its line cut after the phrase
+#: (the value lost: a terminal's width, a paste) or cut before its values.
+CUT_LINES = {
+    "Model loading took": "Model loading took",
+    "Loading model weights took": "Loading model weights took",
+    "Available KV cache memory": "Available KV cache memory:",
+    "total_gpu_memory x gpu_memory_utilization": "total_gpu_memory (",
+    "model weights take ...": "model weights take",
+    "Memory profiling results": "Memory profiling results:",
+    "Free memory on device": "Free memory on device (",
+    "Estimated CUDA graph memory": "Estimated CUDA graph memory:",
+    "Graph capturing finished": "Graph capturing finished in",
+    "is equivalent to --gpu-memory-utilization": "--gpu-memory-utilization=0.9 is equivalent to",
+    "Setting attention block size": "Setting attention block size to",
+    "Padding mamba page size": "Padding mamba page size by",
+    "kv cache group sizes": "kv cache group sizes",
+    "kv lcm block sizes": "kv lcm block sizes",
+    "Add N padding layers": "Add 2 padding layers",
+    "GPU KV cache size": "GPU KV cache size:",
+    "Maximum concurrency for": "Maximum concurrency for",
+    "# GPU blocks": "# GPU blocks:",
+    "Using max model len": "Using max model len",
+    "Chunked prefill is enabled": "Chunked prefill is enabled with max_num_batched_tokens=",
+    # the refusal wrapped: its second half, without the length and the need
+    "To serve at least one request": "KV cache is needed, which is larger than the available "
+                                     "KV cache memory (3.18 GiB).",
+    "vLLM API server version": "vLLM API server version",
+}
+#: Rules whose phrase is the value itself (a backend's, a layout's, a card's
+#: name; the logo's key and value): no line states them without it.
+NO_PHRASE = {"Using X backend", "Using X KV cache layout", "the card", "the logo"}
+
+
+def test_every_figure_cut_after_its_phrase_is_unread():
+    """Each rule's line cut after its phrase is listed in ``unread`` (a new
+    rule without a cut line here fails: every figure kind is covered)."""
+    from kvexplore.logs.reading import RULES
+
+    wheres = [where for where, _, _ in RULES]
+    assert set(wheres) == set(CUT_LINES) | NO_PHRASE
+    for where, cut in CUT_LINES.items():
+        log = read_log("INFO 01-01 [kv_cache_utils.py:1] GPU KV cache size: 100,000 tokens\n"
+                       f"INFO 01-01 [x.py:2] {cut}\n")
+        assert [n for n, _ in log.unread] == [2], where

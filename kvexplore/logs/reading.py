@@ -584,7 +584,8 @@ _KEYWORDS = re.compile(
     r"model weights take|Memory profiling results|Estimated CUDA graph memory|Graph capturing "
     r"finished|is equivalent to|Setting attention block size|Padding mamba page size|kv cache group "
     r"sizes|kv lcm block sizes|KV cache layout|padding layers|KV cache size:|Maximum concurrency"
-    r"|GPU blocks:|with config|non-default args|KV cache is needed"
+    r"|GPU blocks:|with config|non-default args|KV cache is needed|Using max model len|"
+    r"Chunked prefill is enabled|API server version|Free memory on device"
 )
 
 #: Banner keys and the figure each gives.

@@ -233,7 +233,11 @@ def default_space(model: Any, *, gpu: Any, gpus: int, workload: Workload,
     if base is not None:
         caching = bool(base.cache_config.enable_prefix_caching)
         space["enable_prefix_caching"].append(not caching)
-        alignment = _alignment(base) if caching else 0
+        cap = _capacity_or_none(base)
+        alignment = cap.cache_hit_alignment if caching and cap is not None else 0
+        seqs = int(base.vllm_config.scheduler_config.max_num_seqs)
+        if cap is not None and math.floor(cap.max_concurrency) > seqs:
+            space["max_num_seqs"].append(math.floor(cap.max_concurrency))
         if workload.shared_prefix and alignment > workload.shared_prefix and \
                 "prefix_match_unit" in release.engine_argument_names():
             unit = _hit_unit(alignment, workload.shared_prefix)
@@ -247,15 +251,14 @@ def default_space(model: Any, *, gpu: Any, gpus: int, workload: Workload,
     return {axis: tuple(dict.fromkeys(values)) for axis, values in space.items()}
 
 
-def _alignment(p) -> int:
-    """The tokens a cache hit of plan ``p`` comes in whole units of
-    (:attr:`kvexplore.CapacityReport.cache_hit_alignment`), 0 when unknown."""
+def _capacity_or_none(p):
+    """:func:`kvexplore.capacity` of plan ``p``, None where it refuses."""
     from kvexplore.capacity_planning import capacity
 
     try:
-        return capacity(p).cache_hit_alignment
+        return capacity(p)
     except KVExploreError:
-        return 0
+        return None
 
 
 def _settings(space: Mapping[str, tuple], gpus: int) -> list[dict[str, Any]]:

@@ -183,11 +183,12 @@ class Explorer(widgets.VBox):
             "from the controls)", "info"))
         self.advise_panel.add_class(_css_class("panel", "advise"))
         self.advise_figure = widgets.Image(format="png", layout=widgets.Layout(display="none"))
-        tabs.append(widgets.VBox([
+        # after the panels' tabs, before the releases tab where there is one
+        tabs.insert(len(PANELS), widgets.VBox([
             widgets.HBox([*self.advise_controls.values()]),
             widgets.HBox([self.advise_button, self.advise_apply]),
             self.advise_figure, self.advise_panel]))
-        titles.append("advise")
+        titles.insert(len(PANELS), "advise")
         self.tabs = widgets.Tab(children=tabs, titles=titles)
         self.tabs.observe(lambda _change: self._draw_edit_figures(), names="selected_index")
         ctl = self.controls

@@ -29,15 +29,18 @@ it the same way and swaps it in.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import hashlib
 import json
 import os
+import select
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -391,34 +394,260 @@ def model_argument(model: Any) -> Any:
     return dict(load_model_config(model).config)
 
 
+#: Seconds a release worker waits for its next question before it exits
+#: (``KVEXPLORE_WORKER_IDLE_S`` overrides it); the next question starts a new one.
+WORKER_IDLE_S = 600.0
+#: Seconds a new worker has to start (its Python, kvexplore's import) and say
+#: which release and code it runs.
+WORKER_START_S = 120.0
+
+
+def _idle_seconds() -> float:
+    try:
+        return float(os.environ.get("KVEXPLORE_WORKER_IDLE_S", WORKER_IDLE_S))
+    except ValueError:
+        return WORKER_IDLE_S
+
+
+class _WorkerDied(Exception):
+    """The worker's process ended before it answered."""
+
+
+class ReleaseWorker:
+    """One long-lived Python in vLLM ``version``'s environment that answers
+    many questions over a pipe, keeping vLLM imported and its builds and
+    plans cached between them (:func:`serve` is its loop).
+
+    Protocol: one JSON object per line.  The worker first says
+    ``{"vllm": its release, "code": its kvexplore code_version}``; each
+    question ``{"module": M, "argument": A}`` is answered with
+    ``{"ok": true, "answer": ..., "vllm": ..., "code": ...}`` (what ``python
+    -m M A`` prints as its last line) or ``{"ok": false, "error": ...}``.
+    The worker exits at the end of its input (its parent closed it or died)
+    and after :func:`_idle_seconds` without a question.  Its stderr (vLLM's
+    logs) goes to an unlinked temporary file, quoted when it fails, so
+    nothing is left behind."""
+
+    def __init__(self, version: str) -> None:
+        self.version = canonical_release(version)
+        self.env = environment_path(self.version)
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._log = None
+
+    # -- the process ---------------------------------------------------------
+    def _start(self) -> None:
+        from kvexplore.store import code_version
+
+        python = environment(self.version)
+        self._log = tempfile.TemporaryFile(mode="w+b")
+        self._proc = subprocess.Popen(
+            [str(python), "-m", "kvexplore.versions.environments", "serve"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+            env=child_environment(self.version))
+        hello = self._read(WORKER_START_S)
+        if hello.get("vllm") != self.version:
+            self.close()
+            raise _unusable(self.env, self.version, [f"it answered as vLLM {hello.get('vllm')}"])
+        if hello.get("code") != code_version():
+            self.close()
+            raise KVExploreError(
+                f"vLLM {self.version}'s worker (the environment at {self.env}) imports another "
+                f"kvexplore ({hello.get('code')}; this one is {code_version()}); expected this "
+                f"copy first on its PYTHONPATH (`kvexplore envs {self.version} --repair`)")
+
+    def _alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def _tail(self) -> str:
+        if self._log is None:
+            return ""
+        self._log.seek(0)
+        text = self._log.read().decode(errors="replace")
+        return " ".join(text.strip().splitlines()[-3:])[-600:]
+
+    def _read(self, timeout: float) -> dict:
+        """The worker's next line as JSON; :class:`_WorkerDied` at its end."""
+        out = self._proc.stdout
+        ready, _, _ = select.select([out], [], [], timeout)
+        if not ready:
+            self.close()
+            raise KVExploreError(
+                f"vLLM {self.version} (the environment at {self.env}) did not answer within "
+                f"{timeout:.0f} s; expected an answer (its worker was stopped)")
+        line = out.readline()
+        if not line:
+            raise _WorkerDied(self._tail())
+        try:
+            value = json.loads(line)
+        except ValueError:
+            value = None
+        if not isinstance(value, dict):
+            self.close()
+            raise KVExploreError(
+                f"vLLM {self.version} (the environment at {self.env}) could not answer: it "
+                f"printed {line[:200]!r}; expected one JSON object per line")
+        return value
+
+    def close(self) -> None:
+        """End the worker (its input closed, then killed after 5 s)."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            with contextlib.suppress(OSError):
+                proc.stdout.close()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    @property
+    def pid(self) -> int | None:
+        """The worker's process id while it runs, else None."""
+        return self._proc.pid if self._alive() else None
+
+    # -- a question ------------------------------------------------------------
+    def _ask_once(self, module: str, argument: str, timeout: float) -> dict:
+        from kvexplore.store import code_version
+
+        if not self._alive():
+            self.close()  # exited when idle: a new one
+            self._start()
+        self._proc.stdin.write((json.dumps({"module": module, "argument": argument})
+                                + "\n").encode())
+        self._proc.stdin.flush()
+        reply = self._read(timeout)
+        if not reply.get("ok"):
+            raise KVExploreError(
+                f"vLLM {self.version} (the environment at {self.env}) could not answer: "
+                f"{str(reply.get('error'))[-600:]}")
+        if reply.get("vllm") != self.version:
+            self.close()
+            raise _unusable(self.env, self.version, [f"it answered as vLLM {reply.get('vllm')}"])
+        if reply.get("code") != code_version():
+            self.close()  # kvexplore changed since the worker started: ask a new one
+            return self._ask_once(module, argument, timeout)
+        return reply["answer"]
+
+    def ask(self, module: str, argument: str, *, timeout: float = 1800) -> dict:
+        """``python -m module argument``'s answer (the JSON object it prints
+        last), from this release's worker, started on first use; a worker
+        that dies is restarted once, and one that dies again is refused with
+        its last lines."""
+        with self._lock:
+            for attempt in (1, 2):
+                try:
+                    return self._ask_once(module, argument, timeout)
+                except (_WorkerDied, BrokenPipeError) as exc:
+                    tail = str(exc) or self._tail()
+                    self.close()
+                    if attempt == 2:
+                        raise KVExploreError(
+                            f"vLLM {self.version} (the environment at {self.env}) could not "
+                            f"answer: its worker ended twice; {tail}") from None
+        raise AssertionError("unreachable")
+
+
+_WORKERS: dict[tuple[str, str], ReleaseWorker] = {}
+_WORKERS_LOCK = threading.Lock()
+
+
+def release_worker(version: str) -> ReleaseWorker:
+    """The :class:`ReleaseWorker` of ``version`` for this process (one per
+    release and environment folder, so another cache folder has its own; its
+    process starts on its first question)."""
+    version = canonical_release(version)
+    key = (version, str(environment_path(version)))
+    with _WORKERS_LOCK:
+        if key not in _WORKERS:
+            _WORKERS[key] = ReleaseWorker(version)
+        return _WORKERS[key]
+
+
+@atexit.register
+def close_workers() -> None:
+    """End every release worker of this process (also run at exit)."""
+    with _WORKERS_LOCK:
+        workers = list(_WORKERS.values())
+    for w in workers:
+        w.close()
+
+
 def answer_in(version: str, module: str, request: str, *, timeout: float = 1800) -> dict:
-    """``python -m module request`` in vLLM ``version``'s environment
-    (:func:`run_in`), whose last line of output is a JSON object with a
-    ``"vllm"`` entry naming the release that answered.
+    """``python -m module request``'s answer in vLLM ``version``'s
+    environment: the JSON object with a ``"vllm"`` entry naming the release
+    that answered, asked of the release's long-lived worker
+    (:func:`release_worker`), which keeps vLLM imported and its builds
+    between questions.
 
     Refused with a :class:`KVExploreError` naming the environment's folder:
-    an environment that fails :func:`check_environment`, a run that fails or
-    prints no JSON object (its last lines quoted), and an answer from another
-    release than ``version`` (with the fix, ``kvexplore envs R --repair``)."""
+    an environment that fails :func:`check_environment`, a question that
+    fails (its last lines quoted), a worker that ends twice, and an answer
+    from another release than ``version`` (with the fix, ``kvexplore envs R
+    --repair``)."""
     version = canonical_release(version)
-    env = environment_path(version)
-    out = run_in(version, ["-m", module, request], timeout=timeout)
-    lines = out.stdout.strip().splitlines()
-    try:
-        answer = json.loads(lines[-1]) if out.returncode == 0 and lines else None
-    except ValueError:
-        answer = None
-    if not isinstance(answer, dict):
-        tail = " ".join((out.stderr or out.stdout or "").strip().splitlines()[-3:])
-        raise KVExploreError(
-            f"vLLM {version} (the environment at {env}) could not answer: {tail[-600:]}"
-        )
-    if answer.get("vllm") != version:
-        raise _unusable(env, version, [f"it answered as vLLM {answer.get('vllm')}"])
+    answer = release_worker(version).ask(module, request, timeout=timeout)
+    if not isinstance(answer, dict) or answer.get("vllm") != version:
+        got = answer.get("vllm") if isinstance(answer, dict) else answer
+        raise _unusable(environment_path(version), version, [f"it answered as vLLM {got}"])
     return answer
 
 
+def serve() -> None:
+    """A release worker's loop (``python -m kvexplore.versions.environments
+    serve``): say the release and code, then answer each question line
+    (:class:`ReleaseWorker`) until the input ends or stays idle for
+    :func:`_idle_seconds`.  Whatever else writes to the standard output
+    (vLLM's logs) goes to the standard error, so the pipe holds only
+    answers."""
+    import importlib
+    import importlib.metadata
+    import traceback
+
+    from kvexplore.store import code_version
+
+    answers = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    release = importlib.metadata.version("vllm")
+    code = code_version()
+
+    def say(value: dict) -> None:
+        answers.write(json.dumps(value, default=str) + "\n")
+        answers.flush()
+
+    say({"vllm": release, "code": code})
+    idle = _idle_seconds()
+    while True:
+        ready, _, _ = select.select([sys.stdin], [], [], idle)
+        if not ready:
+            return
+        line = sys.stdin.readline()
+        if not line:
+            return
+        try:
+            question = json.loads(line)
+            # a real file: vLLM's suppress_stdout asks sys.stdout for its fileno
+            with tempfile.TemporaryFile("w+") as printed:
+                with contextlib.redirect_stdout(printed):
+                    importlib.import_module(question["module"]).main([question["argument"]])
+                printed.seek(0)
+                lines = printed.read().strip().splitlines()
+            say({"ok": True, "answer": json.loads(lines[-1]), "vllm": release, "code": code})
+        except Exception:  # the question's error, quoted to the asker
+            say({"ok": False, "error": " ".join(
+                traceback.format_exc().strip().splitlines()[-3:]), "vllm": release})
+
+
 __all__ = [
+    "ReleaseWorker",
+    "close_workers",
+    "release_worker",
     "OVERRIDES",
     "PACKAGES",
     "REQUIREMENT",
@@ -433,3 +662,7 @@ __all__ = [
     "model_argument",
     "run_in",
 ]
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["serve"]:
+    serve()

@@ -1,6 +1,7 @@
 """The advisor's default space for one model on one GPU type, cold and warm.
 
-Cold: a new Python process runs ``kvexplore.advise`` once (vLLM's import and
+Cold: a new Python process runs ``kvexplore.advise`` once (``store=False``: the
+search itself) (vLLM's import and
 the model's first build included); warm: the same call again in that
 process (plans and their builds reused), and a second workload (a new
 concurrency and shared prefix: new rows on the same builds); the command
@@ -30,13 +31,14 @@ if only_plan:
     print(json.dumps({"cold": time.perf_counter() - t0}))
     raise SystemExit
 w = Workload(max_model_len=32768, concurrency=64, shared_prefix=1500)
-a = advise(model, gpu=gpu, workload=w)
+a = advise(model, gpu=gpu, workload=w, store=False)
 cold = time.perf_counter() - t0
 t1 = time.perf_counter()
-advise(model, gpu=gpu, workload=w)
+advise(model, gpu=gpu, workload=w, store=False)
 warm = time.perf_counter() - t1
 t2 = time.perf_counter()
-advise(model, gpu=gpu, workload=Workload(max_model_len=32768, concurrency=16, shared_prefix=3000))
+advise(model, gpu=gpu, workload=Workload(max_model_len=32768, concurrency=16, shared_prefix=3000),
+       store=False)
 other = time.perf_counter() - t2
 print(json.dumps({"cold": cold, "warm": warm, "other": other, "rows": len(a.rows)}))
 """

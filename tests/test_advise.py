@@ -8,7 +8,8 @@ is checked with the release's own ``resolve_cudagraph_mode_and_sizes``
 called as its model runner calls it (``test_startup.release_cudagraph_verdict``)
 and by hand (one Mamba block per decoding sequence, a cache that holds one
 request); the prefix reuse equals vLLM's ``KVCacheManager`` driven directly
-(attention-only) and the hit unit's arithmetic by hand (hybrids).
+(attention-only) and the hit unit's arithmetic by hand (hybrids) or vLLM's Scheduler driven in
+the test (``test_capacity._repeat_hit``) for longer prompts.
 """
 
 import itertools
@@ -19,6 +20,7 @@ import subprocess
 import sys
 
 import pytest
+from test_capacity import _repeat_hit
 
 import kvexplore
 from kvexplore.advising import AXES, Workload, advise, pareto_front
@@ -77,63 +79,6 @@ def _brute_force(model, gpu, gpus, workload, space):
     return rows
 
 
-def _scheduler_hit(p, shared, prompt):
-    """num_computed_tokens vLLM's Scheduler gives a request sharing the first
-    ``shared`` of its ``prompt`` tokens with one that ran to completion
-    (written here as vLLM's engine core drives it, with 4,000 blocks)."""
-    import copy
-    import dataclasses
-    import unittest.mock
-
-    from vllm.sampling_params import SamplingParams
-    from vllm.utils.hashing import sha256
-    from vllm.v1.core.kv_cache_utils import (
-        generate_scheduler_kv_cache_config,
-        get_request_block_hasher,
-        init_none_hash,
-        resolve_kv_cache_block_sizes,
-    )
-    from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.outputs import ModelRunnerOutput
-    from vllm.v1.request import Request
-    from vllm.v1.structured_output import StructuredOutputManager
-
-    init_none_hash(sha256)
-    vc = copy.copy(p.vllm_config)
-    cfg = generate_scheduler_kv_cache_config([copy.deepcopy(p.kv_cache_config)])
-    cfg = dataclasses.replace(cfg, num_blocks=4000)
-    vc.cache_config = copy.copy(vc.cache_config)
-    vc.cache_config.num_gpu_blocks = 4000
-    # EngineCore._initialize_kv_caches: the smallest prefix-cacheable group's block
-    sizes = [g.kv_cache_spec.block_size for g in cfg.kv_cache_groups
-             if g.kv_cache_spec.prefix_cacheable]
-    vc.cache_config.block_size = min(sizes or [g.kv_cache_spec.block_size
-                                               for g in cfg.kv_cache_groups])
-    sb, hb = resolve_kv_cache_block_sizes(cfg, vc)
-    with unittest.mock.patch.object(type(vc.model_config), "supports_multimodal_inputs",
-                                    property(lambda self: False)):
-        s = Scheduler(vllm_config=vc, kv_cache_config=cfg,
-                      structured_output_manager=StructuredOutputManager(vc),
-                      block_size=sb, hash_block_size=hb)
-    hasher = get_request_block_hasher(hb, sha256)
-    tokens = [list(range(1, prompt + 1))]
-    tokens.append(tokens[0][:shared] + [t + 10**6 for t in tokens[0][shared:]])
-    hits = []
-    for n, ids_ in enumerate(tokens):
-        req = Request(f"q{n}", ids_, SamplingParams(max_tokens=1), None, block_hasher=hasher)
-        s.add_request(req)
-        while s.has_unfinished_requests():
-            out = s.schedule()
-            if out.scheduled_new_reqs:
-                hits.append(out.scheduled_new_reqs[0].num_computed_tokens)
-            ids = list(out.num_scheduled_tokens)
-            done = req.num_computed_tokens >= prompt
-            s.update_from_output(out, ModelRunnerOutput(
-                req_ids=ids, req_id_to_index={i: k for k, i in enumerate(ids)},
-                sampled_token_ids=[[7] if done else [] for _ in ids]))
-    return min(hits[1], shared)
-
-
 @pytest.fixture(scope="module", params=CASES, ids=[c[0].split("/")[1] for c in CASES])
 def case(request):
     model, gpu, gpus, workload = request.param
@@ -160,7 +105,10 @@ def test_every_row_is_the_plans_and_the_recommendation_is_the_best(case):
                 unit = b["alignment"]
                 hand = 0 if unit is None else workload.shared_prefix // unit * unit
             else:
-                hand = _scheduler_hit(b["plan"], workload.shared_prefix, workload.prompt_tokens)
+                p = b["plan"]
+                hand = min(workload.shared_prefix, _repeat_hit(
+                    p, workload.prompt_tokens, shared=workload.shared_prefix,
+                    enable_caching=p.cache_config.enable_prefix_caching))
             assert row["prefix_reused_tokens"] == hand, (setting, b["alignment"])
             b["prefix_reused_tokens"] = hand
             b["holds"] = (b["concurrent_requests"] >= workload.concurrency

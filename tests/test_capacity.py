@@ -250,10 +250,13 @@ def test_largest_max_model_len_is_vllms_estimate(qwen_32k_a100):
 # ---------------------------------------------------------------------------
 
 
-def _repeat_hit(p, n, *, enable_caching=True):
-    """num_computed_tokens vLLM's Scheduler gives the second of two identical
-    n-token prompts, the first having run to completion (chunked as vLLM
-    chunks it)."""
+def _repeat_hit(p, n, *, enable_caching=True, shared=None):
+    """num_computed_tokens vLLM's Scheduler gives the second of two n-token
+    prompts, the first having run to completion (chunked as vLLM chunks it):
+    identical prompts, or with ``shared`` only their first ``shared`` tokens
+    in common.  The scheduler's block size is the one
+    ``EngineCore._initialize_kv_caches`` sets (the smallest prefix-cacheable
+    group's)."""
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
     from vllm.v1.core.kv_cache_utils import (
@@ -274,6 +277,10 @@ def _repeat_hit(p, n, *, enable_caching=True):
     cfg = generate_scheduler_kv_cache_config([copy.deepcopy(p.kv_cache_config)])
     cfg = dataclasses.replace(cfg, num_blocks=4000)
     vc.cache_config.num_gpu_blocks = cfg.num_blocks
+    sizes = [g.kv_cache_spec.block_size for g in cfg.kv_cache_groups
+             if g.kv_cache_spec.prefix_cacheable]
+    vc.cache_config.block_size = min(sizes or [g.kv_cache_spec.block_size
+                                               for g in cfg.kv_cache_groups])
     sb, hb = resolve_kv_cache_block_sizes(cfg, vc)
     no_mm = unittest.mock.patch.object(
         type(vc.model_config), "supports_multimodal_inputs", property(lambda self: False)
@@ -284,8 +291,11 @@ def _repeat_hit(p, n, *, enable_caching=True):
                       block_size=sb, hash_block_size=hb)
     hasher = get_request_block_hasher(hb, sha256)
     hits = []
-    for rep in range(2):
-        req = Request(f"r{rep}", list(range(1, n + 1)), SamplingParams(max_tokens=1), None,
+    prompts = [list(range(1, n + 1))] * 2
+    if shared is not None:
+        prompts[1] = prompts[0][:shared] + [t + 10**6 for t in prompts[0][shared:]]
+    for rep, tokens in enumerate(prompts):
+        req = Request(f"r{rep}", tokens, SamplingParams(max_tokens=1), None,
                       block_hasher=hasher)
         s.add_request(req)
         first = True

@@ -207,17 +207,18 @@ def _hit_unit(block: int, shared_prefix: int) -> int | None:
     return units[-1] if units else None
 
 
-def default_space(model: Any, *, gpu: Any, gpus: int, workload: Workload,
-                  base=None) -> dict[str, tuple]:
-    """The space :func:`advise` searches when none is given, chosen so the
-    call stays fast: every tensor-parallel size that divides ``gpus`` (with
-    the rest as data-parallel replicas, and one replica); vLLM's prefix
-    caching default and its opposite; where a shared prefix is shorter than
-    the default setting's hit unit and the release has
-    ``--prefix-match-unit``, the two largest powers of two that fit in it;
-    vLLM's ``max_num_seqs`` and the workload's concurrency; vLLM's
-    ``gpu_memory_utilization``; and, where ``base`` (the plan of vLLM's
-    defaults) is refused, the values its way out names."""
+def default_space(base, *, gpus: int, workload: Workload) -> dict[str, tuple]:
+    """The space :func:`advise` searches when none is given, from ``base``
+    (the plan of vLLM's defaults for the workload), chosen so the call stays
+    fast: every tensor-parallel size that divides ``gpus`` (with the rest as
+    data-parallel replicas, and one replica); vLLM's prefix caching default
+    and its opposite; where a shared prefix is shorter than the default's
+    hit unit and the release has ``--prefix-match-unit``, the largest unit
+    that fits in the prefix and divides the hit unit; vLLM's
+    ``max_num_seqs``, the workload's concurrency and, where the default's
+    cache holds more requests than that, as many as it holds; vLLM's
+    ``gpu_memory_utilization``; and, where ``base`` is refused, the values
+    its way out names."""
     from kvexplore.planning import release
 
     tp = _divisors(gpus)
@@ -230,20 +231,19 @@ def default_space(model: Any, *, gpu: Any, gpus: int, workload: Workload,
     }
     if workload.concurrency > 1:
         space["max_num_seqs"].append(workload.concurrency)
-    if base is not None:
-        caching = bool(base.cache_config.enable_prefix_caching)
-        space["enable_prefix_caching"].append(not caching)
-        cap = _capacity_or_none(base)
-        alignment = cap.cache_hit_alignment if caching and cap is not None else 0
-        seqs = int(base.vllm_config.scheduler_config.max_num_seqs)
-        if cap is not None and math.floor(cap.max_concurrency) > seqs:
-            space["max_num_seqs"].append(math.floor(cap.max_concurrency))
-        if workload.shared_prefix and alignment > workload.shared_prefix and \
-                "prefix_match_unit" in release.engine_argument_names():
-            unit = _hit_unit(alignment, workload.shared_prefix)
-            if unit is not None:
-                space["prefix_match_unit"] = [None, unit]
-    if base is not None and base.admission is not None and not base.admission.ok:
+    caching = bool(base.cache_config.enable_prefix_caching)
+    space["enable_prefix_caching"].append(not caching)
+    cap = _capacity_or_none(base)
+    alignment = cap.cache_hit_alignment if caching and cap is not None else 0
+    seqs = int(base.vllm_config.scheduler_config.max_num_seqs)
+    if cap is not None and math.floor(cap.max_concurrency) > seqs:
+        space["max_num_seqs"].append(math.floor(cap.max_concurrency))
+    if workload.shared_prefix and alignment > workload.shared_prefix and \
+            "prefix_match_unit" in release.engine_argument_names():
+        unit = _hit_unit(alignment, workload.shared_prefix)
+        if unit is not None:
+            space["prefix_match_unit"] = [None, unit]
+    if base.admission is not None and not base.admission.ok:
         for way in base.way_out():
             for name, value in way.change.items():
                 if name in ("max_num_seqs", "gpu_memory_utilization"):
@@ -404,25 +404,19 @@ def _why_not(row: Mapping[str, Any], best: Mapping[str, Any] | None,
     return "; ".join(losses)
 
 
-def _flag(name: str, value: Any) -> str:
-    flag = "--" + name.replace("_", "-")
-    if value is True:
-        return flag
-    if value is False:
-        return "--no-" + name.replace("_", "-")
-    return f"{flag} {shlex.quote(str(value))}"
-
-
 def serve_command(model_name: str, row: Mapping[str, Any], workload: Workload) -> str:
     """The ``vllm serve`` command line of ``row``'s engine arguments and the
     workload's length and speculative config (vLLM's flags: the argument
-    name with dashes; a boolean as ``--x`` / ``--no-x``)."""
+    name with dashes; a boolean as ``--x`` / ``--no-x``:
+    :func:`kvexplore.planning.way_out.serve_flag`)."""
+    from kvexplore.planning.way_out import serve_flag
+
     parts = ["vllm serve", shlex.quote(model_name)]
     for axis in AXES:
         if row.get(axis) is not None:
-            parts.append(_flag(axis, row[axis]))
+            parts.append(serve_flag(axis, row[axis]))
     if workload.max_model_len is not None:
-        parts.append(_flag("max_model_len", workload.max_model_len))
+        parts.append(serve_flag("max_model_len", workload.max_model_len))
     if workload.speculative_config is not None:
         parts.append(f"--speculative-config {shlex.quote(workload.speculative_config)}")
     return " ".join(parts)
@@ -539,8 +533,7 @@ def _advise_here(model: Any, gpu: Any, gpus: int, workload: Workload,
     from kvexplore.planning.release import installed_release
 
     base = plan(model, gpu=gpu, **workload.plan_kwargs())
-    searched = {**default_space(model, gpu=gpu, gpus=gpus, workload=workload, base=base),
-                **space}
+    searched = {**default_space(base, gpus=gpus, workload=workload), **space}
     rows = [evaluate(model, gpu, s, workload) for s in _settings(searched, gpus)]
     front = set(pareto_front(rows))
     holds = [i for i, r in enumerate(rows) if r["holds_workload"]]

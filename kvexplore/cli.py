@@ -37,6 +37,7 @@ import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from kvexplore.advising import ADVICE_KIND
 from kvexplore.errors import KVExploreError
 from kvexplore.fleet import check_output
 from kvexplore.layout import jsonable
@@ -474,7 +475,7 @@ _QUESTIONS = {"plan": _plan_question, "offload": _offload_question,
               "capacity": _capacity_question, "advise": _advise_question}
 #: The answer store's kind of each command's answer.
 _KINDS = {"plan": PLAN_KIND, "offload": OFFLOAD_KIND, "capacity": CAPACITY_KIND,
-          "advise": "advise"}
+          "advise": ADVICE_KIND}
 
 
 def command_question(ns: argparse.Namespace) -> Question:

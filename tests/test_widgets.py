@@ -387,6 +387,8 @@ def test_the_advise_tab_recommends_and_applies():
     from kvexplore.explorer.widgets import Explorer
 
     e = Explorer("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", gpu="H100", max_model_len="32768")
+    e.advise_button.click()  # the tab's defaults: one request, no shared prefix
+    assert "kvx-error" not in e.advise_panel.value and e.state.advice.workload.shared_prefix == 0
     e.advise_controls["concurrency"].value = 16
     e.advise_controls["shared_prefix"].value = 1500
     e.advise_button.click()

@@ -140,7 +140,7 @@ def _control_int(name: str, value: Any, *, auto: bool = False) -> int | None:
     """``'544'`` -> 544; ``'auto'``/``''``/None -> None when ``auto``."""
     if auto and (value is None or (isinstance(value, str) and value.strip().lower() in ("", "auto"))):
         return None
-    minimum = 0 if name in ("layer", "block", "pipeline_parallel_rank") else 1
+    minimum = 0 if name in ("layer", "block", "pipeline_parallel_rank", "shared_prefix") else 1
     parsed: int | None = None
     if isinstance(value, int) and not isinstance(value, bool):
         parsed = value
@@ -288,7 +288,7 @@ class ExplorerState:
             workload = Workload(
                 max_model_len=_control_int("max_model_len", c["max_model_len"], auto=True),
                 concurrency=_control_int("concurrency", concurrency),
-                shared_prefix=_control_int("shared_prefix", shared_prefix, auto=True) or 0)
+                shared_prefix=_control_int("shared_prefix", shared_prefix))
             self.advice = advise(c["model"], gpu=c["gpu"], gpus=_control_int("gpus", gpus),
                                  workload=workload, objective=objective)
         except Exception as exc:  # never a traceback in the notebook

@@ -342,10 +342,13 @@ class Plan(Displayable):
     def way_out(self) -> tuple:
         """The settings nearest to this plan that get past its first start-up
         refusal, each planned and confirmed
-        (:func:`kvexplore.planning.way_out.way_out`); ``()`` when it starts."""
+        (:func:`kvexplore.planning.way_out.way_out`, computed once per plan:
+        the plan's text, the Explorer's status and its buttons ask for it);
+        ``()`` when it starts."""
+        from kvexplore.memo import per_plan
         from kvexplore.planning.way_out import way_out
 
-        return way_out(self)
+        return per_plan(self, ("way_out",), lambda: way_out(self))
 
     def memory_profile(self):
         """:func:`kvexplore.planning.profile.profile_build` of this plan's build

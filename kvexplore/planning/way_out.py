@@ -26,11 +26,26 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import FrozenDict
+
+
+def serve_flag(name: str, value: Any) -> str:
+    """Engine argument ``name`` set to ``value`` as a ``vllm serve`` flag:
+    the name with dashes; ``True`` as ``--x``, ``False`` as ``--no-x``; a
+    dict as quoted JSON; anything else shell-quoted."""
+    flag = "--" + name.replace("_", "-")
+    if value is True:
+        return flag
+    if value is False:
+        return "--no-" + name.replace("_", "-")
+    if isinstance(value, dict):
+        return f"{flag} {shlex.quote(json.dumps(value))}"
+    return f"{flag} {shlex.quote(str(value))}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,16 +65,7 @@ class WayOut:
     @property
     def flags(self) -> str:
         """The change as ``vllm serve`` flags (``--max-num-seqs 844``)."""
-        out = []
-        for name, value in self.change.items():
-            flag = "--" + name.replace("_", "-")
-            if isinstance(value, dict):
-                out.append(f"{flag} '{json.dumps(value)}'")
-            elif value is True:
-                out.append(flag)
-            else:
-                out.append(f"{flag} {value}")
-        return " ".join(out)
+        return " ".join(serve_flag(name, value) for name, value in self.change.items())
 
     def text(self) -> str:
         verdict = "starts" if self.starts else "still refused"
@@ -217,4 +223,4 @@ def way_out(p, *, _depth: int = 0) -> tuple[WayOut, ...]:
     return ()
 
 
-__all__ = ["WayOut", "way_out"]
+__all__ = ["WayOut", "serve_flag", "way_out"]

@@ -13,6 +13,7 @@ this order; each imports only its own stage and the stages before it:
 * :mod:`kvexplore.registration` a plan's KV cache as the tensors vLLM registers
 * :mod:`kvexplore.pages`      a registered layer's page as byte segments and views
 * :mod:`kvexplore.editing`    every LMCache release's validation and edits, the round-trip proof
+* :mod:`kvexplore.connectors` what LMCache's multi-process connector and server store, per release
 * :mod:`kvexplore.offloading` the ``OffloadingConfig`` vLLM hands a backend, sweeps
 * :mod:`kvexplore.capacity_planning`   memory, tokens, concurrency, prefix-cache hits, host tier
 * :mod:`kvexplore.logs`       a vLLM start-up log read, checked against kvexplore, calibrated
@@ -70,6 +71,8 @@ _NAMES = {
     "lmcache_release": "kvexplore.editing",
     "lmcache_releases": "kvexplore.editing",
     "rules_for": "kvexplore.editing",
+    "LMCacheLayout": "kvexplore.connectors.lmcache_layout",
+    "lmcache_layout": "kvexplore.connectors.lmcache_layout",
     "ExplorerState": "kvexplore.explorer.state",
     "compare": "kvexplore.explorer.state",
     "OffloadConfigError": "kvexplore.offloading",
@@ -220,6 +223,9 @@ __all__ = [
     "ReleaseAdvice",
     "Workload",
     "advise",
+    # what LMCache stores
+    "LMCacheLayout",
+    "lmcache_layout",
     # errors
     "KVExploreError",
     # rendering and the Explorer

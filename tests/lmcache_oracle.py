@@ -12,10 +12,8 @@ and storage they report is comparable as data.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import pickle
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,7 +29,6 @@ from kvexplore.editing.rules import (
     rules_for,
 )
 from kvexplore.editing.validation import check_kv_cache_groups, validate_kv_cache_groups
-from kvexplore.paths import cache_dir
 
 WORKER = Path(__file__).with_name("lmcache_worker.py")
 sys.path.insert(0, str(WORKER.parent))
@@ -43,49 +40,16 @@ class OracleUnavailable(RuntimeError):
 
 
 def install(release: str) -> Path:
-    """``pip install --no-deps --target`` LMCache ``release`` into the cache
-    folder, atomically (a temporary sibling renamed into place)."""
-    target = cache_dir() / "oracles" / f"lmcache-{release}"
-    if (target / "lmcache").is_dir():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    """LMCache ``release``'s package folder (kvexplore's own wheel install,
+    shared with :func:`kvexplore.lmcache_layout`); ``OracleUnavailable`` when
+    the wheel cannot be installed."""
+    from kvexplore.connectors.lmcache_layout import lmcache_package
+    from kvexplore.errors import KVExploreError
+
     try:
-        if importlib.util.find_spec("pip") is not None:
-            command = [
-                sys.executable,
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-            ]
-        else:  # a release environment made by uv has no pip
-            command = [
-                shutil.which("uv") or "uv",
-                "pip",
-                "install",
-                "--quiet",
-                "--python",
-                sys.executable,
-            ]
-        command += ["--no-deps", "--target", str(staging), f"lmcache=={release}"]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=900)
-        if done.returncode:
-            raise OracleUnavailable(
-                f"LMCache {release}, an oracle of these tests, could not be installed: "
-                f"`{' '.join(command)}` exited {done.returncode}:\n"
-                f"{(done.stderr or done.stdout)[-2000:]}\nThese tests need the package "
-                f"index (or a pip configuration naming a mirror with lmcache=={release})."
-            )
-        try:
-            os.replace(staging, target)
-        except OSError:
-            if not (target / "lmcache").is_dir():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+        return lmcache_package(release)
+    except KVExploreError as exc:
+        raise OracleUnavailable(f"{exc}; these tests need it as an oracle") from None
 
 
 def case_of(config, cache_config, caches: dict) -> dict:

@@ -209,7 +209,7 @@ def test_an_oracle_that_cannot_be_fetched_leaves_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_CONSTRAINT", "")
     with pytest.raises(OracleUnavailable, match="lmcache==0.5.2"):
         install("0.5.2")
-    assert not any((tmp_path / "oracles").iterdir())
+    assert not any((tmp_path / "lmcache").iterdir())
 
 
 def test_the_explorer_answers_for_the_chosen_lmcache():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from kvexplore.advising import Advice, ReleaseAdvice
 from kvexplore.capacity_planning import Calibration, CapacityReport
+from kvexplore.connectors.lmcache_layout import LMCacheLayout
 from kvexplore.display import register_forms
 from kvexplore.editing.roundtrip import RoundTripReport
 from kvexplore.editing.rules import EditResult
@@ -29,6 +30,7 @@ from kvexplore.rendering import (
     figures,
     html,
     layouts,
+    lmcache,
     logs,
     offload,
     plan_parts,
@@ -53,6 +55,7 @@ FORMS = {
     VllmLog: (logs.log_text, logs.log_html, logs.log_figure),
     LogCheck: (logs.check_text, logs.check_html, logs.check_figure),
     Calibration: (logs.calibration_text, logs.calibration_html, logs.calibration_figure),
+    LMCacheLayout: (lmcache.lmcache_text, lmcache.lmcache_html, lmcache.lmcache_figure),
     Advice: (advice.advice_text, advice.advice_html, advice.advice_figure),
     ReleaseAdvice: (advice.release_advice_text, advice.release_advice_html,
                     advice.release_advice_figure),

@@ -1,0 +1,335 @@
+"""Runs one LMCache release's own code on one registration, in its own process.
+
+``python lmcache_probe.py RELEASE_DIR REQUEST OUT``: ``RELEASE_DIR`` holds the
+release's ``lmcache`` package (installed ``--no-deps``); ``REQUEST`` is a
+pickled dict written by :mod:`kvexplore.connectors.lmcache_layout` (vLLM's
+``KVCacheConfig``, ``CacheConfig``, ``SchedulerConfig``, ``ParallelConfig``,
+the registered tensors as (storage, shape, stride, offset, dtype), the layout
+hint, the chunk sizes, ``separate_object_groups`` and ``engine_type``);
+``OUT`` receives a pickled dict of plain data.
+
+This file imports neither kvexplore nor anything but torch, vLLM and the
+release's ``lmcache`` package, so every answer in ``OUT`` is the release's
+own.  It calls, in the order ``LMCacheMPConnector`` does:
+
+1. ``lmcache_mp_connector.validate_mamba_step_alignment`` and
+   ``kv_cache_group_edits.validate_kv_cache_groups`` (the connector's
+   ``__init__``);
+2. the groups' token spans and the scheduler block:
+   ``get_group_tokens_per_block`` / ``get_vllm_scheduler_block_size`` where
+   the release has them, else the connector's own expressions
+   (``group.kv_cache_spec.block_size`` per group,
+   ``vllm_config.cache_config.block_size``);
+3. ``kv_cache_group_edits.apply_kv_cache_group_edits`` and
+   ``kv_cache_groups.create_engine_group_infos_from_vllm`` (the connector's
+   ``register_kv_caches``);
+4. per chunk size: the chunk negotiation of ``engine_context.negotiate_chunk_size``
+   (releases that have it), the connector's and the scheduler adapter's chunk
+   checks (their conditions and messages as each release words them), and the
+   server's ``KVLayerGroupsManager`` (``v1/kv_layer_groups.py``: its kernel
+   groups, object groups, ``_validate_block_chunk_size_config``,
+   ``get_slots_per_chunk_in_sw``).  The bytes one chunk stores per kernel
+   group follow the cache context's buffer shape
+   (``(kv_size, num_layers, slots, num_heads * head_size)`` of the group's
+   dtype, ``cache_context.get_kv_buffer_shape``).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import math
+import os
+import pickle
+import sys
+import traceback
+import types
+
+
+def _rebuild(storages, layers):
+    import torch
+
+    raw = [torch.empty(n, dtype=torch.uint8) for n in storages]
+    out = {}
+    for name, (container, descs) in layers.items():
+        tensors = []
+        for index, shape, stride, offset, dtype in descs:
+            t = torch.empty(0, dtype=getattr(torch, dtype))
+            t.set_(raw[index].untyped_storage(), offset, shape, stride)
+            tensors.append(t)
+        out[name] = (
+            tensors[0]
+            if container == "tensor"
+            else (tensors if container == "list" else tuple(tensors))
+        )
+    return raw, out
+
+
+def _where(fn) -> str:
+    module = getattr(fn, "__module__", "") or ""
+    return module.replace(".", "/") + ".py: " + getattr(fn, "__qualname__", str(fn))
+
+
+def _check(checks, name, fn, *args, where=None):
+    """Run ``fn(*args)``; record (name, where, ok, error type, message)."""
+    try:
+        value = fn(*args)
+    except Exception as exc:  # the release's own refusal, kept as data
+        checks.append((name, where or _where(fn), False, type(exc).__name__, str(exc)))
+        return False, None
+    checks.append((name, where or _where(fn), True, "", ""))
+    return True, value
+
+
+def _hints(mp, utils, edits, request):
+    """The layout hints the release's connector passes its edits (None where
+    its ``apply_kv_cache_group_edits`` takes none)."""
+    if len(inspect.signature(edits.apply_kv_cache_group_edits).parameters) < 3:
+        return None, ()
+    if inspect.signature(utils.vllm_layout_hints).parameters:
+        vc = types.SimpleNamespace(cache_config=request["cache_config"])
+        hints = utils.vllm_layout_hints(vc)
+    else:
+        # vLLM's get_kv_cache_layout() global, which this process does not
+        # hold: the engine's value is passed in.
+        hints = {"kv_layout": request["hint"]}
+    return hints, (hints,)
+
+
+def _group_spans(mp, vllm_config, cfg):
+    if hasattr(mp, "get_group_tokens_per_block"):
+        spans = list(mp.get_group_tokens_per_block(vllm_config, cfg))
+        where = _where(mp.get_group_tokens_per_block)
+    else:
+        groups = getattr(cfg, "kv_cache_groups", ()) or ()
+        spans = [g.kv_cache_spec.block_size for g in groups] or [
+            vllm_config.cache_config.block_size
+        ]
+        where = "lmcache/integration/vllm/lmcache_mp_connector.py: LMCacheMPConnector.__init__"
+    if hasattr(mp, "get_vllm_scheduler_block_size"):
+        block = mp.get_vllm_scheduler_block_size(vllm_config, cfg)
+    else:
+        block = vllm_config.cache_config.block_size
+    return spans, block, where
+
+
+def _negotiated_chunk(chunk, alignment):
+    """The chunk the server settles on (0.5.7 and later negotiate it)."""
+    try:
+        from lmcache.v1.multiprocess import engine_context
+    except Exception:
+        return chunk, False
+    rounding = getattr(engine_context, "_round_up_to_multiple", None)
+    if rounding is None:
+        return chunk, False
+    return rounding(chunk, alignment), True
+
+
+def _adapter_check(adapter_source: str, chunk: int, block: int):
+    """The scheduler adapter's chunk check, as the release words it."""
+    if chunk % block == 0:
+        return None
+    if "assert self.lmcache_tokens_per_chunk % vllm_block_size == 0" in adapter_source:
+        return ("AssertionError", "LMCache chunk size should be a multiple of vLLM block size")
+    return (
+        "ValueError",
+        f"LMCache chunk size {chunk} must be a multiple of {block} (the vLLM block "
+        f"size scaled by decode_context_parallel_size). Set --chunk-size to a "
+        f"multiple of {block}.",
+    )
+
+
+def _connector_chunk_check(spans, chunk):
+    for index, span in enumerate(spans):
+        if span and chunk % span:
+            return (
+                "ValueError",
+                f"LMCache chunk size {chunk} must be a multiple of group {index} "
+                f"tokens_per_block {span}",
+            )
+    return None
+
+
+def _server(normalize, manager_cls, engine_type, edited, infos, hints, chunk,
+            separate, blend):
+    from lmcache.v1.multiprocess.group_view import engine_group_layer_indices
+
+    tensors = list(edited.values())
+    normalized, formats = normalize(
+        tensors, engine_group_layer_indices(infos), engine_type, hints
+    )
+    manager = manager_cls(
+        normalized,
+        engine_kv_formats=formats,
+        engine_group_infos=infos,
+        lmcache_tokens_per_chunk=chunk,
+        separate_object_groups=separate,
+    )
+    if blend and hasattr(manager, "enable_full_sw_kv"):
+        manager.enable_full_sw_kv()
+    kernel = []
+    for index, group in enumerate(manager.kernel_groups):
+        sd = group.shape_desc
+        slots = manager.get_slots_per_chunk_in_sw(index)
+        element = group.dtype.itemsize
+        kernel.append(
+            {
+                "kernel_group": index,
+                "engine_group": group.engine_group_idx,
+                "layer_indices": tuple(group.layer_indices),
+                "kv_size": sd.kv_size,
+                "num_heads": sd.nh,
+                "head_size": sd.hs,
+                "slots_per_block": group.slots_per_block,
+                "tokens_per_block": group.tokens_per_block,
+                "sw_size_tokens": group.sw_size_tokens,
+                "recurrent_state": bool(getattr(group, "recurrent_state", False)),
+                "window_tokens": manager.get_subchunk_sw_size_tokens(index),
+                "slots_per_chunk": slots,
+                "dtype": str(group.dtype).split(".")[-1],
+                "element_size": element,
+                "chunk_bytes": sd.kv_size * len(group.layer_indices) * slots
+                * sd.nh * sd.hs * element,
+            }
+        )
+    objects = [
+        {
+            "object_group": index,
+            "kernel_groups": tuple(g.kernel_group_indices),
+            "sw_size_chunks": getattr(g, "sw_size_chunks", -1),
+            "recurrent": bool(getattr(g, "recurrent", False)),
+        }
+        for index, g in enumerate(manager.object_groups)
+    ]
+    return kernel, objects
+
+
+def probe(release_dir: str, request: dict) -> dict:
+    sys.path.insert(0, release_dir)
+    os.environ.setdefault("LMCACHE_LOG_LEVEL", "ERROR")
+    import lmcache
+    from lmcache.integration.vllm import kv_cache_group_edits as edits
+    from lmcache.integration.vllm import kv_cache_groups as groups
+    from lmcache.integration.vllm import lmcache_mp_connector as mp
+    from lmcache.integration.vllm import utils
+    from lmcache.integration.vllm import vllm_multi_process_adapter as adapter
+    from lmcache.utils import EngineType
+    from lmcache.v1.gpu_connector.utils import normalize_and_discover_per_layer_formats
+    from lmcache.v1.kv_layer_groups import KVLayerGroupsManager
+
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith("lmcache"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+    if not lmcache.__file__.startswith(release_dir):
+        raise RuntimeError(f"imported {lmcache.__file__}, not the release in {release_dir}")
+
+    cfg = request["config"]
+    vllm_config = types.SimpleNamespace(
+        cache_config=request["cache_config"],
+        scheduler_config=request["scheduler_config"],
+        parallel_config=request["parallel_config"],
+    )
+    out: dict = {"checks": [], "chunks": {}}
+    checks = out["checks"]
+    step = mp.validate_mamba_step_alignment
+    step_args = (vllm_config, cfg) if len(inspect.signature(step).parameters) >= 2 else (vllm_config,)
+    _check(checks, "mamba_step_alignment", step, *step_args)
+    _check(checks, "kv_cache_groups", edits.validate_kv_cache_groups, cfg)
+    spans, block, spans_where = _group_spans(mp, vllm_config, cfg)
+    out["group_tokens_per_block"] = spans
+    out["group_tokens_per_block_from"] = spans_where
+    out["scheduler_block"] = block
+    cached = [s for s in spans if s > 0]
+    out["hit_alignment"] = math.lcm(*cached) if cached else 0
+    connector_source = inspect.getsource(mp)
+    out["reserve_last_token"] = (
+        "_reserve_last_token_for_lookup" in connector_source
+        and getattr(request["cache_config"], "mamba_cache_mode", "none") in ("align", "all")
+    )
+    default_separate = inspect.signature(KVLayerGroupsManager.__init__).parameters[
+        "separate_object_groups"
+    ].default
+    separate = default_separate if request["separate_object_groups"] is None else bool(
+        request["separate_object_groups"]
+    )
+    out["separate_object_groups"] = separate
+    out["separate_object_groups_default"] = bool(default_separate)
+
+    raw, caches = _rebuild(request["storages"], request["layers"])
+    ok, hint_pair = _check(checks, "layout_hints", _hints, mp, utils, edits, request,
+                           where=_where(utils.vllm_layout_hints))
+    hints, extra = hint_pair if ok else (None, ())
+    edited = None
+    if ok:
+        ok, edited = _check(checks, "kv_cache_group_edits", edits.apply_kv_cache_group_edits,
+                            cfg, caches, *extra)
+    infos = None
+    if ok:
+        params = inspect.signature(groups.create_engine_group_infos_from_vllm).parameters
+        kwargs = {}
+        if "layout_hints" in params:
+            kwargs["layout_hints"] = hints
+        if "dcp_size" in params:
+            kwargs["dcp_size"] = request["dcp_size"]
+        ok, infos = _check(
+            checks, "engine_group_infos",
+            functools.partial(groups.create_engine_group_infos_from_vllm, cfg, edited,
+                              **kwargs),
+            where=_where(groups.create_engine_group_infos_from_vllm),
+        )
+    out["engine_groups"] = (
+        [
+            {f: getattr(info, f) for f in info.__struct_fields__}
+            if hasattr(info, "__struct_fields__")
+            else dict(vars(info))
+            for info in infos
+        ]
+        if infos is not None
+        else None
+    )
+    adapter_source = inspect.getsource(adapter)
+    blend = request["engine_type"] == "blend"
+    engine_type = EngineType.VLLM
+    for chunk in request["chunk_sizes"]:
+        one: dict = {"checks": []}
+        used, negotiated = _negotiated_chunk(chunk, block)
+        one["chunk_size"] = used
+        one["negotiated"] = negotiated
+        refusal = _adapter_check(adapter_source, used, block)
+        one["checks"].append(
+            ("scheduler_chunk", "lmcache/integration/vllm/vllm_multi_process_adapter.py: "
+             "LMCacheMPSchedulerAdapter.__init__", refusal is None, *(refusal or ("", "")))
+        )
+        refusal = _connector_chunk_check(spans, used)
+        one["checks"].append(
+            ("connector_chunk", "lmcache/integration/vllm/lmcache_mp_connector.py: "
+             "LMCacheMPConnector.__init__", refusal is None, *(refusal or ("", "")))
+        )
+        if infos is not None:
+            ok, server = _check(
+                one["checks"], "server_groups",
+                functools.partial(_server, normalize_and_discover_per_layer_formats,
+                                  KVLayerGroupsManager, engine_type, edited, infos,
+                                  hints, used, separate, blend),
+                where="lmcache/v1/kv_layer_groups.py: KVLayerGroupsManager",
+            )
+            one["kernel_groups"], one["object_groups"] = server if ok else (None, None)
+        out["chunks"][chunk] = one
+    return out
+
+
+def main(release_dir: str, request_path: str, out_path: str) -> int:
+    with open(request_path, "rb") as f:
+        request = pickle.load(f)
+    try:
+        result = {"ok": probe(release_dir, request)}
+    except BaseException:
+        result = {"error": traceback.format_exc()}
+    with open(out_path, "wb") as f:
+        pickle.dump(result, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:4]))

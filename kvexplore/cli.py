@@ -391,6 +391,55 @@ def cmd_edits(ns) -> None:
     print(edited.text())
 
 
+def cmd_lmcache(ns) -> None:
+    """:func:`kvexplore.lmcache_layout`: what one LMCache release's
+    multi-process connector and server store for MODEL's deployment at
+    ``--chunk-size``: the checks, the groups, the bytes per chunk, the tokens
+    of ``--prompt-tokens`` stored and hit, the smallest accepted chunk."""
+    from kvexplore.connectors.lmcache_layout import lmcache_layout
+
+    layout = lmcache_layout(ns.model, lmcache=ns.lmcache, chunk_size=ns.chunk_size,
+                            separate_object_groups=ns.separate_object_groups,
+                            engine_type=ns.engine_type, **_kwargs(ns, _PLAN_KEYS))
+    prompts = {p: {"stored": layout.stored(p), "hit": layout.hit(p)} for p in ns.prompt_tokens}
+    if ns.json:
+        _print_json({
+            "vllm": layout.plan.vllm_version, "lmcache": layout.release.version,
+            "accepted": layout.accepted, "chunk_size": layout.chunk_size,
+            "asked_chunk_size": layout.asked_chunk_size,
+            "smallest_chunk": layout.smallest_chunk(),
+            "scheduler_block": layout.scheduler_block,
+            "group_tokens_per_block": list(layout.group_tokens_per_block),
+            "chunk_bytes": layout.chunk_bytes, "server_flags": layout.server_flags(),
+            "checks": [c._asdict() for c in layout.checks],
+            "engine_groups": jsonable(layout.engine_groups.to_dict("records")),
+            "kernel_groups": jsonable(layout.kernel_groups.to_dict("records")),
+            "object_groups": jsonable(layout.object_groups.to_dict("records")),
+            "prompts": prompts,
+        })
+        return
+    print(layout.text())
+    for p, row in prompts.items():
+        print(f"a {p:,}-token prompt: {row['stored']:,} tokens stored, {row['hit']:,} hit")
+
+
+def _bool_flag(value: str) -> bool:
+    if value.lower() in ("true", "1", "yes", "on"):
+        return True
+    if value.lower() in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"{value!r}; expected true or false")
+
+
+def _counts(value: str) -> list[int]:
+    try:
+        out = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}; expected comma-separated token counts") from None
+    return out
+
+
 def cmd_matrix(ns) -> None:
     """:func:`kvexplore.compatibility`: per (vLLM, LMCache) pair and group,
     what LMCache does; then where adjacent releases differ."""
@@ -708,6 +757,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="LMCache release (default: the installed one, else the newest stable)")
     d.add_argument("--registration", default="unified", choices=("unified", "legacy"))
     _finish(d, cmd_edits)
+    lm = sub.add_parser("lmcache", help="what one LMCache release's multi-process connector and "
+                        "server store for MODEL: groups, bytes per chunk, stored and hit tokens")
+    _add_plan_args(lm)
+    lm.add_argument("--lmcache", default=None,
+                    help="LMCache release (default: the installed one, else the newest stable)")
+    lm.add_argument("--chunk-size", dest="chunk_size", type=int, default=256,
+                    help="the LMCache server's --chunk-size (tokens)")
+    lm.add_argument("--separate-object-groups", dest="separate_object_groups",
+                    type=_bool_flag, default=None,
+                    help="true / false: the server's --separate-object-groups "
+                         "(default: the release's)")
+    lm.add_argument("--engine-type", dest="engine_type", default="default",
+                    choices=("default", "blend"))
+    lm.add_argument("--prompt-tokens", dest="prompt_tokens", type=_counts, default=[],
+                    help="comma-separated prompt lengths: the tokens stored and hit for each")
+    _finish(lm, cmd_lmcache)
     m = sub.add_parser("matrix", help="what each LMCache release does on each vLLM release")
     _add_plan_args(m)
     m.add_argument("--vllm", default=None, help="comma-separated vLLM releases (default: the installed one)")

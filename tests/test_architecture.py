@@ -24,6 +24,7 @@ STAGES = [
     # the page model: a registered layer's page segments and byte views
     ("pages", ["kvexplore.pages"]),
     ("editing", ["kvexplore.editing"]),
+    ("connectors", ["kvexplore.connectors"]),
     ("offloading", ["kvexplore.offloading"]),
     ("capacity", ["kvexplore.capacity_planning"]),
     ("logs", ["kvexplore.logs"]),

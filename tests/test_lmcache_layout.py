@@ -278,3 +278,38 @@ def test_prompt_tokens_must_be_a_count(nano):
     for bad in (-1, 2.5, None):
         with pytest.raises(KVExploreError, match="prompt_tokens"):
             layout.hit(bad)
+
+
+def test_large_steps_without_separate_object_groups_are_warned(qwen):
+    """8,192-token steps advance 14 blocks of 576 tokens: said when every
+    group shares one object group, not when the server separates them (and
+    then the recurrent groups get an object group of their own)."""
+    steps = qwen.vllm_config.scheduler_config.max_num_batched_tokens
+    assert steps >= 2 * 576
+    shared = lmcache_layout(qwen, lmcache="0.5.6", chunk_size=576)
+    assert shared.accepted and not shared.separate_object_groups
+    assert len(shared.object_groups) == 1
+    assert any("--separate-object-groups" in w for w in shared.warnings)
+    separate = lmcache_layout(qwen, lmcache="0.5.6", chunk_size=576, separate_object_groups=True)
+    assert separate.accepted and separate.warnings == ()
+    assert "--separate-object-groups" in separate.server_flags()
+    kinds = {bool(r) for r in separate.object_groups.recurrent}
+    assert kinds == {True, False}
+    # what one chunk stores does not depend on how groups are bucketed
+    assert separate.chunk_bytes == shared.chunk_bytes
+
+
+def test_the_command_line_mirrors_the_api(capsys, nano):
+    from kvexplore import cli
+
+    block = nano.block_size
+    assert cli.main(["lmcache", NANO, "--gpu", "H100", "--lmcache", "0.5.6", "--chunk-size",
+                     str(block), "--prompt-tokens", f"{block},{2 * block + 1}", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    api = lmcache_layout(nano, lmcache="0.5.6", chunk_size=block)
+    assert out["accepted"] is True and out["chunk_bytes"] == api.chunk_bytes
+    assert [r["chunk_bytes"] for r in out["kernel_groups"]] == list(api.kernel_groups.chunk_bytes)
+    assert out["prompts"][str(2 * block + 1)] == {"stored": 2 * block, "hit": 2 * block}
+    assert out["prompts"][str(block)] == {"stored": block, "hit": 0}
+    assert cli.main(["lmcache", NANO, "--chunk-size", "0"]) == 2
+    assert "chunk_size=0" in capsys.readouterr().err

@@ -49,6 +49,7 @@ import pandas as pd
 from kvexplore.display import Displayable
 from kvexplore.editing.lmcache import LMCacheRelease, lmcache_release
 from kvexplore.errors import KVExploreError
+from kvexplore.memo import per_plan
 from kvexplore.paths import cache_dir
 
 __all__ = [
@@ -245,6 +246,8 @@ class LMCacheLayout(Displayable):
     it).  ``engine_groups`` / ``kernel_groups`` / ``object_groups`` are the
     release's groups as DataFrames (empty where a check before them refused);
     ``kernel_groups.chunk_bytes`` is what one chunk stores per kernel group.
+    ``warnings``: what the release accepts silently but a user should know
+    (:func:`silent_risks`).
     """
 
     plan: Any = field(repr=False)
@@ -264,6 +267,7 @@ class LMCacheLayout(Displayable):
     kernel_groups: pd.DataFrame = field(repr=False)
     object_groups: pd.DataFrame = field(repr=False)
     scanned: tuple[tuple[int, bool], ...] = field(repr=False, default=())
+    warnings: tuple[str, ...] = ()
 
     @property
     def accepted(self) -> bool:
@@ -349,6 +353,36 @@ class LMCacheLayout(Displayable):
         return pd.DataFrame(rows)
 
 
+def silent_risks(plan, kernel: pd.DataFrame, separate: bool) -> tuple[str, ...]:
+    """What the release accepts without refusing, stated from its groups:
+    a kernel group with fewer slots per block than tokens per block is moved
+    compressed (``_validate_block_chunk_size_config`` only logs it); steps of
+    more than one Mamba block with every group in one object group (vLLM
+    leaves the skipped blocks null, ``MambaManager.allocate_new_blocks``, and
+    ``validate_mamba_step_alignment``'s contract allows such steps only with
+    ``--separate-object-groups``)."""
+    out = []
+    if kernel.empty:
+        return ()
+    for row in kernel.to_dict("records"):
+        if row["slots_per_block"] < row["tokens_per_block"]:
+            out.append(
+                f"kernel group {row['kernel_group']} is compressed: {row['slots_per_block']} "
+                f"slots per {row['tokens_per_block']}-token block, so each chunk moves "
+                f"{row['slots_per_chunk']:,} slots for its tokens (logged, not refused)")
+    recurrent = kernel[kernel["recurrent_state"]]
+    if not recurrent.empty and not separate:
+        block = int(recurrent["tokens_per_block"].min())
+        steps = plan.vllm_config.scheduler_config.max_num_batched_tokens
+        if steps >= 2 * block:
+            out.append(
+                f"max_num_batched_tokens={steps:,} lets one prefill step advance "
+                f"{steps // block} Mamba blocks of {block:,} tokens (vLLM leaves the skipped "
+                "ones null) while every group shares one object group: such steps are "
+                "safe only with --separate-object-groups")
+    return tuple(out)
+
+
 def _frames(probed: dict, chunk: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     one = probed["chunks"][chunk]
     engine = pd.DataFrame(probed["engine_groups"] or [])
@@ -408,8 +442,9 @@ def lmcache_layout(plan_or_model: Any = "Qwen/Qwen3.5-0.8B", *, lmcache: Any = N
     else:
         p = make_plan(plan_or_model, **plan_kwargs)
     _check_connector(p)
-    request = _request(p, release, _candidates(p, chunk), separate_object_groups, engine_type)
-    probed = _run_probe(release, request)
+    key = ("lmcache_layout", release.version, chunk, separate_object_groups, engine_type)
+    probed = per_plan(p, key, lambda: _run_probe(
+        release, _request(p, release, _candidates(p, chunk), separate_object_groups, engine_type)))
     engine, kernel, objects = _frames(probed, chunk)
     one = probed["chunks"][chunk]
     return LMCacheLayout(
@@ -430,4 +465,5 @@ def lmcache_layout(plan_or_model: Any = "Qwen/Qwen3.5-0.8B", *, lmcache: Any = N
         kernel_groups=kernel,
         object_groups=objects,
         scanned=_scan(probed),
+        warnings=silent_risks(p, kernel, bool(probed["separate_object_groups"])),
     )

@@ -57,7 +57,8 @@ KERNEL_COLUMNS = ("kernel_group", "engine_group", "layer_indices", "kv_size", "n
 def lmcache_text(layout) -> str:
     import pandas as pd
 
-    lines = [_head(layout), _verdict(layout), *_facts(layout)]
+    lines = [_head(layout), _verdict(layout), *_facts(layout),
+             *(f"warning: {w}" for w in layout.warnings)]
     with pd.option_context("display.width", 220, "display.max_columns", 30):
         if not layout.kernel_groups.empty:
             cols = [c for c in KERNEL_COLUMNS if c in layout.kernel_groups]
@@ -71,7 +72,8 @@ def lmcache_text(layout) -> str:
 def lmcache_html(layout) -> str:
     parts = [f"<b>{escape(_head(layout))}</b>",
              message_html(_verdict(layout), "info" if layout.accepted else "error"),
-             pre_html("\n".join(_facts(layout)))]
+             pre_html("\n".join(_facts(layout))),
+             *(message_html(w, "warning") for w in layout.warnings)]
     if not layout.kernel_groups.empty:
         cols = [c for c in KERNEL_COLUMNS if c in layout.kernel_groups]
         parts += ["<div>kernel groups (one chunk)</div>", table_html(layout.kernel_groups, cols)]

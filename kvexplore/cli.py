@@ -446,12 +446,16 @@ def cmd_matrix(ns) -> None:
     from kvexplore.versions.matrix import compatibility
 
     c = compatibility(ns.model, vllm=ns.vllm, lmcache=ns.lmcache,
-                      registration=ns.registration, **_kwargs(ns, _PLAN_KEYS))
+                      registration=ns.registration, chunk_size=ns.chunk_size,
+                      **_kwargs(ns, _PLAN_KEYS))
     if ns.json:
         _print_json({"model": c.model, "registration": c.registration,
                      "rows": jsonable(c.rows.to_dict("records")),
                      "deployments": [{"vllm": v, "lmcache": m, "refusal": r}
-                                     for (v, m), r in c.deployments.items()]})
+                                     for (v, m), r in c.deployments.items()],
+                     "stores": [{"vllm": v, "lmcache": m, "chunk_size": c.chunk_size,
+                                 **(r or {"accepted": None})}
+                                for (v, m), r in c.stores.items()]})
         return
     print(c.text())
 
@@ -779,6 +783,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--lmcache", default=None,
                    help="comma-separated LMCache releases (default: every one kvexplore knows)")
     m.add_argument("--registration", default="unified", choices=("unified", "legacy"))
+    m.add_argument("--chunk-size", dest="chunk_size", type=int, default=None,
+                   help="also what LMCache's multi-process server says at this --chunk-size")
     _finish(m, cmd_matrix)
     g = sub.add_parser("check-log", help="a vLLM start-up log checked line by line against "
                        "kvexplore's plan of the deployment it describes")

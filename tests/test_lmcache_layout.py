@@ -20,7 +20,7 @@ import pytest
 
 import kvexplore
 from kvexplore import KVExploreError, allocate, lmcache_layout, plan
-from kvexplore.connectors.lmcache_layout import lmcache_package
+from kvexplore.connectors.lmcache_layout import lmcache_layouts, lmcache_package
 
 sys.path.insert(0, os.path.dirname(__file__))
 from lmcache_oracle import case_of  # noqa: E402
@@ -253,6 +253,8 @@ def test_stored_and_hit_by_hand(nano):
     ({"chunk_size": True}, "is a bool"),
     ({"chunk_size": "256"}, "is a str"),
     ({"lmcache": "0.3.0"}, "not a release kvexplore knows"),
+    ({"lmcache": "0.4.7"}, "builds no groups from vLLM's KV cache groups"),
+    ({"lmcache": "0.5.0"}, "expected one of 0.5.1, 0.5.2"),
     ({"engine_type": "fast"}, "engine_type='fast'"),
     ({"separate_object_groups": "yes"}, "separate_object_groups='yes'"),
 ])
@@ -313,3 +315,33 @@ def test_the_command_line_mirrors_the_api(capsys, nano):
     assert out["prompts"][str(block)] == {"stored": block, "hit": 0}
     assert cli.main(["lmcache", NANO, "--chunk-size", "0"]) == 2
     assert "chunk_size=0" in capsys.readouterr().err
+
+
+def test_the_matrix_says_what_the_server_accepts_per_release_pair(nano):
+    """compatibility(chunk_size=...) carries lmcache_layout's verdict per
+    (vLLM, LMCache) pair, each in its vLLM release's own process: vLLM 0.34
+    gives Nemotron-3-Nano another block size, so a chunk of 0.33's block is
+    refused there by 0.5.6 and negotiated up by 0.5.7rc2."""
+    from kvexplore.versions.matrix import compatibility
+
+    block = nano.block_size
+    c = compatibility(NANO, gpu="H100", vllm=[nano.vllm_version, "0.34.0"],
+                      lmcache=["0.5.2", "0.5.6", "0.5.7rc2"], chunk_size=block)
+    here = lmcache_layouts(nano, lmcache=["0.5.2", "0.5.6", "0.5.7rc2"], chunk_size=block)
+    for version, layout in here.items():
+        store = c.stores[(nano.vllm_version, version)]
+        assert store["accepted"] == layout.accepted
+        assert store["chunk_bytes"] == layout.chunk_bytes
+    assert c.stores[(nano.vllm_version, "0.5.6")]["smallest_chunk"] == block
+    other = c.stores[("0.34.0", "0.5.6")]
+    if other["accepted"]:  # the same block on 0.34: the same answer
+        assert other["smallest_chunk"] == block
+    else:
+        assert other["refused_by"] == "scheduler_chunk"
+        assert block % other["smallest_chunk"] != 0 and other["smallest_chunk"] % 16 == 0
+        negotiated = c.stores[("0.34.0", "0.5.7rc2")]
+        assert negotiated["accepted"] and negotiated["chunk_size"] == other["smallest_chunk"]
+    grid = c.grid()
+    assert f"stores at chunk {block}" in grid and "<table" in c._repr_html_()
+    with pytest.raises(KVExploreError, match="chunk_size=0"):
+        compatibility(NANO, gpu="H100", lmcache=["0.5.6"], chunk_size=0)

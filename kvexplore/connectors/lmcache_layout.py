@@ -47,8 +47,9 @@ from typing import Any, NamedTuple
 import pandas as pd
 
 from kvexplore.display import Displayable
-from kvexplore.editing.lmcache import LMCacheRelease, lmcache_release
+from kvexplore.editing.lmcache import LMCACHE_RELEASES, LMCacheRelease, lmcache_release
 from kvexplore.errors import KVExploreError
+from kvexplore.memo import keys as memo_keys
 from kvexplore.memo import per_plan
 from kvexplore.paths import cache_dir
 
@@ -56,6 +57,7 @@ __all__ = [
     "LMCacheCheck",
     "LMCacheLayout",
     "lmcache_layout",
+    "lmcache_layouts",
     "lmcache_package",
 ]
 
@@ -120,7 +122,8 @@ def lmcache_package(release: str) -> Path:
     return target
 
 
-def _check_chunk(chunk_size: Any) -> int:
+def check_chunk_size(chunk_size: Any) -> int:
+    """``chunk_size`` if it is a positive integer; else a ``KVExploreError``."""
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
         raise KVExploreError(
             f"chunk_size={chunk_size!r} is a {type(chunk_size).__name__}; expected a "
@@ -180,8 +183,8 @@ def _tensors(caches: dict) -> tuple[list[int], dict]:
     return [s.nbytes() for s in storages], layers
 
 
-def _request(plan, release: LMCacheRelease, chunk_sizes, separate, engine_type) -> dict:
-    from kvexplore.editing.rules import layout_hint
+def _request(plan, chunk_sizes, separate, engine_type) -> dict:
+    from kvexplore.planning.release import legacy_kv_cache_layout
     from kvexplore.registration import allocate
 
     small = plan.with_num_blocks(PROBE_BLOCKS)
@@ -191,8 +194,7 @@ def _request(plan, release: LMCacheRelease, chunk_sizes, separate, engine_type) 
     # 0.5.3 / 0.5.4 call vLLM's get_kv_cache_layout(), which the installed
     # vLLM answers here (or lacks: no hint); later releases translate the
     # CacheConfig's layout in the probe with their own vllm_layout_hints.
-    hint = (layout_hint(release, None, plan.kv_cache_layout)
-            if release.layout_hint == "vllm-getter" else None)
+    hint = legacy_kv_cache_layout()
     return {
         "config": small.kv_cache_config,
         "cache_config": vc.cache_config,
@@ -208,25 +210,33 @@ def _request(plan, release: LMCacheRelease, chunk_sizes, separate, engine_type) 
     }
 
 
-def _run_probe(release: LMCacheRelease, request: dict) -> dict:
-    package = lmcache_package(release.version)
+def _run_probe(releases: list[LMCacheRelease], request: dict) -> dict[str, dict]:
+    """``{version: the probe's answer}``: one process for all ``releases``
+    (it imports torch and vLLM once and forks one child per release)."""
+    packages = {r.version: lmcache_package(r.version) for r in releases}
     with tempfile.TemporaryDirectory() as folder:
-        req, out = os.path.join(folder, "request.pkl"), os.path.join(folder, "out.pkl")
+        req = os.path.join(folder, "request.pkl")
         with open(req, "wb") as f:
             pickle.dump(request, f)
         env = dict(os.environ, LMCACHE_LOG_LEVEL="ERROR")
-        done = subprocess.run([sys.executable, str(PROBE), str(package), req, out],
-                              capture_output=True, text=True, timeout=900, env=env)
-        if done.returncode or not os.path.exists(out):
-            raise KVExploreError(
-                f"{release}'s code could not be run on this plan: the probe exited "
-                f"{done.returncode}: {done.stderr[-1500:]}"
-            )
-        with open(out, "rb") as f:
-            result = pickle.load(f)
-    if "error" in result:
-        raise KVExploreError(f"{release}'s code could not be run on this plan:\n{result['error']}")
-    return result["ok"]
+        done = subprocess.run([sys.executable, str(PROBE), req, folder,
+                               *map(str, packages.values())],
+                              capture_output=True, text=True, timeout=1800, env=env)
+        answers = {}
+        for release in releases:
+            out = os.path.join(folder, packages[release.version].name + ".pkl")
+            if done.returncode or not os.path.exists(out):
+                raise KVExploreError(
+                    f"{release}'s code could not be run on this plan: the probe exited "
+                    f"{done.returncode}: {done.stderr[-1500:]}"
+                )
+            with open(out, "rb") as f:
+                result = pickle.load(f)
+            if "error" in result:
+                raise KVExploreError(
+                    f"{release}'s code could not be run on this plan:\n{result['error']}")
+            answers[release.version] = result["ok"]
+    return answers
 
 
 def _checks(rows) -> tuple[LMCacheCheck, ...]:
@@ -414,24 +424,22 @@ def _candidates(plan, chunk: int) -> list[int]:
     return list(dict.fromkeys(out))
 
 
-def lmcache_layout(plan_or_model: Any = "Qwen/Qwen3.5-0.8B", *, lmcache: Any = None,
-                   chunk_size: int = 256, separate_object_groups: bool | None = None,
-                   engine_type: str = "default", **plan_kwargs: Any) -> LMCacheLayout:
-    """What LMCache ``lmcache`` stores for a deployment at ``chunk_size``.
+def _hybrid_release(lmcache: Any) -> LMCacheRelease:
+    release = lmcache_release(lmcache)
+    if not release.hybrid_groups:
+        hybrid = [v for v, r in LMCACHE_RELEASES.items() if r.hybrid_groups]
+        raise KVExploreError(
+            f"lmcache={release.version!r}: its multi-process connector builds no groups from "
+            f"vLLM's KV cache groups (no create_engine_group_infos_from_vllm over per-layer "
+            f"formats); expected one of {', '.join(hybrid)}"
+        )
+    return release
 
-    ``plan_or_model``: a :class:`~kvexplore.Plan`, or a model for
-    :func:`kvexplore.plan` with ``plan_kwargs`` (``gpu=``, engine arguments
-    under vLLM's names).  ``lmcache``: a release kvexplore knows (``None``:
-    the installed LMCache, else the newest stable).  ``separate_object_groups``:
-    the server's ``--separate-object-groups`` (``None``: the release's
-    default).  ``engine_type``: ``"default"`` or ``"blend"``.
-    See the module doc for what runs where and what is refused."""
+
+def _plan_of(plan_or_model: Any, plan_kwargs: dict):
     from kvexplore.planning.planner import Plan
     from kvexplore.planning.planner import plan as make_plan
 
-    chunk = _check_chunk(chunk_size)
-    _check_options(separate_object_groups, engine_type)
-    release = lmcache_release(lmcache)
     if isinstance(plan_or_model, Plan):
         if plan_kwargs:
             raise KVExploreError(
@@ -442,9 +450,11 @@ def lmcache_layout(plan_or_model: Any = "Qwen/Qwen3.5-0.8B", *, lmcache: Any = N
     else:
         p = make_plan(plan_or_model, **plan_kwargs)
     _check_connector(p)
-    key = ("lmcache_layout", release.version, chunk, separate_object_groups, engine_type)
-    probed = per_plan(p, key, lambda: _run_probe(
-        release, _request(p, release, _candidates(p, chunk), separate_object_groups, engine_type)))
+    return p
+
+
+def _layout(p, release: LMCacheRelease, chunk: int, engine_type: str,
+            probed: dict) -> LMCacheLayout:
     engine, kernel, objects = _frames(probed, chunk)
     one = probed["chunks"][chunk]
     return LMCacheLayout(
@@ -467,3 +477,52 @@ def lmcache_layout(plan_or_model: Any = "Qwen/Qwen3.5-0.8B", *, lmcache: Any = N
         scanned=_scan(probed),
         warnings=silent_risks(p, kernel, bool(probed["separate_object_groups"])),
     )
+
+
+def lmcache_layouts(plan_or_model: Any = "Qwen/Qwen3.5-0.8B", *, lmcache: Any = None,
+                    chunk_size: int = 256, separate_object_groups: bool | None = None,
+                    engine_type: str = "default", **plan_kwargs: Any) -> dict[str, LMCacheLayout]:
+    """:func:`lmcache_layout` for several LMCache releases at once:
+    ``{version: LMCacheLayout}`` in the order of ``lmcache`` (a list of
+    releases; ``None``: every release kvexplore knows whose connector builds
+    hybrid groups).  The releases run in one process (torch and vLLM imported
+    once, one child per release); answers already given for the plan are kept."""
+    chunk = check_chunk_size(chunk_size)
+    _check_options(separate_object_groups, engine_type)
+    if lmcache is None:
+        names = [v for v, r in LMCACHE_RELEASES.items() if r.hybrid_groups]
+    elif isinstance(lmcache, (str, LMCacheRelease)):
+        names = [lmcache]
+    else:
+        names = list(lmcache)
+    releases = [_hybrid_release(r) for r in names]
+    p = _plan_of(plan_or_model, plan_kwargs)
+
+    def key(release):
+        return ("lmcache_layout", release.version, chunk, separate_object_groups, engine_type)
+
+    kept = set(memo_keys(p))
+    missing = [r for r in releases if key(r) not in kept]
+    answers = (_run_probe(missing, _request(p, _candidates(p, chunk), separate_object_groups,
+                                            engine_type)) if missing else {})
+    return {r.version: _layout(p, r, chunk, engine_type,
+                               per_plan(p, key(r), lambda r=r: answers[r.version]))
+            for r in releases}
+
+
+def lmcache_layout(plan_or_model: Any = "Qwen/Qwen3.5-0.8B", *, lmcache: Any = None,
+                   chunk_size: int = 256, separate_object_groups: bool | None = None,
+                   engine_type: str = "default", **plan_kwargs: Any) -> LMCacheLayout:
+    """What LMCache ``lmcache`` stores for a deployment at ``chunk_size``.
+
+    ``plan_or_model``: a :class:`~kvexplore.Plan`, or a model for
+    :func:`kvexplore.plan` with ``plan_kwargs`` (``gpu=``, engine arguments
+    under vLLM's names).  ``lmcache``: a release kvexplore knows (``None``:
+    the installed LMCache, else the newest stable).  ``separate_object_groups``:
+    the server's ``--separate-object-groups`` (``None``: the release's
+    default).  ``engine_type``: ``"default"`` or ``"blend"``.
+    See the module doc for what runs where and what is refused."""
+    release = lmcache_release(lmcache)
+    return lmcache_layouts(plan_or_model, lmcache=[release], chunk_size=chunk_size,
+                           separate_object_groups=separate_object_groups,
+                           engine_type=engine_type, **plan_kwargs)[release.version]

@@ -1,15 +1,16 @@
 """Runs one LMCache release's own code on one registration, in its own process.
 
-``python lmcache_probe.py RELEASE_DIR REQUEST OUT``: ``RELEASE_DIR`` holds the
-release's ``lmcache`` package (installed ``--no-deps``); ``REQUEST`` is a
+``python lmcache_probe.py REQUEST OUT_DIR RELEASE_DIR...``: each
+``RELEASE_DIR`` holds one release's ``lmcache`` package (installed
+``--no-deps``) and is answered in a child process of its own; ``REQUEST`` is a
 pickled dict written by :mod:`kvexplore.connectors.lmcache_layout` (vLLM's
 ``KVCacheConfig``, ``CacheConfig``, ``SchedulerConfig``, ``ParallelConfig``,
 the registered tensors as (storage, shape, stride, offset, dtype), the layout
 hint, the chunk sizes, ``separate_object_groups`` and ``engine_type``);
-``OUT`` receives a pickled dict of plain data.
+``OUT_DIR/<release folder name>.pkl`` receives a pickled dict of plain data.
 
 This file imports neither kvexplore nor anything but torch, vLLM and the
-release's ``lmcache`` package, so every answer in ``OUT`` is the release's
+release's ``lmcache`` package, so every answer is the release's
 own.  It calls, in the order ``LMCacheMPConnector`` does:
 
 1. ``lmcache_mp_connector.validate_mamba_step_alignment`` and
@@ -319,17 +320,39 @@ def probe(release_dir: str, request: dict) -> dict:
     return out
 
 
-def main(release_dir: str, request_path: str, out_path: str) -> int:
-    with open(request_path, "rb") as f:
-        request = pickle.load(f)
+def _answer(release_dir: str, request: dict, out_path: str) -> None:
     try:
         result = {"ok": probe(release_dir, request)}
     except BaseException:
         result = {"error": traceback.format_exc()}
     with open(out_path, "wb") as f:
         pickle.dump(result, f)
+
+
+def main(request_path: str, out_dir: str, *release_dirs: str) -> int:
+    """Answer ``REQUEST`` for each release: this process imports torch and
+    vLLM once, then forks one child per release (a release's native extension
+    loads once per process, and each child imports only its own ``lmcache``);
+    ``OUT_DIR/<release folder name>.pkl`` receives each answer."""
+    import torch  # noqa: F401  - what every release imports, imported once here
+    import vllm.config  # noqa: F401
+    import vllm.v1.kv_cache_interface  # noqa: F401
+
+    with open(request_path, "rb") as f:
+        request = pickle.load(f)
+    for release_dir in release_dirs:
+        out_path = os.path.join(out_dir, os.path.basename(release_dir) + ".pkl")
+        pid = os.fork()
+        if pid == 0:  # the child: one release, then exit without the parent's cleanup
+            code = 1
+            try:
+                _answer(release_dir, request, out_path)
+                code = 0
+            finally:
+                os._exit(code)
+        os.waitpid(pid, 0)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:4]))
+    sys.exit(main(*sys.argv[1:]))

@@ -42,6 +42,7 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import re
 from collections.abc import Mapping
@@ -78,7 +79,11 @@ class LMCacheRelease:
     ``vllm.v1.attention.backends.utils.get_kv_cache_layout``, used as is) or
     ``"translated"`` (the engine's resolved layout through
     ``translate_vllm_kv_cache_layout``).  ``same_rules``: every known release
-    with these very rules and validation.
+    with these very rules and validation.  ``hybrid_groups``: whether its
+    multi-process connector and server build their groups from vLLM's KV
+    cache groups (``kv_cache_groups.create_engine_group_infos_from_vllm`` over
+    ``gpu_connector/utils.py: normalize_and_discover_per_layer_formats``,
+    0.5.1 and later), which :func:`kvexplore.lmcache_layout` runs.
     """
 
     version: str
@@ -93,6 +98,7 @@ class LMCacheRelease:
     layout_hint: str = "none"
     prerelease: bool = False
     same_rules: tuple[str, ...] = ()
+    hybrid_groups: bool = True
 
     def __str__(self) -> str:
         return f"LMCache {self.version}" + (" (pre-release)" if self.prerelease else "")
@@ -196,10 +202,16 @@ def _family(spec: dict, *versions: str) -> dict[str, LMCacheRelease]:
     return {v: LMCacheRelease(version=v, same_rules=versions, **spec) for v in versions}
 
 
+def _without_hybrid_groups(family: dict[str, LMCacheRelease], *versions: str) -> dict:
+    return {v: (dataclasses.replace(r, hybrid_groups=False) if v in versions else r)
+            for v, r in family.items()}
+
+
 #: Every LMCache release kvexplore knows, oldest first.
 LMCACHE_RELEASES: FrozenDict = FrozenDict(
     {
-        **_family(_A, "0.4.7", "0.5.0", "0.5.1", "0.5.2"),
+        **_without_hybrid_groups(_family(_A, "0.4.7", "0.5.0", "0.5.1", "0.5.2"),
+                                 "0.4.7", "0.5.0"),
         **_family(_B, "0.5.3", "0.5.4"),
         **_family(_C, "0.5.5"),
         **_family(_D, "0.5.6"),

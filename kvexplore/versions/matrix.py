@@ -23,7 +23,7 @@ import json
 import sys
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -112,16 +112,43 @@ def _release_rows(small, kv, release) -> list[dict[str, Any]]:
     return rows
 
 
+def _stores(p, releases, chunk_size: int) -> dict[str, Any]:
+    """Per LMCache release, what its multi-process connector and server say
+    of the deployment at ``chunk_size`` (:func:`kvexplore.lmcache_layouts`):
+    accepted, the check that refused, the chunk used, the smallest accepted
+    chunk and the bytes one chunk stores; ``None`` for a release whose
+    connector builds no hybrid groups."""
+    from kvexplore.connectors.lmcache_layout import lmcache_layouts
+
+    hybrid = [r for r in releases if r.hybrid_groups]
+    layouts = lmcache_layouts(p, lmcache=hybrid, chunk_size=chunk_size) if hybrid else {}
+    out: dict[str, Any] = {}
+    for r in releases:
+        layout = layouts.get(r.version)
+        out[r.version] = None if layout is None else {
+            "accepted": layout.accepted,
+            "refused_by": layout.refusal.name if layout.refusal else None,
+            "refusal": layout.refusal.message if layout.refusal else None,
+            "chunk_size": layout.chunk_size,
+            "smallest_chunk": layout.smallest_chunk(),
+            "chunk_bytes": layout.chunk_bytes,
+        }
+    return out
+
+
 def lmcache_outcomes(
     model: Any = "Qwen/Qwen3.5-0.8B",
     *,
     lmcache: Sequence[str] | None = None,
     registration: str = "unified",
+    chunk_size: int | None = None,
     **plan_kwargs,
 ) -> dict[str, Any]:
     """The installed vLLM's answer: ``{"vllm": release, "rows": [...],
     "deployments": {lmcache: None or LMCache's refusal}}`` for the releases
-    of ``lmcache`` (default: every known one), JSON-ready."""
+    of ``lmcache`` (default: every known one), JSON-ready; with
+    ``chunk_size``, also ``"stores"``: per release what its server says of the
+    deployment at that chunk (:func:`_stores`)."""
     from kvexplore.planning.planner import plan
     from kvexplore.registration import allocate, check_registration_name
 
@@ -140,7 +167,10 @@ def lmcache_outcomes(
             deployments[release.version] = None
         except KVExploreError as exc:
             deployments[release.version] = _one_line(exc)
-    return {"vllm": p.vllm_version, "rows": jsonable(rows), "deployments": deployments}
+    answer = {"vllm": p.vllm_version, "rows": jsonable(rows), "deployments": deployments}
+    if chunk_size is not None:
+        answer["stores"] = jsonable(_stores(p, releases, chunk_size))
+    return answer
 
 
 @dataclass(frozen=True)
@@ -148,7 +178,11 @@ class Compatibility(Displayable):
     """One deployment under every (vLLM release, LMCache release): per KV
     cache group, what LMCache does (``rows``, a DataFrame of :data:`COLUMNS`),
     and per pair whether LMCache accepts the deployment at all
-    (``deployments``: ``{(vllm, lmcache): None or the refusal}``).
+    (``deployments``: ``{(vllm, lmcache): None or the refusal}``); with a
+    ``chunk_size``, per pair what LMCache's multi-process connector and server
+    say of the deployment at that chunk (``stores``: ``{(vllm, lmcache): None
+    or {accepted, refused_by, refusal, chunk_size, smallest_chunk,
+    chunk_bytes}}``).
     ``text()``, ``_repr_html_()`` and ``figure()`` are its display forms
     (:data:`FORMS`)."""
 
@@ -157,6 +191,8 @@ class Compatibility(Displayable):
     registration: str
     rows_data: tuple
     deployments: FrozenDict
+    stores: FrozenDict = field(default_factory=FrozenDict)
+    chunk_size: int | None = None
 
     @property
     def rows(self) -> pd.DataFrame:
@@ -178,6 +214,8 @@ class Compatibility(Displayable):
         out = []
         for (vllm, lmcache), refusal in self.deployments.items():
             row = {"vllm": vllm, "lmcache": lmcache, "accepted": refusal is None}
+            if self.chunk_size is not None:
+                row.update(_store_columns(self.stores.get((vllm, lmcache)), self.chunk_size))
             for r in self.rows_data:
                 if (r["vllm"], r["lmcache"]) == (vllm, lmcache):
                     word = r["outcome"] + (f": {r['rule']}" if r["rule"] else "")
@@ -222,6 +260,15 @@ class Compatibility(Displayable):
         )
 
 
+def _store_columns(store: Mapping[str, Any] | None, chunk_size: int) -> dict[str, Any]:
+    """The grid's columns for what LMCache's server says at ``chunk_size``."""
+    if store is None:
+        return {f"stores at chunk {chunk_size}": "no hybrid groups", "smallest_chunk": None}
+    word = (f"yes, chunk {store['chunk_size']}, {store['chunk_bytes']:,} B"
+            if store["accepted"] else f"refused: {store['refused_by']}")
+    return {f"stores at chunk {chunk_size}": word, "smallest_chunk": store["smallest_chunk"]}
+
+
 def compatibility_text(c: Compatibility) -> str:
     """``Compatibility.text()``: the grid, then every difference between
     adjacent releases."""
@@ -240,8 +287,15 @@ def compatibility_figure(c: Compatibility):
 
 
 def compatibility_html(c: Compatibility) -> str:
-    """``Compatibility._repr_html_()``: the grid as a coloured table."""
-    return matrix_html(c._head(), list(c.rows_data), dict(c.deployments))
+    """``Compatibility._repr_html_()``: the grid as a coloured table (and,
+    with a chunk size, what LMCache's server says per pair)."""
+    out = matrix_html(c._head(), list(c.rows_data), dict(c.deployments))
+    if c.chunk_size is None:
+        return out
+    from kvexplore.rendering.html import table_html
+
+    columns = ["vllm", "lmcache", f"stores at chunk {c.chunk_size}", "smallest_chunk"]
+    return out + table_html(c.grid(), columns)
 
 
 #: ``Compatibility`` -> its ``(text, html, figure)`` forms, registered here,
@@ -289,13 +343,17 @@ def compatibility(
     vllm: Sequence[str] | None = None,
     lmcache: Sequence[str] | None = None,
     registration: str = "unified",
+    chunk_size: int | None = None,
     **plan_kwargs,
 ) -> Compatibility:
     """One deployment (``plan()``'s keywords) under every vLLM release of
     ``vllm`` (default: the installed one; others each in its own environment)
     and every LMCache release of ``lmcache`` (default: every one kvexplore
     knows): per group, the rule that fires and the shapes before and after,
-    ``as registered``, or LMCache's refusal.
+    ``as registered``, or LMCache's refusal.  With ``chunk_size``, per pair
+    also what LMCache's multi-process connector and server say of the
+    deployment at that chunk (:func:`kvexplore.lmcache_layout`, in each vLLM
+    release's own environment).
 
     Refused with a :class:`KVExploreError`: a release of either kind that is
     not known (or not in vLLM's window), a release named twice, an
@@ -312,16 +370,24 @@ def compatibility(
     for r in vllm_list:
         if r != installed_release().version:
             environment_path(r)  # refuses a release outside the window
+    if chunk_size is not None:
+        from kvexplore.connectors.lmcache_layout import check_chunk_size
+
+        check_chunk_size(chunk_size)
     request = {"lmcache": lmcache_list, "registration": registration, **plan_kwargs}
+    if chunk_size is not None:
+        request["chunk_size"] = chunk_size
     # Each other release answers in a process of its own: they run side by
     # side while this process answers for the installed release.
     with ThreadPoolExecutor(max(1, len(vllm_list))) as pool:
         answers = list(pool.map(lambda r: outcomes_in(r, model, request), vllm_list))
-    rows, deployments = [], {}
+    rows, deployments, stores = [], {}, {}
     for answer in answers:
         rows += [{"vllm": answer["vllm"], **row} for row in answer["rows"]]
         for m in lmcache_list:
             deployments[(answer["vllm"], m)] = answer["deployments"][m]
+            if chunk_size is not None:
+                stores[(answer["vllm"], m)] = answer["stores"][m]
     name = (
         model
         if isinstance(model, str)
@@ -333,6 +399,8 @@ def compatibility(
         registration,
         tuple(rows),
         FrozenDict(deployments),
+        FrozenDict(stores),
+        chunk_size,
     )
 
 

@@ -446,3 +446,21 @@ def test_a_release_control_only_where_another_release_can_answer(monkeypatch, tm
     assert cells[:3] == ["plan.block_size", "544", "576"]
     refused = ex.state.compare_releases(("0.34.0",))
     assert not refused.ok and "two or more different releases" in refused.text
+
+
+def test_the_edits_tab_says_what_the_chosen_lmcache_stores():
+    """The Explorer's LMCache control and chunk size: the release's verdict,
+    its groups and the chunk figure, equal to kvexplore.lmcache_layout's."""
+    from kvexplore import lmcache_layout
+    from kvexplore.explorer.widgets import Explorer
+
+    ex = Explorer("Qwen/Qwen3.5-0.8B", gpu="H100", lmcache="0.5.6")
+    ex.stores_chunk.value = 576
+    ex._on_stores()
+    expected = lmcache_layout(ex.state.plan, lmcache="0.5.6", chunk_size=576)
+    assert ex.state.stores.chunk_bytes == expected.chunk_bytes > 0
+    assert f"{expected.chunk_bytes:,} B" in ex.stores_panel.value
+    assert ex.stores_figure.value[:4] == b"\x89PNG"
+    ex.stores_chunk.value = 0
+    ex._on_stores()
+    assert "chunk_size=0" in ex.stores_panel.value and ex.state.stores is None

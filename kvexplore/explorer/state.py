@@ -212,6 +212,7 @@ class ExplorerState:
         self.error: str | None = None
         self.plan = None
         self.advice = None
+        self.stores = None
         self._live_key = None
         self.refresh()
 
@@ -312,6 +313,25 @@ class ExplorerState:
             "enable_prefix_caching": rec.get("enable_prefix_caching", "auto"),
         }
         return self.set(**{k: v for k, v in changes.items() if k in CONTROL_DEFAULTS})
+
+    def lmcache_stores(self, chunk_size: Any = 256) -> Panel:
+        """:func:`kvexplore.lmcache_layout` for the current plan and the
+        LMCache control's release (``auto``: the installed LMCache, else the
+        newest stable) at ``chunk_size``: the ``lmcache_stores`` panel (the
+        verdict, the groups and the bytes one chunk stores), or a message
+        naming what was refused.  The answer is kept in :attr:`stores` (for
+        its figure)."""
+        from kvexplore.connectors.lmcache_layout import lmcache_layout
+
+        try:
+            if self.plan is None:
+                raise KVExploreError(f"no plan: {self.error}; expected a deployment that plans")
+            self.stores = lmcache_layout(self.plan, lmcache=_auto(self.controls["lmcache"]),
+                                         chunk_size=_control_int("chunk_size", chunk_size))
+        except Exception as exc:  # never a traceback in the notebook
+            self.stores = None
+            return _message_panel("lmcache_stores", describe_error(exc))
+        return Panel("lmcache_stores", self.stores.text(), self.stores._repr_html_())
 
     def compare_releases(self, releases) -> Panel:
         """The current deployment in each vLLM release of ``releases``, each

@@ -100,7 +100,9 @@ class Explorer(widgets.VBox):
     with vLLM's message when a start-up check refuses), ``way_out`` (an
     ``HBox`` with one button per way out of that refusal, each applying its
     change to the controls), ``live_button``,
-    ``figure_toggle``, ``figure`` (the PNG page map); where another vLLM
+    ``figure_toggle``, ``figure`` (the PNG page map), in the edits tab
+    ``stores_chunk`` / ``stores_button`` / ``stores_figure`` / ``stores_panel``
+    (what the LMCache control's release stores at that chunk); where another vLLM
     release's environment exists (:func:`releases_at_hand`), a ``releases``
     tab: ``releases`` (a ``SelectMultiple``), ``releases_button``,
     ``matrix_button`` (every LMCache release on each selected vLLM release) and
@@ -136,9 +138,21 @@ class Explorer(widgets.VBox):
         self.panels: dict[str, widgets.HTML] = {name: widgets.HTML() for name in PANELS}
         for name, panel in self.panels.items():
             panel.add_class(_css_class("panel", name))
+        self.stores_chunk = widgets.IntText(value=256, description="chunk size",
+                                            layout=widgets.Layout(width="200px"),
+                                            style={"description_width": "100px"})
+        self.stores_button = widgets.Button(description="What LMCache stores", icon="database",
+                                            layout=widgets.Layout(width="200px"))
+        self.stores_button.on_click(self._on_stores)
+        self.stores_panel = widgets.HTML()
+        self.stores_panel.add_class(_css_class("panel", "lmcache-stores"))
+        self.stores_figure = widgets.Image(format="png", layout=widgets.Layout(display="none"))
+        self.stores_figure.add_class("kvx-figure-lmcache-stores")
         boxes = {
             "page_map": [widgets.HBox([self.figure_toggle, self.layer_label]), self.figure, self.panels["page_map"]],
-            "edits": [self.panels["edits"], self.edit_figures],
+            "edits": [self.panels["edits"], self.edit_figures,
+                      widgets.HBox([self.stores_chunk, self.stores_button]),
+                      self.stores_figure, self.stores_panel],
             "live": [self.live_button, self.panels["live"]],
         }
         tabs = [widgets.VBox(boxes.get(name, [self.panels[name]])) for name in PANELS]
@@ -267,6 +281,17 @@ class Explorer(widgets.VBox):
                   figure_png(advice.figure()))
         finally:
             self.advise_button.disabled = False
+
+    def _on_stores(self, _button=None) -> None:
+        self.stores_button.disabled = True
+        self.stores_panel.value = message_html(
+            "running the LMCache release's own connector and server code on this plan ...", "info")
+        try:
+            self.stores_panel.value = self.state.lmcache_stores(self.stores_chunk.value).html
+            stores = self.state.stores
+            _show(self.stores_figure, None if stores is None else figure_png(stores.figure()))
+        finally:
+            self.stores_button.disabled = False
 
     def _on_advise_apply(self, _button=None) -> None:
         try:

@@ -73,6 +73,7 @@ _NAMES = {
     "rules_for": "kvexplore.editing",
     "LMCacheLayout": "kvexplore.connectors.lmcache_layout",
     "lmcache_layout": "kvexplore.connectors.lmcache_layout",
+    "lmcache_layouts": "kvexplore.connectors.lmcache_layout",
     "ExplorerState": "kvexplore.explorer.state",
     "compare": "kvexplore.explorer.state",
     "OffloadConfigError": "kvexplore.offloading",
@@ -226,6 +227,7 @@ __all__ = [
     # what LMCache stores
     "LMCacheLayout",
     "lmcache_layout",
+    "lmcache_layouts",
     # errors
     "KVExploreError",
     # rendering and the Explorer

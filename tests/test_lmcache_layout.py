@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 import kvexplore
-from kvexplore import KVExploreError, allocate, lmcache_layout, plan
-from kvexplore.connectors.lmcache_layout import lmcache_layouts, lmcache_package
+from kvexplore import KVExploreError, allocate, lmcache_layout, lmcache_layouts, plan
+from kvexplore.connectors.lmcache_layout import lmcache_package
 
 sys.path.insert(0, os.path.dirname(__file__))
 from lmcache_oracle import case_of  # noqa: E402

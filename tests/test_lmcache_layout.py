@@ -345,3 +345,20 @@ def test_the_matrix_says_what_the_server_accepts_per_release_pair(nano):
     assert f"stores at chunk {block}" in grid and "<table" in c._repr_html_()
     with pytest.raises(KVExploreError, match="chunk_size=0"):
         compatibility(NANO, gpu="H100", lmcache=["0.5.6"], chunk_size=0)
+
+
+def test_tensor_parallel_halves_what_a_rank_stores_by_hand():
+    """granite-4.0-h-350m on 2 x L40S: each rank registers half the KV heads,
+    so one chunk of its attention group stores 4 layers x C x 2 (K, V) x
+    (4 KV heads / 2) x head size 64 x 2 bytes."""
+    c = _config("ibm-granite/granite-4.0-h-350m")
+    p = plan("ibm-granite/granite-4.0-h-350m", gpu="L40S", tensor_parallel_size=2)
+    block = p.block_size
+    layout = lmcache_layout(p, lmcache="0.5.6", chunk_size=block)
+    assert layout.accepted, layout.refusal
+    head = c["hidden_size"] // c["num_attention_heads"]
+    layers = c["layer_types"].count("attention")
+    k = layout.kernel_groups
+    assert int(k[~k.recurrent_state].chunk_bytes.sum()) == (
+        layers * block * 2 * (c["num_key_value_heads"] // 2) * head * 2)
+    assert int(k[k.recurrent_state].layer_indices.map(len).sum()) == c["layer_types"].count("mamba")

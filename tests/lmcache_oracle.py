@@ -20,8 +20,6 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import torch
-
 from kvexplore.editing.lmcache import lmcache_release
 from kvexplore.editing.rules import (
     apply_kv_cache_group_edits,
@@ -53,35 +51,15 @@ def install(release: str) -> Path:
 
 
 def case_of(config, cache_config, caches: dict) -> dict:
-    """A registration as plain data (see the module doc)."""
-    storages: list = []
-    layers = {}
-    for name, value in caches.items():
-        tensors = [value] if isinstance(value, torch.Tensor) else list(value)
-        descs = []
-        for t in tensors:
-            storage = t.untyped_storage()
-            ptrs = [s.data_ptr() for s in storages]
-            if storage.data_ptr() not in ptrs:
-                storages.append(storage)
-                ptrs.append(storage.data_ptr())
-            descs.append(
-                (
-                    ptrs.index(storage.data_ptr()),
-                    tuple(t.shape),
-                    tuple(t.stride()),
-                    t.storage_offset(),
-                    str(t.dtype).split(".")[-1],
-                )
-            )
-        container = (
-            "tensor" if isinstance(value, torch.Tensor) else type(value).__name__
-        )
-        layers[name] = (container, descs)
+    """A registration as plain data (see the module doc;
+    :func:`kvexplore.connectors.lmcache_layout.tensors_as_data`)."""
+    from kvexplore.connectors.lmcache_layout import tensors_as_data
+
+    storages, layers = tensors_as_data(caches)
     return {
         "config": config,
         "cache_config": cache_config,
-        "storages": [s.nbytes() for s in storages],
+        "storages": storages,
         "layers": layers,
     }
 

@@ -160,7 +160,7 @@ def _check_connector(plan) -> None:
         )
 
 
-def _tensors(caches: dict) -> tuple[list[int], dict]:
+def tensors_as_data(caches: dict) -> tuple[list[int], dict]:
     """Registered tensors as plain data: per layer its container and, per
     tensor, (storage index, shape, stride, storage offset, dtype name)."""
     import torch
@@ -189,7 +189,7 @@ def _request(plan, chunk_sizes, separate, engine_type) -> dict:
 
     small = plan.with_num_blocks(PROBE_BLOCKS)
     caches = allocate(small, device="cpu")
-    storages, layers = _tensors(caches)
+    storages, layers = tensors_as_data(caches)
     vc = plan.vllm_config
     # 0.5.3 / 0.5.4 call vLLM's get_kv_cache_layout(), which the installed
     # vLLM answers here (or lacks: no hint); later releases translate the

@@ -48,7 +48,10 @@ import traceback
 import types
 
 
-def _rebuild(storages, layers):
+def rebuild(storages, layers):
+    """``(raw storages, {layer: tensor or list / tuple of tensors})`` from the
+    plain data of :func:`kvexplore.connectors.lmcache_layout.tensors_as_data`:
+    the same shapes, strides, storage offsets, dtypes and storage sharing."""
     import torch
 
     raw = [torch.empty(n, dtype=torch.uint8) for n in storages]
@@ -257,7 +260,7 @@ def probe(release_dir: str, request: dict) -> dict:
     out["separate_object_groups"] = separate
     out["separate_object_groups_default"] = bool(default_separate)
 
-    raw, caches = _rebuild(request["storages"], request["layers"])
+    raw, caches = rebuild(request["storages"], request["layers"])
     ok, hint_pair = _check(checks, "layout_hints", _hints, mp, utils, edits, request,
                            where=_where(utils.vllm_layout_hints))
     hints, extra = hint_pair if ok else (None, ())

@@ -30,10 +30,8 @@ this order; each imports only its own stage and the stages before it:
 576
 """
 
-import importlib
-import importlib.util
-
 from kvexplore.errors import KVExploreError
+from kvexplore.lazy import lazy_attributes
 from kvexplore.version import VERSION
 
 #: Every public name and the module it lives in: imported on first use, so
@@ -131,24 +129,9 @@ __version__ = VERSION
 #: The widgets need ipywidgets, imported on first use.
 _WIDGETS = ("Explorer", "Compare")
 
-
-def __getattr__(name):
-    if name in _NAMES:
-        value = getattr(importlib.import_module(_NAMES[name]), name)
-        globals()[name] = value
-        return value
-    if name in _WIDGETS:
-        from kvexplore.explorer import widgets
-
-        return getattr(widgets, name)
-    if (
-        not name.startswith("_")
-        and importlib.util.find_spec(f"{__name__}.{name}") is not None
-    ):
-        return importlib.import_module(
-            f"{__name__}.{name}"
-        )  # a stage, as kvexplore.rendering
-    raise AttributeError(f"module 'kvexplore' has no attribute {name!r}")
+__getattr__ = lazy_attributes(
+    __name__, {**_NAMES, **dict.fromkeys(_WIDGETS, "kvexplore.explorer.widgets")},
+    submodules=True)
 
 
 def __dir__():

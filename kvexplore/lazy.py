@@ -10,13 +10,18 @@ keeps it in the package's namespace afterwards.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Callable, Mapping
 from typing import Any
 
 
-def lazy_attributes(package: str, names: Mapping[str, str]) -> Callable[[str], Any]:
+def lazy_attributes(package: str, names: Mapping[str, str], *,
+                    submodules: bool = False) -> Callable[[str], Any]:
     """A ``__getattr__`` for ``package`` that imports ``names[name]`` (a module
-    path) on first use of ``name`` and returns that module's attribute.
+    path) on first use of ``name`` and returns that module's attribute (kept
+    in the package's namespace afterwards).  With ``submodules``, a public
+    name that is a submodule of ``package`` (``kvexplore.rendering``) is
+    imported and returned too.
 
     Any other name raises ``AttributeError`` naming the package, as a missing
     module attribute does.
@@ -28,6 +33,9 @@ def lazy_attributes(package: str, names: Mapping[str, str]) -> Callable[[str], A
             value = getattr(importlib.import_module(names[name]), name)
             namespace[name] = value
             return value
+        if (submodules and not name.startswith("_")
+                and importlib.util.find_spec(f"{package}.{name}") is not None):
+            return importlib.import_module(f"{package}.{name}")
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     return __getattr__

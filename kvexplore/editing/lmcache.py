@@ -44,12 +44,12 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import FrozenDict
+from kvexplore.version import parse_release
 
 __all__ = [
     "LMCACHE_RELEASES",
@@ -222,8 +222,6 @@ LMCACHE_RELEASES: FrozenDict = FrozenDict(
 #: The default when no LMCache is installed beside kvexplore.
 NEWEST_STABLE = "0.5.6"
 
-_VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?((?:rc|a|b)\d+)?$")
-
 
 def lmcache_releases(*, prereleases: bool = True) -> tuple[str, ...]:
     """The known releases, oldest first (``prereleases=False``: stable only)."""
@@ -260,19 +258,23 @@ def lmcache_release(lmcache: object = None) -> LMCacheRelease:
             f"lmcache={lmcache!r} is a {type(lmcache).__name__}; expected a release "
             f"string, one of {', '.join(LMCACHE_RELEASES)}"
         )
-    match = _VERSION.match(lmcache.strip())
-    if match is None:
+    v = parse_release(lmcache)
+    if v is None or v.local or v.post is not None or v.dev is not None or v.epoch:
         raise KVExploreError(
             f"lmcache={lmcache!r}{source} is not a release version; expected one of "
             f"{', '.join(LMCACHE_RELEASES)}"
         )
-    major, minor, patch, pre = match.groups()
-    if patch is None:
+    if len(v.release) > 3:
+        raise KVExploreError(
+            f"lmcache={lmcache!r}{source} is not a release version; expected one of "
+            f"{', '.join(LMCACHE_RELEASES)}"
+        )
+    if len(v.release) < 3:
         raise KVExploreError(
             f"lmcache={lmcache!r}{source} names no patch release; expected one of "
             f"{', '.join(LMCACHE_RELEASES)}"
         )
-    canonical = f"{int(major)}.{int(minor)}.{int(patch)}{pre or ''}"
+    canonical = str(v)
     try:
         return LMCACHE_RELEASES[canonical]
     except KeyError:

@@ -5,19 +5,14 @@ calibrate capacity answers from what it measured (:func:`calibrate`).
 :mod:`kvexplore.logs.reading` needs neither vLLM nor torch; checking and
 calibrating plan with the installed vLLM."""
 
+from kvexplore.lazy import lazy_attributes
 from kvexplore.logs.reading import DEPLOYMENT, FIGURES, LogFigure, VllmLog, read_log
 
-
-def __getattr__(name):
-    if name in ("check_log", "LogCheck"):
-        from kvexplore.logs import checking
-
-        return getattr(checking, name)
-    if name == "calibrate":
-        from kvexplore.logs import calibrating
-
-        return calibrating.calibrate
-    raise AttributeError(f"module 'kvexplore.logs' has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, {
+    "check_log": "kvexplore.logs.checking",
+    "LogCheck": "kvexplore.logs.checking",
+    "calibrate": "kvexplore.logs.calibrating",
+})
 
 
 __all__ = [

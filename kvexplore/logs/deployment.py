@@ -16,6 +16,7 @@ from kvexplore.logs.reading import VllmLog, read_log
 from kvexplore.planning.gpus import GPU, resolve_gpu
 from kvexplore.planning.inputs import PlanRequest
 from kvexplore.planning.models import catalog_names
+from kvexplore.version import parse_release
 
 #: Log figures that are ``plan()`` keywords of the same name.
 PLAN_FIGURES = (
@@ -44,23 +45,14 @@ CUDAGRAPH_PROFILING_SINCE = (0, 21)
 
 
 def release_numbers(release: str | None) -> tuple[int, ...] | None:
-    """``"0.19.0"`` -> ``(0, 19, 0)``; a development suffix is dropped
-    (``"0.29.1rc1.dev339"`` -> ``(0, 29, 1)``); None when not a release."""
-    if not release:
+    """``"0.19.0"`` -> ``(0, 19, 0)``; a pre-release or development suffix is
+    dropped (``"0.29.1rc1.dev339"`` -> ``(0, 29, 1)``); None when not a
+    release (:func:`kvexplore.version.parse_release`) or with fewer than two
+    numbers."""
+    v = parse_release(release)
+    if v is None or len(v.release) < 2:
         return None
-    numbers = []
-    for part in release.split(".")[:3]:
-        digits = ""
-        for ch in part:
-            if not ch.isdigit():
-                break
-            digits += ch
-        if not digits:
-            break
-        numbers.append(int(digits))
-        if len(digits) != len(part):
-            break
-    return tuple(numbers) if len(numbers) >= 2 else None
+    return tuple(v.release[:3])
 
 
 def printer(log: VllmLog) -> str:

@@ -23,9 +23,10 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from kvexplore.errors import KVExploreError
+from kvexplore.version import parse_release
 
 #: The releases kvexplore answers for: at least the first, below the second.
 WINDOW = ("0.31.0", "0.35")
@@ -65,10 +66,9 @@ def canonical_release(version: Any) -> str:
     expected = f"expected a release of {window_text()} such as {WINDOW_RELEASES[-1]!r}"
     if not isinstance(version, str):
         raise KVExploreError(f"vLLM release {version!r} is invalid; {expected}")
-    try:
-        v = Version(version.strip())
-    except InvalidVersion:
-        raise KVExploreError(f"vLLM release {version!r} is not a version; {expected}") from None
+    v = parse_release(version)
+    if v is None:
+        raise KVExploreError(f"vLLM release {version!r} is not a version; {expected}")
     numbers = (*v.release, 0, 0)[: max(3, len(v.release))]
     text = ".".join(str(n) for n in numbers) + str(v)[len(v.base_version):]
     if v.epoch:

@@ -119,11 +119,10 @@ def _group_spans(mp, vllm_config, cfg):
 
 
 def _negotiated_chunk(chunk, alignment):
-    """The chunk the server settles on (0.5.7 and later negotiate it)."""
-    try:
-        from lmcache.v1.multiprocess import engine_context
-    except Exception:
-        return chunk, False
+    """The chunk the server settles on (0.5.7 and later negotiate it with
+    ``engine_context._round_up_to_multiple``; earlier releases use it as set)."""
+    from lmcache.v1.multiprocess import engine_context
+
     rounding = getattr(engine_context, "_round_up_to_multiple", None)
     if rounding is None:
         return chunk, False

@@ -105,8 +105,7 @@ def lmcache_figure(layout):
     fig = new_figure(9, 0.45 * len(labels) + 1.6)
     ax = fig.add_subplot(1, 1, 1)
     y = list(range(len(labels)))[::-1]
-    ax.barh(y, [v / 2**20 for v in values], color=colours,
-            hatch=None, edgecolor="black", linewidth=0.4)
+    ax.barh(y, [v / 2**20 for v in values], color=colours, edgecolor="black", linewidth=0.4)
     for yy, v in zip(y, values, strict=True):
         ax.text(v / 2**20, yy, f" {v / 2**20:,.2f} MiB", va="center", fontsize=8)
     ax.set_yticks(y, labels, fontsize=8)

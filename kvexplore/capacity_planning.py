@@ -45,7 +45,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -55,7 +54,14 @@ import pandas as pd
 
 from kvexplore.display import Displayable
 from kvexplore.errors import KVExploreError
-from kvexplore.layout import FrozenDict, GiB, cdiv, check_int, jsonable
+from kvexplore.layout import (
+    FrozenDict,
+    GiB,
+    cdiv,
+    check_int,
+    jsonable,
+    requested_memory,
+)
 from kvexplore.memo import per_plan
 from kvexplore.planning import release, startup
 from kvexplore.planning.admission import blocks_and_admission, largest_max_model_len
@@ -659,7 +665,7 @@ def _memory(p: Plan, util: float, given: dict[str, int | None]) -> dict[str, Any
         terms[name], sources[name] = Term(low, high, source), source
     low, high = kv_cache_memory_range(terms, util, extensible=p.extensible_kv_cache)
     total = terms.pop("total_memory_bytes").low
-    requested = math.ceil(total * util)
+    requested = requested_memory(total, util)
     highs = {name: int(t.high) for name, t in terms.items()}
     if low <= 0:
         raise KVExploreError(
@@ -714,23 +720,11 @@ def capacity(
     ran at.  A calibration from another GPU is refused.
     """
     check_capacity_keywords(plan_kwargs)
-    if calibration is not None and not isinstance(calibration, Calibration):
-        raise KVExploreError(
-            f"calibration={calibration!r} is invalid; expected a kvexplore Calibration "
-            "(kvexplore.calibrate(log))")
-    if calibration is not None:
-        if not isinstance(model, Plan):
-            plan_kwargs.setdefault("gpu", calibration.gpu)
-        if gpu_memory_utilization is None and calibration.gpu_memory_utilization is not None:
-            gpu_memory_utilization = calibration.gpu_memory_utilization
-    if gpu_memory_utilization is not None:
-        as_fraction("gpu_memory_utilization", gpu_memory_utilization)
     given = {"total_memory_bytes": total_memory_bytes, "weight_bytes": weight_bytes,
              "activation_peak_bytes": activation_peak_bytes,
              "non_torch_bytes": non_torch_bytes, "cudagraph_bytes": cudagraph_bytes}
-    for name, value in given.items():
-        check_int(name, value, minimum=0, allow_none=True)
-    check_int("cpu_bytes_to_use", cpu_bytes_to_use, allow_none=True)
+    gpu_memory_utilization = _checked_inputs(model, plan_kwargs, calibration,
+                                             gpu_memory_utilization, given, cpu_bytes_to_use)
     if gpu_memory_utilization is not None and not isinstance(model, Plan):
         plan_kwargs = {**plan_kwargs, "gpu_memory_utilization": gpu_memory_utilization}
     p = _plan_of(model, plan_kwargs)
@@ -743,25 +737,7 @@ def capacity(
     util = (p.gpu_memory_utilization if gpu_memory_utilization is None
             else float(gpu_memory_utilization))
     given_kv = p.request.kv_cache_memory_bytes
-    calibrated: dict[str, str] = {}
-    if given_kv is None:
-        labels: dict[str, str] = {}
-        if calibration is not None:
-            values, labels, calibrated = _calibrated_terms(p, calibration, given)
-            given = {**given, **values}
-        memory = _memory(p, util, given)
-        if labels:
-            memory["sources"] = FrozenDict({**memory["sources"], **labels})
-    else:
-        memory = {
-            "total_memory_bytes": 0, "requested_memory_bytes": 0,
-            "weight_bytes": p.loaded_weight_bytes, "activation_peak_bytes": 0,
-            "non_torch_bytes": 0, "cudagraph_bytes": 0,
-            "kv_cache_memory_range": (given_kv, given_kv), "estimated": (),
-            "sources": FrozenDict({"kv_cache_memory": (
-                f"given: kv_cache_memory_bytes={given_kv:,} (vLLM skips memory profiling "
-                "and gpu_memory_utilization)")}),
-        }
+    memory, calibrated = _memory_of(p, util, given, calibration)
     available = memory["kv_cache_memory_range"][0]
     if p.request.max_model_len == -1:
         # auto-fit decides max_model_len from the memory: vLLM's own path
@@ -777,6 +753,56 @@ def capacity(
     return CapacityReport(plan=p, gpu_memory_utilization=util, kv_cache_memory=available,
                           kv_cache_memory_given=given_kv is not None, host=host,
                           calibrated=FrozenDict(calibrated), **memory, **answers)
+
+
+def _checked_inputs(model: Any, plan_kwargs: dict, calibration: Calibration | None,
+                    gpu_memory_utilization: float | None, given: dict[str, int | None],
+                    cpu_bytes_to_use: int | None) -> float | None:
+    """:func:`capacity`'s arguments checked, one :class:`KVExploreError` each;
+    a calibration supplies the GPU (into ``plan_kwargs``) and, when none is
+    given, the utilization, which is returned."""
+    if calibration is not None and not isinstance(calibration, Calibration):
+        raise KVExploreError(
+            f"calibration={calibration!r} is invalid; expected a kvexplore Calibration "
+            "(kvexplore.calibrate(log))")
+    if calibration is not None:
+        if not isinstance(model, Plan):
+            plan_kwargs.setdefault("gpu", calibration.gpu)
+        if gpu_memory_utilization is None and calibration.gpu_memory_utilization is not None:
+            gpu_memory_utilization = calibration.gpu_memory_utilization
+    if gpu_memory_utilization is not None:
+        as_fraction("gpu_memory_utilization", gpu_memory_utilization)
+    for name, value in given.items():
+        check_int(name, value, minimum=0, allow_none=True)
+    check_int("cpu_bytes_to_use", cpu_bytes_to_use, allow_none=True)
+    return gpu_memory_utilization
+
+
+def _memory_of(p: Plan, util: float, given: dict[str, int | None],
+               calibration: Calibration | None) -> tuple[dict[str, Any], dict[str, str]]:
+    """``(memory terms, calibrated)``: :func:`_memory` of the plan with the
+    given and calibrated terms; with the KV cache memory given to the plan,
+    that memory alone (vLLM skips profiling and the utilization)."""
+    given_kv = p.request.kv_cache_memory_bytes
+    if given_kv is not None:
+        return {
+            "total_memory_bytes": 0, "requested_memory_bytes": 0,
+            "weight_bytes": p.loaded_weight_bytes, "activation_peak_bytes": 0,
+            "non_torch_bytes": 0, "cudagraph_bytes": 0,
+            "kv_cache_memory_range": (given_kv, given_kv), "estimated": (),
+            "sources": FrozenDict({"kv_cache_memory": (
+                f"given: kv_cache_memory_bytes={given_kv:,} (vLLM skips memory profiling "
+                "and gpu_memory_utilization)")}),
+        }, {}
+    labels: dict[str, str] = {}
+    calibrated: dict[str, str] = {}
+    if calibration is not None:
+        values, labels, calibrated = _calibrated_terms(p, calibration, given)
+        given = {**given, **values}
+    memory = _memory(p, util, given)
+    if labels:
+        memory["sources"] = FrozenDict({**memory["sources"], **labels})
+    return memory, calibrated
 
 
 def _warnings(f: _Facts, admission_message: str | None) -> list[str]:

@@ -54,6 +54,16 @@ def element_size(dtype) -> int:
     return dtype.itemsize
 
 
+def requested_memory(total_memory: int, gpu_memory_utilization: float) -> int:
+    """The bytes a worker may use: ``ceil(total x gpu_memory_utilization)``,
+    as vLLM's ``v1/worker/utils.py: request_memory`` computes it.
+
+    >>> requested_memory(85_029_158_912, 0.9)
+    76526243021
+    """
+    return math.ceil(total_memory * gpu_memory_utilization)
+
+
 def cdiv(a: int, b: int) -> int:
     """Ceiling division, as vLLM's ``vllm.utils.math_utils.cdiv``."""
     return -(-a // b)

@@ -9,6 +9,7 @@ percentages, concurrency) or as a number (tokens, sizes, names)."""
 from __future__ import annotations
 
 import json
+import math
 import pathlib
 
 import pytest
@@ -876,9 +877,87 @@ def test_every_figure_cut_after_its_phrase_is_unread():
     rule without a cut line here fails: every figure kind is covered)."""
     from kvexplore.logs.reading import RULES
 
-    wheres = [where for where, _, _ in RULES]
+    wheres = [rule.where for rule in RULES]
     assert set(wheres) == set(CUT_LINES) | NO_PHRASE
     for where, cut in CUT_LINES.items():
         log = read_log("INFO 01-01 [kv_cache_utils.py:1] GPU KV cache size: 100,000 tokens\n"
                        f"INFO 01-01 [x.py:2] {cut}\n")
         assert [n for n, _ in log.unread] == [2], where
+
+
+def test_the_banner_the_installed_vllm_prints_is_read_from_the_records():
+    """The engine banner as the installed vLLM prints it (``v1/engine/core.py``
+    logs ``str(vllm_config)``): every figure whose record names a key vLLM
+    prints is read with the config's own value."""
+    from kvexplore.logs.figures import BANNER_KEYS
+
+    p = kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="H100", tensor_parallel_size=2,
+                       enforce_eager=True, max_model_len=4096)
+    config = p.vllm_config
+    banner = str(config)
+    log = read_log(f"INFO 01-01 [core.py:1] Initializing a V1 LLM engine (v0.33.0) with config: "
+                   f"{banner}\n")
+    printed = {key: name for key, name in BANNER_KEYS.items() if f" {key}=" in f" {banner}"}
+    assert {"model", "max_seq_len", "tensor_parallel_size", "enforce_eager", "dtype"} <= set(printed)
+    expected = {
+        "model": config.model_config.model,
+        "max_model_len": 4096,
+        "tensor_parallel_size": 2,
+        "pipeline_parallel_size": 1,
+        "data_parallel_size": 1,
+        "decode_context_parallel_size": 1,
+        "enforce_eager": True,
+        "dtype": "bfloat16",
+        "kv_cache_dtype": "auto",
+        "enable_prefix_caching": bool(config.cache_config.enable_prefix_caching),
+        "quantization": None,
+        "speculative_config": None,
+    }
+    for key, name in printed.items():
+        assert name in log, key
+        assert log.get(name) == expected[name], (key, log.get(name))
+    assert log.unread == ()
+
+
+def test_the_figure_lists_follow_the_records():
+    """The plan keywords a log gives are exactly the deployment figures named
+    as ``plan()`` keywords (kvexplore.planning.inputs; ``enforce_eager``
+    aside, which zeroes the CUDA-graph term), every byte figure is in
+    bytes, every line rule's keyword is in its own pattern's words, and the
+    compared figures are the ones with a rule."""
+    from kvexplore.logs import checking, figures
+    from kvexplore.logs.reading import RULES
+    from kvexplore.planning.inputs import PLAN_KEYWORDS
+
+    deployment = {f.name for f in figures.RECORDS if f.kind == "deployment"}
+    # enforce_eager is taken as the deployment's (its CUDA-graph term 0), not planned
+    assert set(figures.PLAN_FIGURES) == deployment & set(PLAN_KEYWORDS) - {"enforce_eager"}
+    assert all(f.unit == "bytes" for f in figures.RECORDS if f.name.endswith("_bytes"))
+    assert {f.kind for f in figures.RECORDS} == set(figures.KINDS)
+    assert list(checking.RULES) == [f.name for f in figures.CHECKED]
+    assert all((f.term is None) == (f.rule is None) == (f.answer is None) for f in figures.RECORDS)
+    for rule in RULES:
+        if rule.keyword is not None:
+            assert rule.keyword.lower() in rule.pattern.pattern.replace("\\", "").lower(), rule.where
+    with pytest.raises(KVExploreError, match="unknown"):
+        read_log(LOGS / "gpt-oss-20b-a100.log").get("kv_cache_bytes")
+
+
+def test_the_residual_a_log_implies_is_ceil_of_the_request():
+    """The memory the log leaves to the terms it does not state: ``ceil(total x
+    utilization)`` (vLLM's ``request_memory``) less the KV memory and the
+    stated terms, in the memory bars and in the KV row's explanation alike
+    (gpt-oss-20b on an A100: the log states the weights and the KV memory at
+    utilization 0.65; the total is kvexplore's reading of the card)."""
+    from kvexplore.planning.gpus import resolve_gpu
+
+    c = kvexplore.check_log(LOGS / "gpt-oss-20b-a100.log", gpu="A100")
+    log = c.log
+    assert log.get("gpu_memory_utilization") == 0.65 and "total_memory_bytes" not in log
+    requested = math.ceil(resolve_gpu("A100").total_memory_range[0] * 0.65)
+    residual = requested - log.get("kv_cache_memory_bytes") - log.get("weight_bytes")
+    bars = c.memory_bars.set_index("term")
+    assert bars.loc["requested", "log"] == requested
+    assert bars.loc["not stated (residual)", "log"] == residual
+    term = c.rows.set_index("figure").loc["kv_cache_memory_bytes", "term"]
+    assert f"it implies {residual / GiB:.2f} GiB for them" in term

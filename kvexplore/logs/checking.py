@@ -12,132 +12,38 @@ graphs, block alignment, padding, group count, backend, layout, admission).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
-from kvexplore.capacity_planning import CapacityReport, capacity, profile_estimates
+from kvexplore.capacity_planning import (
+    CALIBRATED_TERMS,
+    CapacityReport,
+    capacity,
+    profile_estimates,
+)
 from kvexplore.display import Displayable
 from kvexplore.errors import KVExploreError
-from kvexplore.layout import GiB
+from kvexplore.layout import GiB, requested_memory
 from kvexplore.logs.deployment import (
     Deployment,
+    activation_peak,
     as_log,
+    planned,
     printer,
     resolve,
     subtracts_cudagraphs,
+    unstated_memory,
 )
+from kvexplore.logs.figures import BY_NAME, CHECKED, answers
 from kvexplore.logs.reading import LogFigure, VllmLog
 from kvexplore.planning.planner import plan
 from kvexplore.planning.release import release_name
 
-#: Each memory term: (term, rule) for the comparison table.
-RULES = {
-    "total_memory_bytes": (
-        "total",
-        "torch.cuda.mem_get_info() total of the card; kvexplore: its reading in kvexplore.gpus()",
-    ),
-    "requested_memory_bytes": (
-        "total",
-        "ceil(total x gpu_memory_utilization) (worker/utils.py: request_memory)",
-    ),
-    "weight_bytes": (
-        "weights",
-        "torch memory the loaded model holds (gpu_model_runner.load_model); kvexplore: "
-        "parameters and buffers of vLLM's model built on the meta device, per rank",
-    ),
-    "activation_peak_bytes": (
-        "activation peak",
-        "peak of profile_run (dummy forward of max_num_batched_tokens, then the sampler); "
-        "kvexplore: the forward traced on meta tensors",
-    ),
-    "non_torch_bytes": (
-        "non-torch",
-        "memory_profiling's non-torch increase (cuBLAS, NCCL); kvexplore: a range from public logs",
-    ),
-    "cudagraph_bytes": (
-        "CUDA graphs",
-        "profile_cudagraph_memory; kvexplore: a range per captured size",
-    ),
-    "kv_cache_memory_bytes": (
-        "memory",
-        "determine_available_memory: requested - weights - activation peak - non-torch - "
-        "CUDA graphs",
-    ),
-    "attention_block_size": (
-        "block alignment",
-        "update_block_size_for_backend / _align_hybrid_block_size: the kernel alignment x "
-        "cdiv(Mamba page, alignment x attention bytes per token)",
-    ),
-    "mamba_padding_percent": (
-        "padding",
-        "the Mamba page padded to the attention page: (padded - page) / page",
-    ),
-    "kv_cache_group_block_sizes": (
-        "group count",
-        "get_kv_cache_groups: one group per spec kind and layer count (resolve_kv_cache_block_sizes)",
-    ),
-    "kv_lcm_block_size": (
-        "group count",
-        "the scheduler block: lcm of the groups' block sizes (resolve_kv_cache_block_sizes)",
-    ),
-    "attention_backend": ("backend", "the platform's get_attn_backend_cls for the GPU"),
-    "kv_cache_layout": ("layout", "resolve_kv_cache_layout over the model's backends"),
-    "num_gpu_blocks": (
-        "admission",
-        "get_kv_cache_configs: KV memory // bytes of one block id in the pool",
-    ),
-    "kv_cache_size_tokens": (
-        "admission",
-        "get_kv_cache_capacity: int(max_concurrency x max_model_len), Mamba blocks counted",
-    ),
-    "max_concurrency": (
-        "admission",
-        "get_max_concurrency_for_kv_cache_config: num_blocks / blocks one request pins",
-    ),
-    "estimated_max_model_len": (
-        "admission",
-        "_estimate_max_model_len_from_groups on the memory less the null block",
-    ),
-    "max_model_len": ("input", "planned as the log states it"),
-    "gpu_memory_utilization": ("input", "planned as the log states it"),
-    "equivalent_utilization": (
-        "CUDA graphs",
-        "round(gpu_memory_utilization - CUDA graphs / total, 4) (gpu_worker.py)",
-    ),
-}
-
-#: Figures whose kvexplore value depends on the KV memory (also answered from the log's).
-_MEMORY_DEPENDENT = (
-    "num_gpu_blocks",
-    "kv_cache_size_tokens",
-    "max_concurrency",
-    "estimated_max_model_len",
-)
-#: What kvexplore cannot answer when its own memory estimate refuses the deployment.
-_UNANSWERED = (
-    "total_memory_bytes",
-    "requested_memory_bytes",
-    "weight_bytes",
-    "activation_peak_bytes",
-    "non_torch_bytes",
-    "cudagraph_bytes",
-    "kv_cache_memory_bytes",
-    "num_gpu_blocks",
-    "kv_cache_size_tokens",
-    "max_concurrency",
-    "estimated_max_model_len",
-    "equivalent_utilization",
-)
-_MEMORY_TERMS = (
-    "total_memory_bytes",
-    "weight_bytes",
-    "activation_peak_bytes",
-    "non_torch_bytes",
-    "cudagraph_bytes",
-)
+#: Each compared figure: (term, rule) for the comparison table, from the
+#: figure records.
+RULES = {f.name: (f.term, f.rule) for f in CHECKED}
 COLUMNS = [
     "figure",
     "line",
@@ -245,7 +151,7 @@ def memory_bars(log: VllmLog, report: CapacityReport | None, p) -> pd.DataFrame:
     kvexplore gives it) beside kvexplore's (``report``'s; each term's high
     end from :func:`~kvexplore.capacity_planning.profile_estimates` of plan
     ``p`` when kvexplore's own answer refuses the deployment)."""
-    names = ("weight_bytes", "activation_peak_bytes", "non_torch_bytes", "cudagraph_bytes")
+    names = CALIBRATED_TERMS[1:]
     if report is not None:
         ours = {n: getattr(report, n) for n in names}
         ours["kv_cache_memory_bytes"] = report.kv_cache_memory
@@ -255,15 +161,13 @@ def memory_bars(log: VllmLog, report: CapacityReport | None, p) -> pd.DataFrame:
     stated = {n: _value(log, n) for n in (*names, "kv_cache_memory_bytes",
                                           "requested_memory_bytes", "total_memory_bytes")}
     util = _value(log, "gpu_memory_utilization") or p.gpu_memory_utilization
-    requested = stated["requested_memory_bytes"]
-    if requested is None:
-        total = stated["total_memory_bytes"] or p.gpu.total_memory_range[0]
-        requested = math.ceil(total * util)
+    total = stated["total_memory_bytes"] or p.gpu.total_memory_range[0]
+    requested = stated["requested_memory_bytes"] or requested_memory(total, util)
     rows = [{"term": n, "log": stated[n], "kvexplore": ours[n]} for n in names]
-    known = sum(v for n, v in stated.items() if n in names and v is not None)
     residual = None
     if stated["kv_cache_memory_bytes"] is not None:
-        residual = requested - known - stated["kv_cache_memory_bytes"]
+        known = [stated[n] for n in names if stated[n] is not None]
+        residual = requested - stated["kv_cache_memory_bytes"] - sum(known)
     rows.append({"term": "not stated (residual)", "log": residual, "kvexplore": None})
     rows.append({"term": "kv_cache_memory_bytes", "log": stated["kv_cache_memory_bytes"],
                  "kvexplore": ours["kv_cache_memory_bytes"]})
@@ -282,7 +186,7 @@ def _value(log: VllmLog, name: str) -> Any:
 def _show(name: str, value: Any) -> str:
     if value is None:
         return ""
-    if name.endswith("_bytes"):
+    if BY_NAME[name].unit == "bytes":
         return f"{value / GiB:.2f} GiB"
     if isinstance(value, float):
         return f"{value:.4g}"
@@ -291,52 +195,18 @@ def _show(name: str, value: Any) -> str:
     return str(value)
 
 
-def _kvexplore_values(r: CapacityReport) -> dict[str, Any]:
-    p = r.plan
-    out: dict[str, Any] = {
-        "total_memory_bytes": r.total_memory_bytes,
-        "requested_memory_bytes": r.requested_memory_bytes,
-        "weight_bytes": r.weight_bytes,
-        "activation_peak_bytes": r.activation_peak_bytes,
-        "non_torch_bytes": r.non_torch_bytes,
-        "cudagraph_bytes": r.cudagraph_bytes,
-        "kv_cache_memory_bytes": r.kv_cache_memory,
-        "attention_block_size": p.block_size,
-        "kv_cache_group_block_sizes": tuple(
-            int(g.kv_cache_spec.block_size) for g in p.groups
-        ),
-        "kv_lcm_block_size": r.scheduler_block_size,
-        "attention_backend": p.attention_backend,
-        "kv_cache_layout": p.kv_cache_layout_name or None,
-        "num_gpu_blocks": r.num_blocks,
-        "kv_cache_size_tokens": r.kv_cache_size_tokens,
-        "max_concurrency": round(r.max_concurrency, 2),
-        "estimated_max_model_len": r.largest_max_model_len,
-        "max_model_len": r.max_model_len,
-        "gpu_memory_utilization": r.gpu_memory_utilization,
-    }
-    if p.mamba_page_size and p.mamba_page_size_padded:
-        out["mamba_padding_percent"] = round(
-            (p.mamba_page_size_padded - p.mamba_page_size) / p.mamba_page_size * 100, 2
-        )
-    if r.total_memory_bytes:
-        out["equivalent_utilization"] = round(
-            r.gpu_memory_utilization - r.cudagraph_bytes / r.total_memory_bytes, 4
-        )
-    return out
-
-
-def _equal(name: str, figure, ours: Any, r: CapacityReport) -> bool | None:
+def _equal(name: str, figure: LogFigure, ours: Any, r: CapacityReport) -> bool | None:
+    """Whether the log's ``figure`` equals kvexplore's answer ``ours``: within
+    kvexplore's range where the record gives one, within the printed precision
+    for bytes and decimals, a name regardless of case, else exactly; None when
+    kvexplore has no answer."""
     if ours is None:
         return None
-    value = figure.value
-    if name == "kv_cache_memory_bytes":
-        low, high = r.kv_cache_memory_range
+    value, record = figure.value, BY_NAME[name]
+    if record.answer_range is not None:
+        low, high = record.answer_range(r)
         return low - figure.resolution <= value <= high + figure.resolution
-    if name == "total_memory_bytes":
-        low, high = r.plan.gpu.total_memory_range
-        return low - figure.resolution <= value <= high + figure.resolution
-    if isinstance(value, float) or name.endswith("_bytes"):
+    if isinstance(value, float) or record.unit == "bytes":
         return abs(float(value) - float(ours)) <= max(figure.resolution, 1e-9)
     if isinstance(value, str) or isinstance(ours, str):
         return str(value).upper() == str(ours).upper()
@@ -344,74 +214,54 @@ def _equal(name: str, figure, ours: Any, r: CapacityReport) -> bool | None:
 
 
 def _first(log: VllmLog, name: str) -> LogFigure | None:
-    """The log's first statement of ``name``; for the activation peak, V0's
-    ``peak_torch_memory`` less the weights when the log states no activation
-    peak of its own."""
-    figure = log.first(name)
-    if figure is not None or name != "activation_peak_bytes":
-        return figure
-    peak, weights = log.first("peak_torch_bytes"), log.first("weight_bytes")
-    if peak is None or weights is None:
-        return None
-    return LogFigure(
-        name,
-        peak.value - weights.value,
-        f"{(peak.value - weights.value) / GiB:.2f} GiB (peak_torch_memory {peak.text} less the "
-        "weights)",
-        peak.line,
-        peak.source,
-        peak.process,
-        peak.where,
-        peak.resolution + weights.resolution,
-    )
+    """The log's first statement of ``name`` (the activation peak as
+    :func:`~kvexplore.logs.deployment.activation_peak` finds it)."""
+    return activation_peak(log) if name == "activation_peak_bytes" else log.first(name)
 
 
 def _term_of_memory_difference(log: VllmLog, ours: dict, r: CapacityReport) -> str:
     """Which terms make the KV memory differ: those the log states that
     differ (with the difference), and the residual the log implies for the
     terms it does not state beside kvexplore's estimate of them."""
-    parts, unstated = [], []
-    stated_sum = 0
-    for name in _MEMORY_TERMS[1:]:
+    parts, unstated, stated = [], [], []
+    for name in CALIBRATED_TERMS[1:]:
         figure = _first(log, name)
         if figure is None:
             unstated.append(name)
             continue
-        stated_sum += figure.value
+        stated.append(figure.value)
         if not _equal(name, figure, ours[name], r):
             parts.append(
-                f"{RULES[name][0]} ({(figure.value - ours[name]) / GiB:+.2f} GiB in the log)"
+                f"{BY_NAME[name].term} ({(figure.value - ours[name]) / GiB:+.2f} GiB in the log)"
             )
     kv = _value(log, "kv_cache_memory_bytes")
     requested = _value(log, "requested_memory_bytes")
     total = _value(log, "total_memory_bytes")
     util = _value(log, "gpu_memory_utilization") or r.gpu_memory_utilization
-    if requested is None:
-        requested = round((total or r.total_memory_bytes) * util)
     if unstated and kv is not None:
-        residual = requested - stated_sum - kv
+        if requested is None:
+            residual = unstated_memory(total or r.total_memory_bytes, util, kv, stated)
+        else:
+            residual = requested - kv - sum(stated)
         estimate = sum(ours[name] for name in unstated)
         parts.append(
-            f"{', '.join(RULES[n][0] for n in unstated)}, which the log does not state: it implies "
-            f"{residual / GiB:.2f} GiB for them"
-            + (
-                ""
-                if total or _value(log, "requested_memory_bytes")
-                else " (with kvexplore's total for the card)"
-            )
+            f"{', '.join(BY_NAME[n].term for n in unstated)}, which the log does not state: "
+            f"it implies {residual / GiB:.2f} GiB for them"
+            + ("" if total or requested else " (with kvexplore's total for the card)")
             + f", kvexplore estimates {estimate / GiB:.2f} GiB"
         )
     return "memory: " + "; ".join(parts)
 
 
-def _equal_at_log(name: str, figure, at: Any, log: VllmLog) -> bool:
+def _equal_at_log(name: str, figure: LogFigure, at: Any, log: VllmLog) -> bool:
     """Whether ``figure`` equals kvexplore's value ``at`` the log's KV cache
     memory, within what the memory's printed precision moves it (the log's
-    ``X.XX GiB`` is +-0.005 GiB; blocks, tokens and concurrency scale with it)."""
+    ``X.XX GiB`` is +-0.005 GiB; blocks, tokens and concurrency scale with it,
+    and a whole count floors one either way)."""
     kv = log.first("kv_cache_memory_bytes")
     share = kv.resolution / kv.value if kv is not None and kv.value else 0.0
     slack = abs(float(at)) * share + figure.resolution
-    if name in ("num_gpu_blocks", "kv_cache_size_tokens", "estimated_max_model_len"):
+    if BY_NAME[name].floored:
         slack += 1
     return abs(float(figure.value) - float(at)) <= slack
 
@@ -599,116 +449,16 @@ def _check_here(log: VllmLog, model: Any, gpu: Any, overrides: dict, installed: 
                 why: str) -> LogCheck:
     """:func:`check_log` with the installed vLLM."""
     dep = resolve(log, model, gpu, dict(overrides))
-    kwargs = dict(dep.plan_kwargs)
     notes = list(dep.notes)
-    extra: dict[str, Any] = {}
-    if dep.enforce_eager:
-        extra["cudagraph_bytes"] = 0
-        notes.append(
-            "enforce_eager=True: no CUDA graphs, kvexplore's CUDA-graph term is 0"
-        )
-    elif subtracts_cudagraphs(log) is False:
-        extra["cudagraph_bytes"] = 0
-        notes.append(
-            f"{printer(log)} does not subtract CUDA graphs from the KV memory (the "
-            "estimate is the default from v0.21.0): kvexplore's CUDA-graph term is 0, as "
-            "that release accounts it"
-        )
-    log_kv = _value(log, "kv_cache_memory_bytes")
-    report = None
-    refusal = None
-    try:
-        report = capacity(dep.model, gpu=dep.gpu, **extra, **kwargs)
-    except KVExploreError as exc:
-        refusal = exc
-        if "quantization" in kwargs:
-            q = kwargs.pop("quantization")
-            notes.append(
-                f"quantization={q!r}: not planned ({exc}); weights differ from the log's"
-            )
-            try:
-                report = capacity(dep.model, gpu=dep.gpu, **extra, **kwargs)
-                refusal = None
-            except KVExploreError as again:
-                refusal = again
-    if report is None:
-        if log_kv is None:
-            raise refusal
-        notes.append(
-            f"kvexplore's own memory estimate refuses this deployment ({refusal}); the "
-            "figures that depend on memory are answered at the log's KV cache memory only"
-        )
-    at_log = None
-    if log_kv is not None:
-        base = (
-            report.plan
-            if report is not None
-            else plan(dep.model, gpu=dep.gpu, **kwargs)
-        )
-        at_log = capacity(base.replace(kv_cache_memory_bytes=int(log_kv)))
-    theirs = _kvexplore_values(at_log) if at_log is not None else {}
-    if report is not None:
-        ours = _kvexplore_values(report)
-    else:
-        ours = {k: (None if k in _UNANSWERED else v) for k, v in theirs.items()}
-    report_or_log = report if report is not None else at_log
-    rows = []
-    contradicted = set(log.contradictions.figure)
-    for name, (term, rule) in RULES.items():
-        figure = _first(log, name)
-        if figure is None:
-            continue
-        if name in contradicted:
-            rows.append(
-                {
-                    "figure": name,
-                    "line": figure.line,
-                    "log": "contradicts itself",
-                    "kvexplore": _show(name, ours.get(name)),
-                    "equal": None,
-                    "kvexplore at the log's KV memory": "",
-                    "term": term,
-                    "rule": "not compared: the log states two values (see contradictions)",
-                }
-            )
-            continue
-        at = theirs.get(name) if name in _MEMORY_DEPENDENT else None
-        if ours.get(name) is None and at is not None:
-            # answered at the log's memory only
-            equal = _equal_at_log(name, figure, at, log)
-        else:
-            equal = _equal(name, figure, ours.get(name), report_or_log)
-        if name == "kv_cache_size_tokens" and not _group_aware_tokens(log):
-            blocks = at_log if at_log is not None else report
-            term = (
-                "admission: this log's 'GPU KV cache size' is not max_concurrency x "
-                "max_model_len; its release prints num_blocks x block_size"
-                + (
-                    f" (kvexplore's at the log's memory: {blocks.num_blocks * blocks.block_size:,})"
-                    if blocks is not None
-                    else ""
-                )
-            )
-            rows.append(_row(name, figure, ours, at, equal, term, rule))
-            continue
-        if name == "kv_cache_memory_bytes" and equal is False:
-            term = _term_of_memory_difference(log, ours, report_or_log)
-        elif name in _MEMORY_DEPENDENT and equal is False and at is not None:
-            if ours.get(name) is not None and _equal_at_log(name, figure, at, log):
-                term = "memory (equal at the log's KV memory, within its printed precision)"
-            else:
-                term = (
-                    "admission (differs at the log's KV memory too: blocks per request)"
-                )
-        rows.append(_row(name, figure, ours, at, equal, term, rule))
-    table = pd.DataFrame(rows, columns=COLUMNS)
+    report, at_log = _reports(log, dep, notes)
+    rows = pd.DataFrame(_rows(log, report, at_log), columns=COLUMNS)
     p = (report if report is not None else at_log).plan
     return LogCheck(
         log=log,
         deployment=dep,
         report=report,
         at_log_memory=at_log,
-        rows=table,
+        rows=rows,
         release=log.release,
         planned=installed,
         installed=installed,
@@ -718,6 +468,100 @@ def _check_here(log: VllmLog, model: Any, gpu: Any, overrides: dict, installed: 
         contradictions=log.contradictions,
         memory_bars=memory_bars(log, report, p),
     )
+
+
+def _reports(log: VllmLog, dep: Deployment, notes: list[str]):
+    """``(report, at_log)``: kvexplore's capacity of the log's deployment from
+    its own memory estimates (None when they refuse it, with a note) and at
+    the KV cache memory the log states (None when it states none); a
+    deployment refused both ways is refused."""
+    kwargs = dict(dep.plan_kwargs)
+    extra: dict[str, Any] = {}
+    if dep.enforce_eager:
+        extra["cudagraph_bytes"] = 0
+        notes.append("enforce_eager=True: no CUDA graphs, kvexplore's CUDA-graph term is 0")
+    elif subtracts_cudagraphs(log) is False:
+        extra["cudagraph_bytes"] = 0
+        notes.append(
+            f"{printer(log)} does not subtract CUDA graphs from the KV memory (the "
+            "estimate is the default from v0.21.0): kvexplore's CUDA-graph term is 0, as "
+            "that release accounts it"
+        )
+    log_kv = _value(log, "kv_cache_memory_bytes")
+    report = None
+    try:
+        report = planned(lambda **kw: capacity(dep.model, gpu=dep.gpu, **extra, **kw),
+                         kwargs, notes)
+    except KVExploreError as refusal:
+        if log_kv is None:
+            raise
+        notes.append(
+            f"kvexplore's own memory estimate refuses this deployment ({refusal}); the "
+            "figures that depend on memory are answered at the log's KV cache memory only"
+        )
+    if log_kv is None:
+        return report, None
+    base = report.plan if report is not None else plan(dep.model, gpu=dep.gpu, **kwargs)
+    return report, capacity(base.replace(kv_cache_memory_bytes=int(log_kv)))
+
+
+def _rows(log: VllmLog, report: CapacityReport | None,
+          at_log: CapacityReport | None) -> list[dict[str, Any]]:
+    """One row per compared figure the log states, in the records' order."""
+    theirs = answers(at_log) if at_log is not None else {}
+    if report is not None:
+        ours = answers(report)
+    else:
+        ours = {k: v for k, v in theirs.items() if not BY_NAME[k].needs_memory}
+    report_or_log = report if report is not None else at_log
+    contradicted = set(log.contradictions.figure)
+    rows = []
+    for record in CHECKED:
+        name = record.name
+        figure = _first(log, name)
+        if figure is None:
+            continue
+        if name in contradicted:
+            rows.append({
+                "figure": name, "line": figure.line, "log": "contradicts itself",
+                "kvexplore": _show(name, ours.get(name)), "equal": None,
+                "kvexplore at the log's KV memory": "", "term": record.term,
+                "rule": "not compared: the log states two values (see contradictions)",
+            })
+            continue
+        at = theirs.get(name) if record.memory_dependent else None
+        if ours.get(name) is None and at is not None:  # answered at the log's memory only
+            equal = _equal_at_log(name, figure, at, log)
+        else:
+            equal = _equal(name, figure, ours.get(name), report_or_log)
+        blocks = at_log if at_log is not None else report
+        term = _term(log, record, figure, equal, ours, at, report_or_log, blocks)
+        rows.append(_row(name, figure, ours, at, equal, term, record.rule))
+    return rows
+
+
+def _term(log: VllmLog, record, figure: LogFigure, equal: bool | None, ours: dict, at: Any,
+          report: CapacityReport, blocks: CapacityReport | None) -> str:
+    """The row's ``term``: the record's, or what makes the figure differ (the
+    memory terms behind a different KV memory; memory or admission behind a
+    different capacity figure; a token count its release prints as blocks x
+    block size)."""
+    if record.name == "kv_cache_size_tokens" and not _group_aware_tokens(log):
+        return (
+            "admission: this log's 'GPU KV cache size' is not max_concurrency x "
+            "max_model_len; its release prints num_blocks x block_size"
+            + (f" (kvexplore's at the log's memory: {blocks.num_blocks * blocks.block_size:,})"
+               if blocks is not None else "")
+        )
+    if equal is not False:
+        return record.term
+    if record.term == "memory":  # the KV cache memory: which terms make it differ
+        return _term_of_memory_difference(log, ours, report)
+    if record.memory_dependent and at is not None:
+        if ours.get(record.name) is not None and _equal_at_log(record.name, figure, at, log):
+            return "memory (equal at the log's KV memory, within its printed precision)"
+        return "admission (differs at the log's KV memory too: blocks per request)"
+    return record.term
 
 
 __all__ = ["COLUMNS", "RULES", "LogCheck", "check_log", "memory_bars"]

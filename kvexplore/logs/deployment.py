@@ -6,36 +6,21 @@ kvexplore cannot plan is left out with the reason)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kvexplore.errors import KVExploreError
-from kvexplore.layout import FrozenDict
-from kvexplore.logs.reading import VllmLog, read_log
+from kvexplore.layout import FrozenDict, GiB, requested_memory
+from kvexplore.logs.figures import PLAN_FIGURES
+from kvexplore.logs.reading import LogFigure, VllmLog, read_log
 from kvexplore.planning.gpus import GPU, resolve_gpu
 from kvexplore.planning.inputs import PlanRequest
 from kvexplore.planning.models import catalog_names
 from kvexplore.version import parse_release
 
-#: Log figures that are ``plan()`` keywords of the same name.
-PLAN_FIGURES = (
-    "tensor_parallel_size",
-    "pipeline_parallel_size",
-    "data_parallel_size",
-    "decode_context_parallel_size",
-    "enable_expert_parallel",
-    "max_model_len",
-    "dtype",
-    "kv_cache_dtype",
-    "enable_prefix_caching",
-    "quantization",
-    "gpu_memory_utilization",
-    "block_size",
-    "speculative_config",
-    "max_num_batched_tokens",
-    "max_num_seqs",
-)
+T = TypeVar("T")
 
 
 #: The first release whose memory profile subtracts a CUDA-graph estimate by
@@ -77,6 +62,51 @@ def subtracts_cudagraphs(log: VllmLog) -> bool | None:
     if numbers is None:
         return None
     return numbers[:2] >= CUDAGRAPH_PROFILING_SINCE
+
+
+def activation_peak(log: VllmLog) -> LogFigure | None:
+    """The log's first statement of the activation peak; where it states none,
+    V0's ``peak_torch_memory`` less the weights (``Memory profiling results``
+    counts the weights in the peak), as a figure on the peak's line; None when
+    the log states neither."""
+    figure = log.first("activation_peak_bytes")
+    if figure is not None:
+        return figure
+    peak, weights = log.first("peak_torch_bytes"), log.first("weight_bytes")
+    if peak is None or weights is None:
+        return None
+    value = peak.value - weights.value
+    return dataclasses.replace(
+        peak,
+        name="activation_peak_bytes",
+        value=value,
+        text=f"{value / GiB:.2f} GiB (peak_torch_memory {peak.text} less the weights)",
+        resolution=peak.resolution + weights.resolution,
+    )
+
+
+def unstated_memory(total: int, utilization: float, kv_cache_memory: int,
+                    stated: Iterable[int]) -> int:
+    """The bytes a log implies for the memory terms it does not state:
+    ``requested_memory(total, utilization)`` (vLLM's ``request_memory``) less
+    the KV cache memory and every term it states (``determine_available_memory``
+    subtracts them all from what is requested)."""
+    return requested_memory(total, utilization) - kv_cache_memory - sum(stated)
+
+
+def planned(call: Callable[..., T], kwargs: dict[str, Any], notes: list[str]) -> T:
+    """``call(**kwargs)``; when it refuses and ``kwargs`` hold a
+    ``quantization`` (a quantized checkpoint of a config kvexplore plans
+    unquantized), ``call`` again without it, with a note saying so.
+    ``kwargs`` then no longer holds the quantization, for later calls."""
+    try:
+        return call(**kwargs)
+    except KVExploreError as exc:
+        if "quantization" not in kwargs:
+            raise
+        q = kwargs.pop("quantization")
+        notes.append(f"quantization={q!r}: not planned ({exc}); weights differ from the log's")
+        return call(**kwargs)
 
 
 @dataclass(frozen=True)
@@ -228,8 +258,11 @@ def resolve(log: VllmLog, model: Any, gpu: Any, overrides: dict) -> Deployment:
 __all__ = [
     "PLAN_FIGURES",
     "Deployment",
+    "activation_peak",
     "as_log",
+    "planned",
     "resolve",
     "resolve_gpu_of",
     "resolve_model",
+    "unstated_memory",
 ]

@@ -62,73 +62,7 @@ import pandas as pd
 from kvexplore.display import Displayable
 from kvexplore.errors import KVExploreError
 from kvexplore.layout import FrozenDict, GiB
-
-#: What each figure is, by name: (kind, description).  ``kind`` groups the
-#: figures for display and for :func:`kvexplore.check_log`.
-FIGURES: dict[str, tuple[str, str]] = {
-    "vllm_version": ("deployment", "the vLLM release that printed the log"),
-    "engine": ("deployment", "V1 or V0 engine"),
-    "model": ("deployment", "the model served"),
-    "dtype": ("deployment", "the model's dtype"),
-    "quantization": ("deployment", "the checkpoint's quantization method"),
-    "tensor_parallel_size": ("deployment", "TP"),
-    "pipeline_parallel_size": ("deployment", "PP"),
-    "data_parallel_size": ("deployment", "DP"),
-    "decode_context_parallel_size": ("deployment", "DCP"),
-    "enable_expert_parallel": ("deployment", "EP"),
-    "max_model_len": ("deployment", "max_model_len (the banner's max_seq_len)"),
-    "block_size": ("deployment", "--block-size as requested"),
-    "kv_cache_dtype": ("deployment", "KV cache dtype"),
-    "enable_prefix_caching": ("deployment", "prefix caching"),
-    "enforce_eager": ("deployment", "enforce_eager (no CUDA graphs)"),
-    "gpu_memory_utilization": ("deployment", "gpu_memory_utilization"),
-    "speculative_config": ("deployment", "the speculative decoding config"),
-    "max_num_batched_tokens": ("deployment", "max_num_batched_tokens"),
-    "max_num_seqs": ("deployment", "max_num_seqs"),
-    "gpu_name": ("deployment", "the card's name"),
-    "total_memory_bytes": (
-        "memory",
-        "the card's total memory (torch.cuda.mem_get_info)",
-    ),
-    "requested_memory_bytes": ("memory", "total x gpu_memory_utilization"),
-    "weight_bytes": ("memory", "the loaded weights per rank"),
-    "activation_peak_bytes": ("memory", "the profile run's activation peak"),
-    "peak_torch_bytes": (
-        "memory",
-        "V0: the profile run's torch peak, weights included",
-    ),
-    "non_torch_bytes": ("memory", "non-torch memory (cuBLAS, NCCL)"),
-    "cudagraph_bytes": ("memory", "the CUDA-graph memory estimate"),
-    "cudagraph_capture_bytes": ("memory", "what capturing the CUDA graphs took"),
-    "kv_cache_memory_bytes": ("memory", "the KV cache memory per rank"),
-    "equivalent_utilization": (
-        "memory",
-        "the utilization without CUDA-graph profiling",
-    ),
-    "suggested_utilization": ("memory", "the utilization that keeps the older KV size"),
-    "attention_block_size": ("layout", "the hybrid-aligned attention block size"),
-    "mamba_padding_percent": ("layout", "the Mamba page's padding, percent"),
-    "kv_cache_group_block_sizes": ("layout", "one block size per KV cache group"),
-    "kv_lcm_block_size": ("layout", "the scheduler's lcm block size"),
-    "attention_backend": ("layout", "the attention backend"),
-    "kv_cache_layout": ("layout", "the KV cache layout"),
-    "padding_layers": ("layout", "padding layers added to equalise group sizes"),
-    "padding_layers_waste_percent": (
-        "layout",
-        "KV memory the padding layers may waste",
-    ),
-    "kv_cache_size_tokens": ("capacity", "GPU KV cache size, tokens"),
-    "max_concurrency": ("capacity", "requests of max_model_len the cache holds"),
-    "num_gpu_blocks": ("capacity", "KV cache blocks"),
-    "estimated_max_model_len": ("capacity", "the longest length the memory admits"),
-    "needed_kv_cache_bytes": (
-        "capacity",
-        "KV memory one request of max_model_len needs",
-    ),
-}
-
-#: The deployment a log implies: the figures :meth:`VllmLog.deployment` lists.
-DEPLOYMENT = tuple(name for name, (kind, _) in FIGURES.items() if kind == "deployment")
+from kvexplore.logs.figures import ARG_KEYS, BANNER_KEYS, DEPLOYMENT, FIGURES
 
 
 @dataclass(frozen=True)
@@ -362,25 +296,43 @@ def _logo(m: re.Match) -> Found:
     return [(name, m["val"], m["val"], 0.0)]
 
 
-#: Every line rule: (where, regex, handler).  ``where`` names the vLLM line.
-RULES: list[tuple[str, re.Pattern, Callable[[re.Match], Found]]] = [
-    (
+@dataclass(frozen=True)
+class LineRule:
+    """How one kind of vLLM line is read: ``where`` names the line,
+    ``keyword`` is the words that name its figures (None when the value is
+    the phrase itself: a backend's, a layout's or a card's name, the logo),
+    ``pattern`` matches the line with its values and ``read`` turns a match
+    into ``(figure, value, text, resolution)`` tuples."""
+
+    where: str
+    keyword: str | None
+    pattern: re.Pattern
+    read: Callable[[re.Match], Found]
+
+
+#: Every line rule, in the order a line is tried.
+RULES: tuple[LineRule, ...] = (
+    LineRule(
+        "Model loading took",
         "Model loading took",
         re.compile(r"Model loading took (?P<x>" + _DEC + r") ?GiB"),
         _memory("weight_bytes"),
     ),
-    (
+    LineRule(
+        "Loading model weights took",
         "Loading model weights took",
         re.compile(r"Loading model weights took (?P<x>" + _DEC + r") ?GB\b"),
         _weights_gb,
     ),
-    (
+    LineRule(
+        "Available KV cache memory",
         "Available KV cache memory",
         re.compile(r"Available KV cache memory: (?P<x>" + _DEC + r") ?GiB"),
         _memory("kv_cache_memory_bytes"),
     ),
-    (
+    LineRule(
         "total_gpu_memory x gpu_memory_utilization",
+        "total_gpu_memory",
         re.compile(
             r"total_gpu_memory \((?P<total>"
             + _DEC
@@ -392,8 +344,9 @@ RULES: list[tuple[str, re.Pattern, Callable[[re.Match], Found]]] = [
         ),
         _breakdown_total,
     ),
-    (
+    LineRule(
         "model weights take ...",
+        "model weights take",
         re.compile(
             r"model weights take (?P<w>"
             + _DEC
@@ -406,12 +359,14 @@ RULES: list[tuple[str, re.Pattern, Callable[[re.Match], Found]]] = [
         ),
         _breakdown_terms,
     ),
-    (
+    LineRule(
+        "Memory profiling results",
         "Memory profiling results",
         re.compile(r"Memory profiling results: .*kv_cache_size=" + _DEC + r"GiB.*"),
         _v0_profile,
     ),
-    (
+    LineRule(
+        "Free memory on device",
         "Free memory on device",
         re.compile(
             r"Free memory on device \("
@@ -435,20 +390,23 @@ RULES: list[tuple[str, re.Pattern, Callable[[re.Match], Found]]] = [
         ),
         _free_memory,
     ),
-    (
+    LineRule(
+        "Estimated CUDA graph memory",
         "Estimated CUDA graph memory",
         re.compile(r"Estimated CUDA graph memory: (?P<x>" + _DEC + r") ?GiB"),
         _memory("cudagraph_bytes"),
     ),
-    (
+    LineRule(
+        "Graph capturing finished",
         "Graph capturing finished",
         re.compile(
             r"Graph capturing finished in \d+ secs?, took (?P<x>" + _DEC + r") ?GiB"
         ),
         _memory("cudagraph_capture_bytes"),
     ),
-    (
+    LineRule(
         "is equivalent to --gpu-memory-utilization",
+        "is equivalent to",
         re.compile(
             r"--gpu-memory-utilization=(?P<cur>"
             + _DEC
@@ -461,56 +419,65 @@ RULES: list[tuple[str, re.Pattern, Callable[[re.Match], Found]]] = [
         ),
         _equivalent,
     ),
-    (
+    LineRule(
+        "Setting attention block size",
         "Setting attention block size",
         re.compile(
             r"(?<!\[XPU\])Setting attention block size to (?P<x>" + _INT + r") tokens"
         ),
         _simple("attention_block_size"),
     ),
-    (
+    LineRule(
+        "Padding mamba page size",
         "Padding mamba page size",
         re.compile(r"Padding mamba page size by (?P<x>" + _DEC + r")%"),
         _simple("mamba_padding_percent", float, "%", _decimals_half),
     ),
-    (
+    LineRule(
+        "kv cache group sizes",
         "kv cache group sizes",
         re.compile(
             r"kv cache group sizes (?P<sizes>[\(\[]\s*\d+(?:\s*,\s*\d+)*\s*,?\s*[\)\]])"
         ),
         _group_sizes,
     ),
-    (
+    LineRule(
+        "kv lcm block sizes",
         "kv lcm block sizes",
         re.compile(r"kv lcm block sizes (?P<x>" + _INT + r")"),
         _simple("kv_lcm_block_size"),
     ),
-    (
+    LineRule(
         "Using X backend",
+        None,
         re.compile(
             r"Using (?P<x>[A-Z][A-Z0-9_]+) (?:attention )?backend(?: out of potential backends|\b)"
         ),
         _simple("attention_backend", str),
     ),
-    (
+    LineRule(
         "Using X KV cache layout",
+        "KV cache layout",
         re.compile(r"Using (?P<x>[A-Z]{3,5}) KV cache layout"),
         _simple("kv_cache_layout", str),
     ),
-    (
+    LineRule(
         "Add N padding layers",
+        "padding layers",
         re.compile(
             r"Add (?P<n>\d+) padding layers?, may waste at most (?P<p>" + _DEC + r")%"
         ),
         _padding_layers,
     ),
-    (
+    LineRule(
         "GPU KV cache size",
+        "KV cache size:",
         re.compile(r"GPU KV cache size: (?P<n>" + _INT + r") tokens"),
         _capacity_tokens,
     ),
-    (
+    LineRule(
         "Maximum concurrency for",
+        "Maximum concurrency",
         re.compile(
             r"Maximum concurrency for (?P<len>"
             + _INT
@@ -520,17 +487,20 @@ RULES: list[tuple[str, re.Pattern, Callable[[re.Match], Found]]] = [
         ),
         _concurrency,
     ),
-    (
+    LineRule(
         "# GPU blocks",
+        "GPU blocks:",
         re.compile(r"(?:#\s*)?GPU blocks: (?P<x>" + _INT + r")"),
         _simple("num_gpu_blocks"),
     ),
-    (
+    LineRule(
+        "Using max model len",
         "Using max model len",
         re.compile(r"Using max model len (?P<x>" + _INT + r")"),
         _simple("max_model_len"),
     ),
-    (
+    LineRule(
+        "Chunked prefill is enabled",
         "Chunked prefill is enabled",
         re.compile(
             r"Chunked prefill is enabled with max_num_batched_tokens=(?P<x>"
@@ -539,8 +509,9 @@ RULES: list[tuple[str, re.Pattern, Callable[[re.Match], Found]]] = [
         ),
         _simple("max_num_batched_tokens"),
     ),
-    (
+    LineRule(
         "To serve at least one request",
+        "KV cache is needed",
         re.compile(
             r"max seq len \((?P<len>"
             + _INT
@@ -556,8 +527,9 @@ RULES: list[tuple[str, re.Pattern, Callable[[re.Match], Found]]] = [
         ),
         _refusal,
     ),
-    (
+    LineRule(
         "the card",
+        None,
         re.compile(
             r"(?P<name>NVIDIA [A-Za-z0-9][A-Za-z0-9 \-]*?) \((?P<mem>"
             + _DEC
@@ -565,54 +537,27 @@ RULES: list[tuple[str, re.Pattern, Callable[[re.Match], Found]]] = [
         ),
         _gpu_card,
     ),
-    (
+    LineRule(
         "vLLM API server version",
+        "API server version",
         re.compile(r"vLLM API server version (?P<val>[0-9][\w.+\-]*)"),
         lambda m: [("vllm_version", m["val"], m["val"], 0.0)],
     ),
-    (
+    LineRule(
         "the logo",
+        None,
         re.compile(r"[█▀▄]\s+(?P<key>version|model)\s+(?P<val>\S+)\s*$"),
         _logo,
     ),
-]
-
-#: Words of a line that states a figure: a line with one of them and no rule
-#: that reads it is listed as unread.
-_KEYWORDS = re.compile(
-    r"Model loading took|Loading model weights took|Available KV cache memory|total_gpu_memory|"
-    r"model weights take|Memory profiling results|Estimated CUDA graph memory|Graph capturing "
-    r"finished|is equivalent to|Setting attention block size|Padding mamba page size|kv cache group "
-    r"sizes|kv lcm block sizes|KV cache layout|padding layers|KV cache size:|Maximum concurrency"
-    r"|GPU blocks:|with config|non-default args|KV cache is needed|Using max model len|"
-    r"Chunked prefill is enabled|API server version|Free memory on device"
 )
 
-#: Banner keys and the figure each gives.
-_BANNER_KEYS = {
-    "model": "model",
-    "dtype": "dtype",
-    "max_seq_len": "max_model_len",
-    "tensor_parallel_size": "tensor_parallel_size",
-    "pipeline_parallel_size": "pipeline_parallel_size",
-    "data_parallel_size": "data_parallel_size",
-    "decode_context_parallel_size": "decode_context_parallel_size",
-    "quantization": "quantization",
-    "enforce_eager": "enforce_eager",
-    "kv_cache_dtype": "kv_cache_dtype",
-    "enable_prefix_caching": "enable_prefix_caching",
-    "speculative_config": "speculative_config",
-    "gpu_memory_utilization": "gpu_memory_utilization",
-    "block_size": "block_size",
-    "enable_expert_parallel": "enable_expert_parallel",
-    "max_num_batched_tokens": "max_num_batched_tokens",
-    "max_num_seqs": "max_num_seqs",
-}
-#: ``non-default args`` keys and the figure each gives.
-_ARG_KEYS = {
-    **{k: v for k, v in _BANNER_KEYS.items() if k != "max_seq_len"},
-    "max_model_len": "max_model_len",
-}
+#: Words of a line that states a figure: a line with one of them and no rule
+#: that reads it is listed as unread.  The line rules' keywords and the two
+#: structured lines (the engine banner, ``non-default args``).
+_KEYWORDS = re.compile(
+    "|".join(re.escape(k) for k in (*(r.keyword for r in RULES if r.keyword),
+                                     "with config", "non-default args"))
+)
 
 _BANNER = re.compile(
     r"Initializing an? (?:(?P<engine>V[01]) )?LLM engine \(v(?P<version>[0-9][\w.+\-]*)\) with config:?"
@@ -970,7 +915,7 @@ def _banner_figures(lines: list[str], i: int, m: re.Match) -> tuple[Found, bool]
                 rest = nxt[nxt.index("model=") :]
                 break
     pairs, cut = _banner_pairs(rest)
-    for key, name in _BANNER_KEYS.items():
+    for key, name in BANNER_KEYS.items():
         if key in pairs:
             value, raw = pairs[key]
             if name == "speculative_config":
@@ -996,6 +941,40 @@ def _rejoined(lines: list[str]) -> list[str]:
     return out
 
 
+def _args_figures(line: str, number: int, process: str | None) -> tuple[list[LogFigure], bool]:
+    """Figures of the API server's ``non-default args: {...}`` on ``line``;
+    True when the dict was cut off."""
+    args, whole = _args_dict(line[line.index("non-default args:") :])
+    given = {figure: args[key] for key, figure in ARG_KEYS.items() if key in args}
+    if "model" not in given and "model_tag" in args:
+        given["model"] = args["model_tag"]
+    figures = [
+        LogFigure(name, FrozenDict(value) if isinstance(value, dict) else value, repr(value),
+                  number, line, process, "non-default args")
+        for name, value in given.items()
+    ]
+    return figures, not whole
+
+
+def _rule_figures(line: str, number: int, process: str | None) -> tuple[list[LogFigure], bool]:
+    """Figures every line rule reads from ``line``; True when the line names a
+    figure (a rule's keyword) outside every span a rule read."""
+    figures, spans = [], []
+    for rule in RULES:
+        for m in rule.pattern.finditer(line):
+            try:
+                found = rule.read(m)
+            except (ValueError, OverflowError):
+                # a number past what Python reads (its integer-string limit)
+                # or a float overflow: the figure is not readable
+                continue
+            figures += [LogFigure(n, v, t, number, line, process, rule.where, r)
+                        for n, v, t, r in found]
+            spans.append(m.span())
+    unread = any(not any(a <= k.start() < b for a, b in spans) for k in _KEYWORDS.finditer(line))
+    return figures, unread
+
+
 def read_log(text_or_path: Any) -> VllmLog:
     """Read a vLLM start-up log (its text, bytes, or a path) into a
     :class:`VllmLog` (see the module doc for the lines read).
@@ -1011,74 +990,21 @@ def read_log(text_or_path: Any) -> VllmLog:
     figures: list[LogFigure] = []
     unread: list[tuple[int, str]] = []
     for i, line in enumerate(lines):
-        if (
-            not line.strip()
-            or line.lstrip().startswith("#")
-            and "GPU blocks" not in line
-        ):
+        if not line.strip() or line.lstrip().startswith("#") and "GPU blocks" not in line:
             continue
         process = _process(line)
         banner = _BANNER.search(line)
         if banner:
             found, cut = _banner_figures(lines, i, banner)
-            figures += [
-                LogFigure(n, v, t, i + 1, line, process, "the engine banner", r)
-                for n, v, t, r in found
-            ]
-            if cut:
-                unread.append((i + 1, line.strip()))
-            continue
-        if "non-default args:" in line:
-            args, whole = _args_dict(line[line.index("non-default args:") :])
-            for key, figure in _ARG_KEYS.items():
-                if key in args:
-                    value = args[key]
-                    value = FrozenDict(value) if isinstance(value, dict) else value
-                    figures.append(
-                        LogFigure(
-                            figure,
-                            value,
-                            repr(args[key]),
-                            i + 1,
-                            line,
-                            process,
-                            "non-default args",
-                        )
-                    )
-            if "model" not in args and "model_tag" in args:
-                figures.append(
-                    LogFigure(
-                        "model",
-                        args["model_tag"],
-                        repr(args["model_tag"]),
-                        i + 1,
-                        line,
-                        process,
-                        "non-default args",
-                    )
-                )
-            if not whole:
-                unread.append((i + 1, line.strip()))
-            continue
-        spans = []
-        for where, pattern, handle in RULES:
-            for m in pattern.finditer(line):
-                try:
-                    found = handle(m)
-                except (ValueError, OverflowError):
-                    # a number past what Python reads (its integer-string
-                    # limit) or a float overflow: the figure is not readable
-                    continue
-                for n, v, t, r in found:
-                    figures.append(LogFigure(n, v, t, i + 1, line, process, where, r))
-                spans.append(m.span())
-        if any(
-            not any(a <= k.start() < b for a, b in spans)
-            for k in _KEYWORDS.finditer(line)
-        ):
-            unread.append(
-                (i + 1, line.strip())
-            )  # a figure named, its value not readable
+            read = [LogFigure(n, v, t, i + 1, line, process, "the engine banner", r)
+                    for n, v, t, r in found]
+        elif "non-default args:" in line:
+            read, cut = _args_figures(line, i + 1, process)
+        else:
+            read, cut = _rule_figures(line, i + 1, process)
+        figures += read
+        if cut:  # a figure named, its value not readable
+            unread.append((i + 1, line.strip()))
     if not figures:
         if _SGLANG.search(text):
             raise KVExploreError(
@@ -1096,4 +1022,4 @@ def read_log(text_or_path: Any) -> VllmLog:
     )
 
 
-__all__ = ["DEPLOYMENT", "FIGURES", "LogFigure", "RULES", "VllmLog", "read_log"]
+__all__ = ["DEPLOYMENT", "FIGURES", "LineRule", "LogFigure", "RULES", "VllmLog", "read_log"]

@@ -29,14 +29,13 @@ Every term is a ``(low, high)`` :class:`Term` with its source.
 from __future__ import annotations
 
 import contextlib
-import math
 import weakref
 from dataclasses import dataclass
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kvexplore.layout import GiB
+from kvexplore.layout import GiB, requested_memory
 from kvexplore.planning.emulation import emulate, patch_attributes
 
 MiB = 1 << 20
@@ -295,8 +294,8 @@ def kv_cache_memory_range(terms: dict[str, Term], gpu_memory_utilization: float,
     total = terms["total_memory_bytes"]
     rest = [t for name, t in terms.items() if name != "total_memory_bytes"]
     if not extensible:
-        return (math.ceil(total.low * gpu_memory_utilization) - sum(t.high for t in rest),
-                math.ceil(total.high * gpu_memory_utilization) - sum(t.low for t in rest))
+        return (requested_memory(total.low, gpu_memory_utilization) - sum(t.high for t in rest),
+                requested_memory(total.high, gpu_memory_utilization) - sum(t.low for t in rest))
     from kvexplore.planning.release import after_warmup_sizing
 
     measure = after_warmup_sizing()
@@ -307,7 +306,7 @@ def kv_cache_memory_range(terms: dict[str, Term], gpu_memory_utilization: float,
     def measured(card: int, used: int, transient: int) -> int:
         return int(measure(init_free_memory=card - memory_in_use,
                            free_memory=card - memory_in_use - used, committed_bytes=0,
-                           requested_memory=math.ceil(card * gpu_memory_utilization),
+                           requested_memory=requested_memory(card, gpu_memory_utilization),
                            transient_peak_bytes=transient))
 
     return (measured(total.low, sum(t.high for t in resident), peak.high),

@@ -35,11 +35,10 @@ that ran, in the order vLLM runs them:
 from __future__ import annotations
 
 import copy
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvexplore.layout import FrozenDict
+from kvexplore.layout import FrozenDict, requested_memory
 from kvexplore.planning import release
 from kvexplore.planning.emulation import emulate
 
@@ -120,7 +119,7 @@ def request_memory(cache_config, total_memory: int, memory_in_use: int,
                               free_memory=int(total_memory) - int(memory_in_use))
     inputs = FrozenDict(total_memory=int(total_memory), free_memory=snapshot.free_memory,
                         gpu_memory_utilization=utilization,
-                        requested_memory=math.ceil(total_memory * utilization))
+                        requested_memory=requested_memory(total_memory, utilization))
     return _verdict("request_memory", REQUEST_MEMORY, inputs,
                     lambda: release.request_memory_check()(snapshot, cc))
 

@@ -283,6 +283,45 @@ def test_a_copying_rule_is_refused():
     assert facts(caches) == before
 
 
+def test_each_layer_is_edited_as_the_group_edits_edit_it(monkeypatch):
+    """``edit_each_layer`` walks the layers as ``apply_kv_cache_group_edits``
+    does (same rule, same view per layer) and keeps its view check: a rule
+    that copies refuses that layer, the others are still answered."""
+    import kvexplore.editing.rules as rules_module
+    from kvexplore.editing.rules import edit_each_layer
+
+    cfg, caches = legacy_registration(
+        [(["g"], qwen_gdn()), (["a"], qwen_attn())], 1, kernel=32
+    )
+    whole = apply_kv_cache_group_edits(cfg, caches, lmcache="0.5.6")
+    each = edit_each_layer(cfg, caches, lmcache="0.5.6")
+    assert set(each) == set(caches)
+    for name, (rule, value, refusal) in each.items():
+        assert refusal is None
+        assert rule == whole.report.set_index("layer").loc[name, "rule"]
+        assert isinstance(value, torch.Tensor) and value.shape == whole[name].shape
+        source = caches[name][0] if isinstance(caches[name], list) else caches[name]
+        assert value.stride() == whole[name].stride() and same_storage(value, source)
+
+    class Copy(KVCacheGroupEdit):
+        name = "copy"
+
+        def matches(self, spec, kv_cache):
+            return isinstance(kv_cache, torch.Tensor) and kv_cache.ndim == 5
+
+        def apply(self, spec, kv_cache, *, kv_layout=None):
+            return kv_cache.clone()
+
+    monkeypatch.setattr(rules_module, "rules_for", lambda release: (Copy(),))
+    before = facts(caches)
+    each = edit_each_layer(cfg, caches, lmcache="0.5.6")
+    rule, value, refusal = each["a"]
+    assert rule == "copy" and value is None
+    assert "expected a view, never a copy (group 1)" in refusal
+    assert each["g"] == (None, caches["g"], None)
+    assert facts(caches) == before
+
+
 def test_rules_must_be_rules():
     cfg, caches = legacy_registration([(["g"], qwen_gdn())], 1)
     with pytest.raises(ValueError, match="rules is a int"):

@@ -209,6 +209,27 @@ def _server(normalize, manager_cls, engine_type, edited, infos, hints, chunk,
 
 
 def probe(release_dir: str, request: dict) -> dict:
+    """Every answer of the release in ``release_dir`` for one registration
+    (``request``): the group checks, the registration checks and, per chunk
+    size asked, the chunk checks and the server's groups."""
+    lm = _release_modules(release_dir)
+    cfg = request["config"]
+    vllm_config = types.SimpleNamespace(
+        cache_config=request["cache_config"],
+        scheduler_config=request["scheduler_config"],
+        parallel_config=request["parallel_config"],
+    )
+    out: dict = {"checks": [], "chunks": {}}
+    _group_answers(out, lm, vllm_config, cfg, request)
+    hints, edited, infos = _registration_answers(out, lm, cfg, request)
+    for chunk in request["chunk_sizes"]:
+        out["chunks"][chunk] = _chunk_answer(lm, chunk, out, request, hints, edited, infos)
+    return out
+
+
+def _release_modules(release_dir: str) -> types.SimpleNamespace:
+    """The release's modules the probe calls, imported from ``release_dir``
+    (refused if another LMCache was imported) with its loggers quieted."""
     sys.path.insert(0, release_dir)
     os.environ.setdefault("LMCACHE_LOG_LEVEL", "ERROR")
     import lmcache
@@ -226,100 +247,97 @@ def probe(release_dir: str, request: dict) -> dict:
             logging.getLogger(name).setLevel(logging.ERROR)
     if not lmcache.__file__.startswith(release_dir):
         raise RuntimeError(f"imported {lmcache.__file__}, not the release in {release_dir}")
-
-    cfg = request["config"]
-    vllm_config = types.SimpleNamespace(
-        cache_config=request["cache_config"],
-        scheduler_config=request["scheduler_config"],
-        parallel_config=request["parallel_config"],
+    return types.SimpleNamespace(
+        edits=edits, groups=groups, mp=mp, utils=utils, adapter=adapter, EngineType=EngineType,
+        normalize=normalize_and_discover_per_layer_formats, Manager=KVLayerGroupsManager,
     )
-    out: dict = {"checks": [], "chunks": {}}
-    checks = out["checks"]
-    step = mp.validate_mamba_step_alignment
+
+
+def _group_answers(out: dict, lm, vllm_config, cfg, request: dict) -> None:
+    """The step-alignment and group checks, the groups' tokens per block, the
+    scheduler block, the hit alignment, whether the lookup holds the last
+    token back, and the object-group split (asked, or the release's default)."""
+    step = lm.mp.validate_mamba_step_alignment
     step_args = (vllm_config, cfg) if len(inspect.signature(step).parameters) >= 2 else (vllm_config,)
-    _check(checks, "mamba_step_alignment", step, *step_args)
-    _check(checks, "kv_cache_groups", edits.validate_kv_cache_groups, cfg)
-    spans, block, spans_where = _group_spans(mp, vllm_config, cfg)
+    _check(out["checks"], "mamba_step_alignment", step, *step_args)
+    _check(out["checks"], "kv_cache_groups", lm.edits.validate_kv_cache_groups, cfg)
+    spans, block, spans_where = _group_spans(lm.mp, vllm_config, cfg)
     out["group_tokens_per_block"] = spans
     out["group_tokens_per_block_from"] = spans_where
     out["scheduler_block"] = block
     cached = [s for s in spans if s > 0]
     out["hit_alignment"] = math.lcm(*cached) if cached else 0
-    connector_source = inspect.getsource(mp)
     out["reserve_last_token"] = (
-        "_reserve_last_token_for_lookup" in connector_source
+        "_reserve_last_token_for_lookup" in inspect.getsource(lm.mp)
         and getattr(request["cache_config"], "mamba_cache_mode", "none") in ("align", "all")
     )
-    default_separate = inspect.signature(KVLayerGroupsManager.__init__).parameters[
+    default_separate = inspect.signature(lm.Manager.__init__).parameters[
         "separate_object_groups"
     ].default
-    separate = default_separate if request["separate_object_groups"] is None else bool(
-        request["separate_object_groups"]
-    )
-    out["separate_object_groups"] = separate
+    asked = request["separate_object_groups"]
+    out["separate_object_groups"] = default_separate if asked is None else bool(asked)
     out["separate_object_groups_default"] = bool(default_separate)
 
-    raw, caches = rebuild(request["storages"], request["layers"])
-    ok, hint_pair = _check(checks, "layout_hints", _hints, mp, utils, edits, request,
-                           where=_where(utils.vllm_layout_hints))
+
+def _registration_answers(out: dict, lm, cfg, request: dict):
+    """``(hints, edited, infos)``: the layout hints, the edited caches and
+    the engine groups the release builds from the registration (None from
+    the first refused step on; each step's check appended to ``out``)."""
+    checks = out["checks"]
+    _, caches = rebuild(request["storages"], request["layers"])
+    ok, hint_pair = _check(checks, "layout_hints", _hints, lm.mp, lm.utils, lm.edits, request,
+                           where=_where(lm.utils.vllm_layout_hints))
     hints, extra = hint_pair if ok else (None, ())
-    edited = None
+    edited = infos = None
     if ok:
-        ok, edited = _check(checks, "kv_cache_group_edits", edits.apply_kv_cache_group_edits,
+        ok, edited = _check(checks, "kv_cache_group_edits", lm.edits.apply_kv_cache_group_edits,
                             cfg, caches, *extra)
-    infos = None
     if ok:
-        params = inspect.signature(groups.create_engine_group_infos_from_vllm).parameters
+        create = lm.groups.create_engine_group_infos_from_vllm
+        params = inspect.signature(create).parameters
         kwargs = {}
         if "layout_hints" in params:
             kwargs["layout_hints"] = hints
         if "dcp_size" in params:
             kwargs["dcp_size"] = request["dcp_size"]
-        ok, infos = _check(
-            checks, "engine_group_infos",
-            functools.partial(groups.create_engine_group_infos_from_vllm, cfg, edited,
-                              **kwargs),
-            where=_where(groups.create_engine_group_infos_from_vllm),
-        )
-    out["engine_groups"] = (
-        [
-            {f: getattr(info, f) for f in info.__struct_fields__}
-            if hasattr(info, "__struct_fields__")
-            else dict(vars(info))
-            for info in infos
-        ]
-        if infos is not None
-        else None
+        ok, infos = _check(checks, "engine_group_infos",
+                           functools.partial(create, cfg, edited, **kwargs), where=_where(create))
+    out["engine_groups"] = None if infos is None else [
+        {f: getattr(info, f) for f in info.__struct_fields__}
+        if hasattr(info, "__struct_fields__") else dict(vars(info))
+        for info in infos
+    ]
+    return hints, edited, infos
+
+
+def _chunk_answer(lm, chunk: int, out: dict, request: dict, hints, edited, infos) -> dict:
+    """One chunk size's answers: the chunk the release uses (negotiated up
+    where it negotiates), the scheduler adapter's and the connector's chunk
+    checks, and the server's kernel and object groups."""
+    one: dict = {"checks": []}
+    used, negotiated = _negotiated_chunk(chunk, out["scheduler_block"])
+    one["chunk_size"] = used
+    one["negotiated"] = negotiated
+    refusal = _adapter_check(inspect.getsource(lm.adapter), used, out["scheduler_block"])
+    one["checks"].append(
+        ("scheduler_chunk", "lmcache/integration/vllm/vllm_multi_process_adapter.py: "
+         "LMCacheMPSchedulerAdapter.__init__", refusal is None, *(refusal or ("", "")))
     )
-    adapter_source = inspect.getsource(adapter)
-    blend = request["engine_type"] == "blend"
-    engine_type = EngineType.VLLM
-    for chunk in request["chunk_sizes"]:
-        one: dict = {"checks": []}
-        used, negotiated = _negotiated_chunk(chunk, block)
-        one["chunk_size"] = used
-        one["negotiated"] = negotiated
-        refusal = _adapter_check(adapter_source, used, block)
-        one["checks"].append(
-            ("scheduler_chunk", "lmcache/integration/vllm/vllm_multi_process_adapter.py: "
-             "LMCacheMPSchedulerAdapter.__init__", refusal is None, *(refusal or ("", "")))
+    refusal = _connector_chunk_check(out["group_tokens_per_block"], used)
+    one["checks"].append(
+        ("connector_chunk", "lmcache/integration/vllm/lmcache_mp_connector.py: "
+         "LMCacheMPConnector.__init__", refusal is None, *(refusal or ("", "")))
+    )
+    if infos is not None:
+        ok, server = _check(
+            one["checks"], "server_groups",
+            functools.partial(_server, lm.normalize, lm.Manager, lm.EngineType.VLLM, edited,
+                              infos, hints, used, out["separate_object_groups"],
+                              request["engine_type"] == "blend"),
+            where="lmcache/v1/kv_layer_groups.py: KVLayerGroupsManager",
         )
-        refusal = _connector_chunk_check(spans, used)
-        one["checks"].append(
-            ("connector_chunk", "lmcache/integration/vllm/lmcache_mp_connector.py: "
-             "LMCacheMPConnector.__init__", refusal is None, *(refusal or ("", "")))
-        )
-        if infos is not None:
-            ok, server = _check(
-                one["checks"], "server_groups",
-                functools.partial(_server, normalize_and_discover_per_layer_formats,
-                                  KVLayerGroupsManager, engine_type, edited, infos,
-                                  hints, used, separate, blend),
-                where="lmcache/v1/kv_layer_groups.py: KVLayerGroupsManager",
-            )
-            one["kernel_groups"], one["object_groups"] = server if ok else (None, None)
-        out["chunks"][chunk] = one
-    return out
+        one["kernel_groups"], one["object_groups"] = server if ok else (None, None)
+    return one
 
 
 def _answer(release_dir: str, request: dict, out_path: str) -> None:

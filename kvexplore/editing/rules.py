@@ -39,6 +39,7 @@ True
 
 from __future__ import annotations
 
+import inspect
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
@@ -1041,16 +1042,6 @@ RULE_CLASSES: dict[str, type[KVCacheGroupEdit]] = {
         SubpagedAttentionContiguousPlaneViewEdit,
     )
 }
-_TAKES_SLOT_COMPRESSION = frozenset(
-    {
-        "subpaged-mla-attention-view",
-        "subpaged-attention-view",
-        "subpaged-attention-interleaved-plane-view",
-        "subpaged-attention-contiguous-plane-view",
-    }
-)
-
-
 def rules_for(lmcache: object = None) -> tuple[KVCacheGroupEdit, ...]:
     """The rule registry of an LMCache release, in its priority order (first
     match wins): ``rules_for("0.5.2")`` has ``mamba-page-view`` and
@@ -1059,10 +1050,11 @@ def rules_for(lmcache: object = None) -> tuple[KVCacheGroupEdit, ...]:
     release = lmcache_release(lmcache)
     rules = []
     for name in release.rules:
+        cls = RULE_CLASSES[name]
         options = dict(release.options.get(name, {}))
-        if name in _TAKES_SLOT_COMPRESSION:
-            options["slot_compression"] = release
-        rules.append(RULE_CLASSES[name](**options))
+        if "slot_compression" in inspect.signature(cls).parameters:
+            options["slot_compression"] = release  # the release's compression fields
+        rules.append(cls(**options))
     return tuple(rules)
 
 
@@ -1136,6 +1128,24 @@ def _is_view_of(view: object, sources: list[torch.Tensor]) -> bool:
     )
 
 
+class _LayerRefusal(KVExploreError):
+    """A rule's refusal of one layer: the message names the layer, its group
+    and the rule; ``rule`` is the rule's name and ``reason`` its own words."""
+
+    def __init__(self, message: str, rule: str, reason: str):
+        super().__init__(message)
+        self.rule = rule
+        self.reason = reason
+
+
+def _seen_spec(release, config: KVCacheConfig, group: int | None, spec: KVCacheSpec):
+    """The spec a release's rules see for a layer: its own where the release
+    hands each layer its spec (``per_layer_specs``), else its group's."""
+    if release.per_layer_specs or group is None:
+        return spec
+    return config.kv_cache_groups[group].kv_cache_spec
+
+
 def _edit_layer(
     name: str,
     group: int | None,
@@ -1144,21 +1154,26 @@ def _edit_layer(
     rules: Sequence[KVCacheGroupEdit],
     kv_layout: str | None,
 ) -> tuple[object, str | None, str | None]:
-    """``(value after, rule that fired, why the rules before it declined)``."""
+    """``(value after, rule that fired, why the rules before it declined)``;
+    a rule's refusal, or a rule that returns anything but a view of the
+    registered storage, raises :class:`_LayerRefusal`."""
     declined: list[str] = []
     for rule in rules:
         if rule.matches(spec, value):
             try:
                 new_value = rule.apply(spec, value, kv_layout=kv_layout)
             except ValueError as exc:
-                raise KVExploreError(
-                    f"layer {name!r} (group {group}, rule {rule.name!r}): {exc}"
+                raise _LayerRefusal(
+                    f"layer {name!r} (group {group}, rule {rule.name!r}): {exc}", rule.name,
+                    str(exc),
                 ) from exc
             if not _is_view_of(new_value, tensors_of(value)):
-                raise KVExploreError(
-                    f"rule {rule.name!r} returned {describe(new_value)} "
-                    f"for layer {name!r} that does not share the registered "
-                    "storage; expected a view, never a copy"
+                copy = (f"returned {describe(new_value)} that does not share the registered "
+                        "storage; expected a view, never a copy")
+                raise _LayerRefusal(
+                    f"rule {rule.name!r} returned {describe(new_value)} for layer {name!r} "
+                    "that does not share the registered storage; expected a view, never a copy",
+                    rule.name, copy,
                 )
             return new_value, rule.name, "; ".join(declined) or None
         why = getattr(rule, "why_not", None)
@@ -1219,9 +1234,7 @@ def apply_kv_cache_group_edits(
         group, spec = where[name]
         new_value, rule, declined = value, None, note or None
         if not note:
-            seen = spec
-            if not release.per_layer_specs and group is not None:
-                seen = kv_cache_config.kv_cache_groups[group].kv_cache_spec
+            seen = _seen_spec(release, kv_cache_config, group, spec)
             try:
                 new_value, rule, declined = _edit_layer(
                     name, group, seen, value, chosen, kv_layout
@@ -1255,7 +1268,8 @@ def edit_each_layer(
     (rule, value after, refusal)}`` (rule ``None``: no rule matched, the
     registered value is kept), in the config's group order.
 
-    Unlike :func:`apply_kv_cache_group_edits`, a layer's refusal does not stop
+    Each layer is edited as :func:`apply_kv_cache_group_edits` edits it (the
+    same rules, spec and view check), but a layer's refusal does not stop
     the others: this says what each rule does to each group.  Refused before
     any layer: the release's validation, its layout hint and a registration
     that does not describe the config.  ``{}`` without Mamba layers (no rule
@@ -1273,14 +1287,12 @@ def edit_each_layer(
         for name in group.layer_names:
             if name not in kv_caches:
                 continue
-            spec = where[name][1] if release.per_layer_specs else group.kv_cache_spec
-            value = kv_caches[name]
-            rule = next((r for r in rules if r.matches(spec, value)), None)
-            if rule is None:
-                out[name] = (None, value, None)
-                continue
+            spec = _seen_spec(release, config, group_index, where[name][1])
             try:
-                out[name] = (rule.name, rule.apply(spec, value, kv_layout=hint), None)
-            except ValueError as exc:
-                out[name] = (rule.name, None, f"{exc} (group {group_index})")
+                value, rule, _ = _edit_layer(name, group_index, spec, kv_caches[name], rules,
+                                             hint)
+            except _LayerRefusal as exc:
+                out[name] = (exc.rule, None, f"{exc.reason} (group {group_index})")
+            else:
+                out[name] = (rule, value, None)
     return out

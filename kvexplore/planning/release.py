@@ -42,6 +42,15 @@ COMPARED_RELEASES = WINDOW_RELEASES[-2:]
 #: declare the same).
 REQUIREMENT = f"vllm>={WINDOW[0]},<{WINDOW[1]}"
 
+#: Requirements a release pins that the package index does not serve, with the
+#: release installed instead.  vLLM 0.34.0 pins ``flashinfer-python==0.7.3``,
+#: which is not published; kvexplore never runs a FlashInfer kernel (it imports
+#: the package only where vLLM does at configuration time), so the 0.34.0
+#: environment takes 0.7.2.post1, the release vLLM 0.33.0 pins.
+INSTALL_OVERRIDES: dict[str, tuple[str, ...]] = {
+    "0.34.0": ("flashinfer-python==0.7.2.post1",),
+}
+
 
 def window_text() -> str:
     return f"vLLM {WINDOW[0]} up to (not including) {WINDOW[1]}"
@@ -196,8 +205,9 @@ def finish_groups(vc, groups: list | None) -> None:
 
 def uses_v2_model_runner(vc) -> bool:
     """Whether the worker runs Model Runner V2: ``VllmConfig.use_v2_model_runner``
-    where the release still has the V1 runner, else always."""
-    return bool(getattr(vc, "use_v2_model_runner", True))
+    where the release still has the V1 runner (:func:`has_v1_model_runner`),
+    else always."""
+    return not has_v1_model_runner() or bool(vc.use_v2_model_runner)
 
 
 def runner_kv_cache_spec(vc) -> dict:
@@ -532,10 +542,9 @@ def resolved_gpu_memory_utilization(cc, requested: float | None, extensible: boo
 def after_warmup_sizing():
     """``measure_kv_cache_bytes`` (``vllm/v1/worker/extensible_kv_cache.py``):
     the bytes the extensible cache takes from memory measured after warmup;
-    None where the release has no extensible cache."""
-    try:
-        ext = importlib.import_module("vllm.v1.worker.extensible_kv_cache")
-    except ImportError:
+    None where the release has no extensible cache (:func:`extensible_cache_module`)."""
+    ext = extensible_cache_module()
+    if ext is None:
         return None
     fn = getattr(ext, "measure_kv_cache_bytes", None)
     if fn is None:
@@ -676,56 +685,6 @@ def model_runner_output(req_ids: list[str], sampled_token_ids: list[list[int]]):
     return ModelRunnerOutput(**kw)
 
 
-__all__ = [
-    "model_runner_output",
-    "COMPARED_RELEASES",
-    "REQUIREMENT",
-    "WINDOW",
-    "WINDOW_RELEASES",
-    "Release",
-    "admission_hint",
-    "attention_cp_check",
-    "builds_no_draft_model",
-    "connector_class",
-    "connector_supports_hma",
-    "piecewise_capture_available",
-    "request_memory_check",
-    "resolve_cudagraph_mode",
-    "uniform_decode_query_len",
-    "canonical_release",
-    "total_num_hidden_layers",
-    "cache_hit_alignment_tokens",
-    "init_speculator",
-    "uses_v2_model_runner",
-    "construct",
-    "engine_argument_names",
-    "has_v1_model_runner",
-    "offloading_has_windows",
-    "after_warmup_sizing",
-    "extensible_cache_module",
-    "extensible_kv_cache",
-    "resolved_gpu_memory_utilization",
-    "finish_groups",
-    "global_kv_cache_groups",
-    "in_window",
-    "installed_release",
-    "kv_cache_configs",
-    "kv_cache_dtypes",
-    "kv_cache_planning",
-    "max_memory_usage_bytes_from_groups",
-    "max_model_len_estimator",
-    "pool_bytes_per_block",
-    "prefill_checkpoint_alignment",
-    "quantization_methods",
-    "rejects_single_group_prefix_match_unit",
-    "release_name",
-    "require_engine_arguments",
-    "runner_kv_cache_spec",
-    "triton_flags",
-    "window_text",
-]
-
-
 def legacy_kv_cache_layout() -> str | None:
     """What ``vllm.v1.attention.backends.utils.get_kv_cache_layout()`` returns
     on the installed vLLM, or ``None`` where the release has no such function
@@ -742,3 +701,55 @@ def legacy_kv_cache_layout() -> str | None:
         return getter()
     except Exception:
         return None
+
+
+__all__ = [
+    "COMPARED_RELEASES",
+    "INSTALL_OVERRIDES",
+    "REQUIREMENT",
+    "WINDOW",
+    "WINDOW_RELEASES",
+    "admission_hint",
+    "after_warmup_sizing",
+    "attention_cp_check",
+    "builds_no_draft_model",
+    "cache_hit_alignment_tokens",
+    "canonical_release",
+    "connector_class",
+    "connector_supports_hma",
+    "construct",
+    "engine_argument_names",
+    "extensible_cache_module",
+    "extensible_kv_cache",
+    "finish_groups",
+    "global_kv_cache_groups",
+    "has_v1_model_runner",
+    "in_window",
+    "init_speculator",
+    "installed_release",
+    "kv_cache_configs",
+    "kv_cache_dtypes",
+    "kv_cache_planning",
+    "legacy_kv_cache_layout",
+    "max_memory_usage_bytes_from_groups",
+    "max_model_len_estimator",
+    "model_runner_output",
+    "offloading_has_windows",
+    "piecewise_capture_available",
+    "pool_bytes_per_block",
+    "prefill_checkpoint_alignment",
+    "quantization_methods",
+    "rejects_single_group_prefix_match_unit",
+    "release_name",
+    "request_memory_check",
+    "require_engine_arguments",
+    "resolve_cudagraph_mode",
+    "resolved_gpu_memory_utilization",
+    "runner_kv_cache_spec",
+    "total_num_hidden_layers",
+    "triton_flags",
+    "uniform_decode_query_len",
+    "uses_v2_model_runner",
+    "window_text",
+    "Release",
+]

@@ -50,6 +50,7 @@ from packaging.requirements import Requirement
 from kvexplore.errors import KVExploreError
 from kvexplore.paths import cache_dir, cache_folder
 from kvexplore.planning.release import (
+    INSTALL_OVERRIDES,
     REQUIREMENT,
     WINDOW_RELEASES,
     canonical_release,
@@ -59,14 +60,9 @@ from kvexplore.planning.release import (
 #: requirements and what its per-release tests run with.
 PACKAGES = ("pandas>=2", "matplotlib>=3.8", "ipywidgets>=8", "pytest>=8", "hypothesis>=6")
 
-#: Requirements a release pins that the package index does not serve, with the
-#: release installed instead.  vLLM 0.34.0 pins ``flashinfer-python==0.7.3``,
-#: which is not published; kvexplore never runs a FlashInfer kernel (it imports
-#: the package only where vLLM does at configuration time), so the 0.34.0
-#: environment takes 0.7.2.post1, the release vLLM 0.33.0 pins.
-OVERRIDES: dict[str, tuple[str, ...]] = {
-    "0.34.0": ("flashinfer-python==0.7.2.post1",),
-}
+#: Requirements a release pins that the package index does not serve, and what
+#: is installed instead (kept with the release adapter).
+OVERRIDES = INSTALL_OVERRIDES
 
 #: Seconds one environment's install may take before it is abandoned.
 INSTALL_TIMEOUT_S = 1800

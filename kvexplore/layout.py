@@ -117,10 +117,24 @@ def leaf_specs(spec) -> list:
     return [spec]
 
 
+def page_bytes(spec) -> int:
+    """A spec's page: vLLM's ``KVCacheSpec.page_size_bytes`` (padded where
+    vLLM pads), as an int.  Every stage reads a page's bytes here; refused
+    with a :class:`KVExploreError` naming the object when it has none."""
+    try:
+        return int(spec.page_size_bytes)
+    except Exception as exc:
+        raise KVExploreError(
+            f"spec {type(spec).__name__} has no usable page_size_bytes ({exc}); "
+            "expected a vLLM KVCacheSpec with a page size"
+        ) from None
+
+
 def real_page_bytes(spec) -> int:
-    """A spec's bytes before padding (``real_page_size_bytes`` where vLLM pads)."""
+    """A spec's bytes before padding: ``real_page_size_bytes`` where vLLM pads
+    (``MambaSpec``), else :func:`page_bytes`."""
     real = getattr(spec, "real_page_size_bytes", None)
-    return int(real) if real is not None else int(spec.page_size_bytes)
+    return int(real) if isinstance(real, int) else page_bytes(spec)
 
 
 def check_int(name: str, value: Any, *, minimum: int = 1, allow_none: bool = False) -> None:

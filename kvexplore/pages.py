@@ -1,6 +1,8 @@
 """The page model: one layer's registered KV cache as page segments and byte views.
 
-Every stage that needs a page's bytes reads them here: the page maps
+Every stage that needs a page's segments or byte views reads them here (a
+spec's page size itself is :func:`kvexplore.layout.page_bytes` /
+:func:`~kvexplore.layout.real_page_bytes`, below the planner): the page maps
 (:mod:`kvexplore.rendering.layouts`), the round-trip proof's regions
 (:mod:`kvexplore.editing.proof`) and the cross-release page facts
 (:func:`page_facts`, what :func:`kvexplore.versions.deployment_facts`
@@ -59,7 +61,13 @@ from vllm.v1.kv_cache_interface import (
 )
 
 from kvexplore.errors import KVExploreError
-from kvexplore.layout import dtype_name, element_size, real_page_bytes, state_names
+from kvexplore.layout import (
+    dtype_name,
+    element_size,
+    page_bytes,
+    real_page_bytes,
+    state_names,
+)
 
 #: Cells of kernel page 0 a page map lists.
 MAX_CELLS = 8
@@ -217,7 +225,7 @@ def describe_page(
     no tensor or list of tensors, a spec without ``page_size_bytes`` or
     ``block_size``, and a view whose rank the model does not know."""
     tensors = registered_tensors(value)
-    page = _page_bytes(spec)
+    page = page_bytes(spec)
     if isinstance(spec, MambaSpec) or not kernel_block_size:
         kernel_block_size, ratio = int(spec.block_size), 1
     else:
@@ -262,17 +270,6 @@ def describe_page(
         start=first.storage_offset() * elem,
         block_stride=ratio * first.stride(0) * elem,
     )
-
-
-def _page_bytes(spec) -> int:
-    try:
-        page, _ = int(spec.page_size_bytes), int(spec.block_size)
-    except Exception as exc:
-        raise KVExploreError(
-            f"spec {type(spec).__name__} has no usable page_size_bytes or block_size ({exc}); "
-            "expected a vLLM KVCacheSpec"
-        ) from None
-    return page
 
 
 def _unified_attention_segments(spec, view, ratio: int, max_cells: int):

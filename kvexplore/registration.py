@@ -36,6 +36,7 @@ import math
 import torch
 
 from kvexplore.errors import KVExploreError
+from kvexplore.layout import page_bytes
 from kvexplore.memo import per_plan
 from kvexplore.planning import release
 from kvexplore.planning.planner import require_plan
@@ -221,7 +222,7 @@ def _allocate_legacy(plan, dev: torch.device):
     # One backing buffer per layer position j, shared by layer j of every group
     # (the pre-0.26 KVCacheTensor: size = page bytes x num_blocks).
     width = max(len(g.layer_names) for g in groups)
-    page = max(g.kv_cache_spec.page_size_bytes for g in groups)
+    page = max(page_bytes(g.kv_cache_spec) for g in groups)
     out: dict = {}
     buffers = [torch.zeros(page * num_blocks, dtype=torch.int8, device=dev) for _ in range(width)]
     for gid, group in enumerate(groups):
@@ -249,13 +250,13 @@ def _legacy_attention_view(raw: torch.Tensor, spec, num_blocks: int, kernel_bloc
         n = num_blocks * ratio * kernel_block * head
         return raw[: n * elem].view(spec.dtype).view(num_blocks * ratio, kernel_block, head)
     real = 2 * spec.block_size * heads * head * elem
-    if spec.page_size_bytes != real:
+    if page_bytes(spec) != real:
         # Padded or packed pages had no legacy kernel-paged form; keep one
         # page per block in the conventional shape with the real bytes first.
-        view = raw[: num_blocks * spec.page_size_bytes].view(spec.dtype)
+        view = raw[: num_blocks * page_bytes(spec)].view(spec.dtype)
         return view.as_strided(
             (num_blocks, 2, spec.block_size, heads, head),
-            (spec.page_size_bytes // elem, spec.block_size * heads * head, heads * head, head, 1),
+            (page_bytes(spec) // elem, spec.block_size * heads * head, heads * head, head, 1),
         )
     n = num_blocks * ratio * 2 * kernel_block * heads * head
     return raw[: n * elem].view(spec.dtype).view(num_blocks * ratio, 2, kernel_block, heads, head)

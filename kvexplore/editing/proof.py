@@ -23,10 +23,10 @@ from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheSpec
 from kvexplore.editing.registered import (
     RegisteredKVCache,
     check_registration,
-    spec_page_bytes,
     tensors_of,
 )
 from kvexplore.errors import KVExploreError
+from kvexplore.layout import page_bytes as spec_page_bytes
 from kvexplore.pages import by_block, page_regions
 
 

@@ -34,7 +34,6 @@ __all__ = [
     "layer_spec",
     "layout_facts",
     "spec_kind",
-    "spec_page_bytes",
     "tensors_of",
 ]
 
@@ -69,17 +68,6 @@ def spec_kind(spec: KVCacheSpec) -> KVCacheSpecKind:
         return get_kv_cache_spec_kind(spec)
     except Exception:  # a non-spec object: a rule's matches() must not raise
         return KVCacheSpecKind.UNKNOWN
-
-
-def spec_page_bytes(spec: KVCacheSpec) -> int:
-    """``spec.page_size_bytes`` as an int; refused when the object has none."""
-    try:
-        return int(spec.page_size_bytes)
-    except Exception as exc:
-        raise KVExploreError(
-            f"spec {type(spec).__name__} has no usable page_size_bytes ({exc}); "
-            "expected a vLLM KVCacheSpec with a page size"
-        ) from None
 
 
 def layer_spec(group_spec: KVCacheSpec, layer_name: str) -> KVCacheSpec:

@@ -62,7 +62,6 @@ from kvexplore.editing.registered import (
     layout_facts,
     registration_problems,
     spec_kind,
-    spec_page_bytes,
     tensors_of,
 )
 from kvexplore.editing.validation import (
@@ -71,7 +70,8 @@ from kvexplore.editing.validation import (
     validate_kv_cache_groups,
 )
 from kvexplore.errors import KVExploreError
-from kvexplore.layout import cdiv, element_extent
+from kvexplore.layout import cdiv, element_extent, real_page_bytes
+from kvexplore.layout import page_bytes as spec_page_bytes
 from kvexplore.planning.planner import Plan
 from kvexplore.planning.release import legacy_kv_cache_layout
 
@@ -960,7 +960,7 @@ class SubpagedAttentionContiguousPlaneViewEdit(_KVPlanesEdit):
 
     @staticmethod
     def page(spec: KVCacheSpec) -> int:
-        return _unpadded_page_bytes(spec)
+        return real_page_bytes(spec)
 
     def why_not(self, spec: KVCacheSpec, kv_cache: RegisteredKVCache) -> str | None:
         pair = self._pair(spec, kv_cache)
@@ -986,12 +986,6 @@ class SubpagedAttentionContiguousPlaneViewEdit(_KVPlanesEdit):
         k, v, ratio = self._tiled(spec, kv_cache)
         shape = (k.shape[0] // ratio, spec.block_size, k.shape[2], k.shape[3])
         return [k.view(shape), v.view(shape)]
-
-
-def _unpadded_page_bytes(spec: KVCacheSpec) -> int:
-    """``real_page_size_bytes`` where the spec has it, else ``page_size_bytes``."""
-    real = getattr(spec, "real_page_size_bytes", None)
-    return real if isinstance(real, int) else spec_page_bytes(spec)
 
 
 def _page_view(

@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from kvexplore.layout import leaf_specs, real_page_bytes
+from kvexplore.layout import leaf_specs, page_bytes, real_page_bytes
 from kvexplore.planning.models import CROSS, FULL, MAMBA, MLA, SLIDING
 
 
@@ -49,7 +49,7 @@ class GroupInfo:
 
     @property
     def page_bytes(self) -> int:
-        return int(self.spec.page_size_bytes)
+        return page_bytes(self.spec)
 
     @property
     def real_page_bytes(self) -> int:

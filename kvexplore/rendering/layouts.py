@@ -26,7 +26,7 @@ from vllm.v1.kv_cache_interface import MambaSpec
 from kvexplore.display import Displayable
 from kvexplore.editing.plan_edits import plan_edits
 from kvexplore.errors import KVExploreError
-from kvexplore.layout import dtype_name, element_extent, real_page_bytes
+from kvexplore.layout import dtype_name, element_extent, page_bytes, real_page_bytes
 from kvexplore.pages import group_label, group_of, layer_page
 from kvexplore.planning.planner import require_plan
 from kvexplore.planning.release import release_name
@@ -486,7 +486,7 @@ def _unified_buffers(plan):
     rows = []
     for ti, t in enumerate(plan.tensors):
         spec = plan.layer_specs[t.layers[0]]
-        page, real = int(spec.page_size_bytes), real_page_bytes(spec)
+        page, real = page_bytes(spec), real_page_bytes(spec)
         if t.layer_stride >= t.block_stride * nb:  # layer-compact: one run per layer
             segs = [Segment(f"{_short(lname, plan)}", t.offset + li * t.layer_stride, nb * t.block_stride, "",
                             f"{lname}: {nb} blocks x {t.block_stride:,} B") for li, lname in enumerate(t.layers)]
@@ -503,7 +503,7 @@ def _unified_buffers(plan):
     if plan.tensors:
         t = plan.tensors[0]
         spec = plan.layer_specs[t.layers[0]]
-        zoom = _block_zoom(t.offset, t.block_stride, int(spec.page_size_bytes), real_page_bytes(spec), nb,
+        zoom = _block_zoom(t.offset, t.block_stride, page_bytes(spec), real_page_bytes(spec), nb,
                            "state" if isinstance(spec, MambaSpec) else "K/V")
         zoom_label = f"first {min(nb, ZOOM_BLOCKS)} blocks of {t.layers[0]} (tensor 0)"
     ends = {t.offset + t.size for t in plan.tensors}
@@ -519,7 +519,7 @@ def _legacy_buffers(plan):
     """One row per layer position, the zoom into a padded Mamba page."""
     groups, nb = plan.groups, plan.num_blocks
     width = max((len(g.layer_names) for g in groups), default=0)
-    page = max((g.kv_cache_spec.page_size_bytes for g in groups), default=0)
+    page = max((page_bytes(g.kv_cache_spec) for g in groups), default=0)
     rows = []
     for j in range(width):
         owners = [f"g{gid}:{_short(g.layer_names[j], plan)}" for gid, g in enumerate(groups) if j < len(g.layer_names)]

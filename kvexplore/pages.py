@@ -226,6 +226,11 @@ def describe_page(
     ``block_size``, and a view whose rank the model does not know."""
     tensors = registered_tensors(value)
     page = page_bytes(spec)
+    if not isinstance(getattr(spec, "block_size", None), int):
+        raise KVExploreError(
+            f"spec {type(spec).__name__} has no usable block_size "
+            f"({getattr(spec, 'block_size', None)!r}); expected a vLLM KVCacheSpec"
+        )
     if isinstance(spec, MambaSpec) or not kernel_block_size:
         kernel_block_size, ratio = int(spec.block_size), 1
     else:

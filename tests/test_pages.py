@@ -207,6 +207,9 @@ def test_an_undescribable_page_is_refused_naming_what_is_missing():
         describe_page(spec, torch.zeros(4, 16, 32, dtype=torch.float16))
     with pytest.raises(KVExploreError, match="no usable page_size_bytes"):
         describe_page(object(), torch.zeros(4, 2, 16, 32, dtype=torch.float16))
+    with pytest.raises(KVExploreError, match="no usable block_size"):
+        describe_page(SimpleNamespace(page_size_bytes=2048),
+                      torch.zeros(4, 2, 16, 32, dtype=torch.float16))
     with pytest.raises(KVExploreError, match="num_blocks=3"):
         page_regions(spec, torch.zeros(4, 2, 16, 32, dtype=torch.float16), 3)
     strided = torch.zeros(4, 2, 16, 64, dtype=torch.float16)[..., ::2]

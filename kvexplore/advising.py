@@ -643,18 +643,16 @@ def _stored_advice(model: Any, gpu: Any, gpus: int, workload: Workload,
 
 
 def _releases(vllm: Any) -> tuple[str, ...]:
+    """The releases ``vllm`` names (:func:`kvexplore.version.release_list`), ()
+    when None."""
     from kvexplore.planning.release import WINDOW_RELEASES, canonical_release
+    from kvexplore.version import release_list
 
     if vllm is None:
         return ()
-    given = [vllm] if isinstance(vllm, str) else vllm
-    if not isinstance(given, Sequence) or not given or not all(isinstance(r, str) for r in given):
-        raise KVExploreError(f"vllm={vllm!r} is invalid; expected a release or a list of "
-                             f"releases of {list(WINDOW_RELEASES)}")
-    out = tuple(canonical_release(r) for r in given)
-    if len(set(out)) != len(out):
-        raise KVExploreError(f"vllm={vllm!r} names a release twice; expected different releases")
-    return out
+    return release_list(vllm, what="vllm", spell=canonical_release,
+                        expected=f"expected a release or a list of releases of "
+                                 f"{list(WINDOW_RELEASES)}")
 
 
 def _advise_in(release: str, model: Any, gpu: Any, gpus: int, workload: Workload,

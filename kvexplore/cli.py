@@ -293,15 +293,12 @@ def cmd_envs(ns) -> None:
         canonical_release,
         installed_release,
     )
+    from kvexplore.version import release_list
     from kvexplore.versions import environment, environment_path, environment_problems
 
-    versions = [canonical_release(v) for v in ns.releases] or list(WINDOW_RELEASES)
-    twice = sorted({v for v in versions if versions.count(v) > 1})
-    if twice:
-        raise KVExploreError(
-            f"releases {ns.releases!r} name {twice[0]} more than once; expected each "
-            "release once"
-        )
+    versions = list(release_list(ns.releases, what="releases", spell=canonical_release,
+                                 expected="expected releases of the window", minimum=0)
+                    or WINDOW_RELEASES)
     rows = []
     for v in versions:
         path = environment_path(v)

@@ -61,7 +61,9 @@ done
 run_item() {
   case "$1" in
     tests)
-      python3 -m pytest -q -p no:cacheprovider --doctest-modules tests kvexplore "${args[@]}" ;;
+      # the 15 slowest tests are listed: where the item's time goes
+      python3 -m pytest -q -p no:cacheprovider --durations=15 --doctest-modules tests kvexplore \
+        "${args[@]}" ;;
     notebooks-1)
       python3 -m pytest -q -p no:cacheprovider "${nbval[@]}" "${notebooks_1[@]}" "${args[@]}" ;;
     notebooks-2)

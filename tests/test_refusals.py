@@ -90,7 +90,7 @@ def test_cli_envs_lists_one_spelling_and_refuses_a_release_named_twice(cache, ca
     ]
     assert main(["envs", "v0.34.0", " 0.34.0", "--create"]) != 0
     err = capsys.readouterr().err
-    assert "0.34.0 more than once" in err and err.count("\n") == 1
+    assert "are the same release 0.34.0" in err and err.count("\n") == 1
     made = sorted(p.name for p in (cache / "envs").iterdir() if p.name.startswith("vllm"))
     assert made == ["vllm-0.34.0"]
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,7 @@ from kvexplore.rendering.releases import (
     release_pages_figure,
     releases_html,
 )
+from kvexplore.version import release_list
 
 #: Blocks of the same layout the registration and edit facts are taken for.
 FACT_BLOCKS = 16
@@ -287,27 +289,17 @@ def compare_versions(model: Any = "Qwen/Qwen3.5-0.8B", *,
     environment that cannot be created (uv's message) or fails its check
     (:func:`~kvexplore.versions.check_environment`), a release that cannot
     answer (its last lines) or answers as another release."""
-    expected = f"expected two or more different releases of {list(WINDOW_RELEASES)}"
-    if isinstance(vllm, str):
-        given = vllm.split(",")
-    elif isinstance(vllm, Sequence) and all(isinstance(r, str) for r in vllm):
-        given = list(vllm)
-    else:
-        raise KVExploreError(
-            f"vllm={vllm!r:.80} is invalid; {expected}, as a list of strings such as "
-            f"{list(COMPARED_RELEASES)} or one comma-separated string"
-        )
-    releases = [canonical_release(r) for r in given]  # refuses a release outside the window
-    twice = sorted({r for r in releases if releases.count(r) > 1})
-    if twice:
-        same = [g for g, r in zip(given, releases, strict=True) if r == twice[0]]
-        raise KVExploreError(
-            f"vllm={given!r} is invalid: {' and '.join(map(repr, same))} are the same release "
-            f"{twice[0]}; {expected}"
-        )
-    if len(releases) < 2:
-        raise KVExploreError(f"vllm={given!r} is invalid; {expected}")
-    facts = {r: facts_in(r, model, plan_kwargs) for r in releases}
+    releases = release_list(
+        vllm, what="vllm", spell=canonical_release, minimum=2,
+        expected=f"expected two or more different releases of {list(WINDOW_RELEASES)}, as a "
+                 f"list of strings such as {list(COMPARED_RELEASES)} or one comma-separated "
+                 "string",
+    )
+    # Each other release answers in its own worker process: they run side by
+    # side while this process answers for the installed release.
+    with ThreadPoolExecutor(len(releases)) as pool:
+        answers = list(pool.map(lambda r: facts_in(r, model, plan_kwargs), releases))
+    facts = dict(zip(releases, answers, strict=True))
     name = model if isinstance(model, str) else getattr(model, "name", type(model).__name__)
     return VersionComparison(str(name), FrozenDict(plan_kwargs), FrozenDict(facts))
 

@@ -34,6 +34,7 @@ from kvexplore.errors import KVExploreError
 from kvexplore.layout import FrozenDict, jsonable
 from kvexplore.planning.release import canonical_release, installed_release
 from kvexplore.rendering.releases import matrix_figure, matrix_html
+from kvexplore.version import release_list
 from kvexplore.versions.compare import FACT_BLOCKS
 
 #: Outcomes of one group, best first.
@@ -405,20 +406,13 @@ def compatibility(
 
 
 def _releases(what: str, value: object, default: list[str]) -> list[str]:
+    """``value`` as a list of releases (:func:`kvexplore.version.release_list`;
+    vLLM's spelled by ``canonical_release``), ``default`` when None."""
     if value is None:
         return default
-    if isinstance(value, str):
-        value = [v for v in value.split(",") if v.strip()]
-    if not isinstance(value, (list, tuple)) or not value:
-        raise KVExploreError(f"{what}={value!r}; expected a list of release strings")
-    out = [str(v).strip() for v in value]
-    if what == "vllm":
-        out = [canonical_release(v) for v in value]  # refuses a release outside the window
-    if len(set(out)) != len(out):
-        raise KVExploreError(
-            f"{what}={list(value)!r} names a release twice; expected each once"
-        )
-    return out
+    spell = canonical_release if what == "vllm" else str.strip
+    return list(release_list(value, what=what, spell=spell,
+                             expected="expected a list of release strings"))
 
 
 def main(argv: list[str] | None = None) -> int:

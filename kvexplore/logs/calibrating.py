@@ -24,7 +24,7 @@ from typing import Any
 
 from kvexplore.capacity_planning import CALIBRATED_TERMS, Calibration, profile_estimates
 from kvexplore.errors import KVExploreError
-from kvexplore.layout import FrozenDict
+from kvexplore.layout import FrozenDict, requested_memory
 from kvexplore.logs.deployment import (
     activation_peak,
     as_log,
@@ -93,7 +93,8 @@ def calibrate(log: Any, model: Any = None, gpu: Any = None, **overrides) -> Cali
             sources[name] = f"kvexplore's estimate for {model_name}: the log states none"
         absorber = missing[0]
         others = [values[n] or 0 for n in CALIBRATED_TERMS[1:] if n != absorber]
-        values[absorber] = unstated_memory(values["total_memory_bytes"], util, kv, others)
+        values[absorber] = unstated_memory(requested_memory(values["total_memory_bytes"], util),
+                                           kv, others)
         sources[absorber] = (
             f"residual: {values[absorber]:,} = ceil(total {values['total_memory_bytes']:,} x "
             f"{util}) - KV cache memory {kv:,} ({kv_source}) - the other terms"

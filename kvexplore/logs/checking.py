@@ -167,7 +167,7 @@ def memory_bars(log: VllmLog, report: CapacityReport | None, p) -> pd.DataFrame:
     residual = None
     if stated["kv_cache_memory_bytes"] is not None:
         known = [stated[n] for n in names if stated[n] is not None]
-        residual = requested - stated["kv_cache_memory_bytes"] - sum(known)
+        residual = unstated_memory(requested, stated["kv_cache_memory_bytes"], known)
     rows.append({"term": "not stated (residual)", "log": residual, "kvexplore": None})
     rows.append({"term": "kv_cache_memory_bytes", "log": stated["kv_cache_memory_bytes"],
                  "kvexplore": ours["kv_cache_memory_bytes"]})
@@ -239,10 +239,9 @@ def _term_of_memory_difference(log: VllmLog, ours: dict, r: CapacityReport) -> s
     total = _value(log, "total_memory_bytes")
     util = _value(log, "gpu_memory_utilization") or r.gpu_memory_utilization
     if unstated and kv is not None:
-        if requested is None:
-            residual = unstated_memory(total or r.total_memory_bytes, util, kv, stated)
-        else:
-            residual = requested - kv - sum(stated)
+        asked = requested if requested is not None else requested_memory(
+            total or r.total_memory_bytes, util)
+        residual = unstated_memory(asked, kv, stated)
         estimate = sum(ours[name] for name in unstated)
         parts.append(
             f"{', '.join(BY_NAME[n].term for n in unstated)}, which the log does not state: "

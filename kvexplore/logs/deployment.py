@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kvexplore.errors import KVExploreError
-from kvexplore.layout import FrozenDict, GiB, requested_memory
+from kvexplore.layout import FrozenDict, GiB
 from kvexplore.logs.figures import PLAN_FIGURES
 from kvexplore.logs.reading import LogFigure, VllmLog, read_log
 from kvexplore.planning.gpus import GPU, resolve_gpu
@@ -85,13 +85,14 @@ def activation_peak(log: VllmLog) -> LogFigure | None:
     )
 
 
-def unstated_memory(total: int, utilization: float, kv_cache_memory: int,
-                    stated: Iterable[int]) -> int:
-    """The bytes a log implies for the memory terms it does not state:
-    ``requested_memory(total, utilization)`` (vLLM's ``request_memory``) less
-    the KV cache memory and every term it states (``determine_available_memory``
-    subtracts them all from what is requested)."""
-    return requested_memory(total, utilization) - kv_cache_memory - sum(stated)
+def unstated_memory(requested: int, kv_cache_memory: int, stated: Iterable[int]) -> int:
+    """The bytes a log implies for the memory terms it does not state: the
+    memory requested (as the log states it, else
+    :func:`~kvexplore.layout.requested_memory`, vLLM's ``request_memory``)
+    less the KV cache memory and every term it states
+    (``determine_available_memory`` subtracts them all from what is
+    requested)."""
+    return requested - kv_cache_memory - sum(stated)
 
 
 def planned(call: Callable[..., T], kwargs: dict[str, Any], notes: list[str]) -> T:

@@ -75,7 +75,7 @@ def calibrate(log: Any, model: Any = None, gpu: Any = None, **overrides) -> Cali
     log = as_log(log)
     g, _ = resolve_gpu_of(log, gpu)
     util = overrides.get("gpu_memory_utilization", log.get("gpu_memory_utilization"))
-    values, sources = _measured_terms(log, util)
+    values, sources = _log_terms(log, util)
     measured = [n for n in CALIBRATED_TERMS if values[n] is not None]
     if values["total_memory_bytes"] is None:
         low, _ = g.total_memory_range
@@ -126,7 +126,7 @@ def calibrate(log: Any, model: Any = None, gpu: Any = None, **overrides) -> Cali
     )
 
 
-def _measured_terms(log: VllmLog, util: float | None):
+def _log_terms(log: VllmLog, util: float | None):
     """``(values, sources)`` of each calibrated term the log states or
     implies: the total from the CUDA-graph estimate and the two utilizations
     of ``is equivalent to``, CUDA graphs 0 for a release that does not

@@ -690,17 +690,10 @@ def legacy_kv_cache_layout() -> str | None:
     on the installed vLLM, or ``None`` where the release has no such function
     (LMCache 0.5.3 and 0.5.4 take their layout hint from it, and build no
     hint where it is missing)."""
-    try:
-        from vllm.v1.attention.backends import utils
-    except Exception:
-        return None
+    from vllm.v1.attention.backends import utils
+
     getter = getattr(utils, "get_kv_cache_layout", None)
-    if getter is None:
-        return None
-    try:
-        return getter()
-    except Exception:
-        return None
+    return None if getter is None else getter()
 
 
 __all__ = [

@@ -113,21 +113,26 @@ def test_an_idle_worker_exits_and_the_next_question_starts_one(probe, monkeypatc
         w.close()
 
 
-def test_the_worker_ends_with_a_killed_parent(probe, tmp_path):
-    """A parent killed with SIGKILL (no atexit) leaves no worker running:
-    the worker's input ends and it exits."""
+def _killed_parent_leaves_no_worker(code: str) -> None:
+    """Run ``code`` (it prints ``{"pid": the worker's pid}`` last) in a parent
+    that then kills itself with SIGKILL (no atexit): the worker's input ends
+    and it exits."""
     parent = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
-            import json, os, signal, sys
-            from kvexplore.versions.environments import release_worker
-            print(json.dumps(release_worker({OTHER!r}).ask({probe!r}, "a")), flush=True)
-            os.kill(os.getpid(), signal.SIGKILL)
-            """)],
+        [sys.executable, "-c", textwrap.dedent(code)
+         + "\nimport os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"],
         stdout=subprocess.PIPE, text=True)
-    out, _ = parent.communicate(timeout=300)
+    out, _ = parent.communicate(timeout=600)
     assert parent.returncode == -signal.SIGKILL
     pid = json.loads(out.strip().splitlines()[-1])["pid"]
     assert _gone(pid)
+
+
+def test_the_worker_ends_with_a_killed_parent(probe):
+    _killed_parent_leaves_no_worker(f"""
+        import json
+        from kvexplore.versions.environments import release_worker
+        print(json.dumps(release_worker({OTHER!r}).ask({probe!r}, "a")), flush=True)
+        """)
 
 
 def test_answer_in_uses_the_releases_worker(probe):
@@ -140,3 +145,57 @@ def test_answer_in_uses_the_releases_worker(probe):
     assert got["vllm"] == OTHER and got["pid"] == release_worker(OTHER).pid
     assert answer_in(OTHER.removesuffix(".0"), probe, "y")["pid"] == got["pid"]
     release_worker(OTHER).close()
+
+
+# -- the LMCache probe: the same kind of worker, in this Python ----------------------
+
+def test_the_lmcache_probe_answers_from_one_process_and_is_restarted_once_killed(qwen_a100):
+    """Two layouts from one probe process (torch and vLLM imported once);
+    the probe killed between them is restarted and answers the same; its
+    answers equal a fresh probe's (the file run as a one-shot command)."""
+    import pickle
+    import tempfile
+
+    from kvexplore.connectors.lmcache_layout import (
+        PROBE, _candidates, _request, lmcache_layout, lmcache_package, probe_worker)
+    from kvexplore.editing.lmcache import lmcache_release
+
+    release = lmcache_release(None)
+    first = lmcache_layout(qwen_a100, lmcache=release)
+    pid = probe_worker().pid
+    assert pid is not None
+    second = lmcache_layout(qwen_a100, lmcache=release, chunk_size=544)
+    assert probe_worker().pid == pid  # the same process answered both
+    os.kill(pid, signal.SIGKILL)
+    assert _gone(pid)
+    again = lmcache_layout(qwen_a100, lmcache=release, chunk_size=1088)
+    assert probe_worker().pid not in (None, pid)
+    # a one-shot probe process (no worker) answers exactly as the worker did
+    with tempfile.TemporaryDirectory() as folder:
+        req = os.path.join(folder, "request.pkl")
+        with open(req, "wb") as f:
+            pickle.dump(_request(qwen_a100, _candidates(qwen_a100, 1088), None, "default"), f)
+        package = lmcache_package(release.version)
+        done = subprocess.run([sys.executable, str(PROBE), req, folder, str(package)],
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        with open(os.path.join(folder, package.name + ".pkl"), "rb") as f:
+            fresh = pickle.load(f)["ok"]
+    from kvexplore.memo import per_plan
+
+    key = ("lmcache_layout", release.version, 1088, None, "default")
+    assert per_plan(qwen_a100, key, lambda: None) == fresh  # what `again` was built from
+    # chunks of 256 tokens are no multiple of the 544-token block; 544 and 1,088 are
+    assert (first.accepted, second.accepted, again.accepted) == (False, True, True)
+    probe_worker().close()
+    assert probe_worker().pid is None
+
+
+def test_the_lmcache_probe_ends_with_a_killed_parent():
+    _killed_parent_leaves_no_worker("""
+        import json
+        import kvexplore
+        from kvexplore.connectors.lmcache_layout import lmcache_layout, probe_worker
+        lmcache_layout(kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="A100", num_blocks=16))
+        print(json.dumps({"pid": probe_worker().pid}), flush=True)
+        """)

@@ -9,9 +9,10 @@ worker builds, the kernel and object groups its server builds, the slots and
 bytes one chunk stores per kernel group, the scheduler block, the chunk the
 server really uses, and how many tokens of a prompt are stored and hit.
 
-Every answer is the release's own code, run in a process of its own
-(:mod:`kvexplore.connectors.lmcache_probe`, which imports neither kvexplore
-nor any other LMCache) on the plan's ``KVCacheConfig`` and vLLM's registered
+Every answer is the release's own code, run in a process of its own (a
+child that the long-lived probe process, :class:`ProbeWorker`, forks for
+the release: :mod:`kvexplore.connectors.lmcache_probe`, which imports
+neither kvexplore nor any other LMCache) on the plan's ``KVCacheConfig`` and vLLM's registered
 tensors for it (:func:`kvexplore.allocate`, a few blocks on the CPU): the
 release's wheel is installed once, ``--no-deps``, into kvexplore's cache
 folder (:func:`lmcache_package`).  What is not a function of the release is
@@ -52,6 +53,7 @@ from kvexplore.errors import KVExploreError
 from kvexplore.memo import keys as memo_keys
 from kvexplore.memo import per_plan
 from kvexplore.paths import cache_dir
+from kvexplore.versions.environments import LineWorker, idle_seconds
 
 __all__ = [
     "LMCacheCheck",
@@ -59,6 +61,8 @@ __all__ = [
     "lmcache_layout",
     "lmcache_layouts",
     "lmcache_package",
+    "ProbeWorker",
+    "probe_worker",
 ]
 
 #: The connector whose layout :func:`lmcache_layout` answers.
@@ -210,26 +214,47 @@ def _request(plan, chunk_sizes, separate, engine_type) -> dict:
     }
 
 
+class ProbeWorker(LineWorker):
+    """The long-lived probe process (``lmcache_probe.py serve``, this Python:
+    the installed torch and vLLM, imported once): each question is one
+    request for some releases, each answered in a child forked for it, so a
+    release's ``lmcache`` is imported only in its own child.  Its life (start
+    on first use, restart once, idle exit, end at exit) is
+    :class:`~kvexplore.versions.environments.LineWorker`'s; its environment
+    is this process's at its start, with LMCache's logs at ``ERROR``."""
+
+    where = "the LMCache probe"
+
+    def _command(self) -> tuple[list[str], dict[str, str]]:
+        env = dict(os.environ, LMCACHE_LOG_LEVEL="ERROR")
+        return [sys.executable, str(PROBE), "serve", str(idle_seconds())], env
+
+
+_PROBE_WORKER = ProbeWorker()
+
+
+def probe_worker() -> ProbeWorker:
+    """This process's :class:`ProbeWorker` (its process starts on its first question)."""
+    return _PROBE_WORKER
+
+
 def _run_probe(releases: list[LMCacheRelease], request: dict) -> dict[str, dict]:
-    """``{version: the probe's answer}``: one process for all ``releases``
-    (it imports torch and vLLM once and forks one child per release)."""
+    """``{version: the probe's answer}`` for ``releases`` from
+    :func:`probe_worker` (one child per release)."""
     packages = {r.version: lmcache_package(r.version) for r in releases}
     with tempfile.TemporaryDirectory() as folder:
         req = os.path.join(folder, "request.pkl")
         with open(req, "wb") as f:
             pickle.dump(request, f)
-        env = dict(os.environ, LMCACHE_LOG_LEVEL="ERROR")
-        done = subprocess.run([sys.executable, str(PROBE), req, folder,
-                               *map(str, packages.values())],
-                              capture_output=True, text=True, timeout=1800, env=env)
+        probe_worker().request({"request": req, "out": folder,
+                                "releases": [str(p) for p in packages.values()]})
         answers = {}
         for release in releases:
             out = os.path.join(folder, packages[release.version].name + ".pkl")
-            if done.returncode or not os.path.exists(out):
+            if not os.path.exists(out):
                 raise KVExploreError(
-                    f"{release}'s code could not be run on this plan: the probe exited "
-                    f"{done.returncode}: {done.stderr[-1500:]}"
-                )
+                    f"{release}'s code could not be run on this plan: its child of the probe "
+                    f"ended without an answer: {probe_worker()._tail()}")
             with open(out, "rb") as f:
                 result = pickle.load(f)
             if "error" in result:

@@ -374,5 +374,49 @@ def main(request_path: str, out_dir: str, *release_dirs: str) -> int:
     return 0
 
 
+def serve(idle_seconds: str) -> None:
+    """The probe as a long-lived worker (``python lmcache_probe.py serve
+    IDLE_S``): import torch and vLLM once, say ``{"vllm": release}``, then
+    answer each question line ``{"request": REQUEST, "out": OUT_DIR,
+    "releases": [RELEASE_DIR, ...]}`` as :func:`main` does (one forked child
+    per release) with ``{"ok": true}`` (or ``{"ok": false, "error": ...}``),
+    until the input ends or stays idle ``IDLE_S`` seconds.  Whatever else
+    writes to the standard output goes to the standard error, so the pipe
+    holds only answers."""
+    import json
+    import select
+    from importlib.metadata import version
+
+    import torch  # noqa: F401
+    import vllm.config  # noqa: F401
+    import vllm.v1.kv_cache_interface  # noqa: F401
+
+    answers = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    def say(value: dict) -> None:
+        answers.write(json.dumps(value) + "\n")
+        answers.flush()
+
+    say({"vllm": version("vllm")})
+    while True:
+        ready, _, _ = select.select([sys.stdin], [], [], float(idle_seconds))
+        if not ready:
+            return
+        line = sys.stdin.readline()
+        if not line:
+            return
+        try:
+            question = json.loads(line)
+            main(question["request"], question["out"], *question["releases"])
+            say({"ok": True, "answer": None})
+        except Exception:  # the question's error, quoted to the asker
+            say({"ok": False, "error": " ".join(traceback.format_exc().strip().splitlines()[-3:])})
+
+
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:]))
+    if sys.argv[1:2] == ["serve"]:
+        serve(*sys.argv[2:])
+    else:
+        sys.exit(main(*sys.argv[1:]))

@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -398,7 +399,9 @@ WORKER_IDLE_S = 600.0
 WORKER_START_S = 120.0
 
 
-def _idle_seconds() -> float:
+def idle_seconds() -> float:
+    """Seconds a worker waits for its next question before it exits:
+    ``KVEXPLORE_WORKER_IDLE_S`` where it is a number, else :data:`WORKER_IDLE_S`."""
     try:
         return float(os.environ.get("KVEXPLORE_WORKER_IDLE_S", WORKER_IDLE_S))
     except ValueError:
@@ -409,48 +412,51 @@ class _WorkerDied(Exception):
     """The worker's process ended before it answered."""
 
 
-class ReleaseWorker:
-    """One long-lived Python in vLLM ``version``'s environment that answers
-    many questions over a pipe, keeping vLLM imported and its builds and
-    plans cached between them (:func:`serve` is its loop).
+#: Every :class:`LineWorker` made in this process (ended at exit).
+_LIVE: weakref.WeakSet = weakref.WeakSet()
 
-    Protocol: one JSON object per line.  The worker first says
-    ``{"vllm": its release, "code": its kvexplore code_version}``; each
-    question ``{"module": M, "argument": A}`` is answered with
-    ``{"ok": true, "answer": ..., "vllm": ..., "code": ...}`` (what ``python
-    -m M A`` prints as its last line) or ``{"ok": false, "error": ...}``.
-    The worker exits at the end of its input (its parent closed it or died)
-    and after :func:`_idle_seconds` without a question.  Its stderr (vLLM's
-    logs) goes to an unlinked temporary file, quoted when it fails, so
-    nothing is left behind."""
 
-    def __init__(self, version: str) -> None:
-        self.version = canonical_release(version)
-        self.env = environment_path(self.version)
+class LineWorker:
+    """One long-lived child process that answers questions over a pipe: one
+    JSON object per line each way.
+
+    The child's first line is its hello (:meth:`_check_hello` refuses a wrong
+    one); each question is one line and each answer one line.  The process
+    starts on the first question, exits at the end of its input (this process
+    closed it or died) and after :func:`idle_seconds` without a question (the
+    next question starts a new one).  A worker that ends before answering is
+    restarted once and refused with its last lines if it ends again.  Its
+    stderr goes to an unlinked temporary file, quoted when it fails, so
+    nothing is left behind.  Subclasses give the command (:meth:`_command`),
+    how errors name the worker (``where``), and what an answer must hold
+    (:meth:`_answer`)."""
+
+    where = "the worker"
+
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._log = None
+        _LIVE.add(self)
+
+    def _command(self) -> tuple[list[str], dict[str, str]]:
+        """The worker's command line and environment."""
+        raise NotImplementedError
+
+    def _check_hello(self, hello: dict) -> None:
+        """Refuse (closing the worker) a first line that names another worker."""
+
+    def _answer(self, reply: dict, question: dict, timeout: float) -> Any:
+        """What an ``{"ok": true}`` reply answers."""
+        return reply["answer"]
 
     # -- the process ---------------------------------------------------------
     def _start(self) -> None:
-        from kvexplore.store import code_version
-
-        python = environment(self.version)
+        argv, env = self._command()
         self._log = tempfile.TemporaryFile(mode="w+b")
-        self._proc = subprocess.Popen(
-            [str(python), "-m", "kvexplore.versions.environments", "serve"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-            env=child_environment(self.version))
-        hello = self._read(WORKER_START_S)
-        if hello.get("vllm") != self.version:
-            self.close()
-            raise _unusable(self.env, self.version, [f"it answered as vLLM {hello.get('vllm')}"])
-        if hello.get("code") != code_version():
-            self.close()
-            raise KVExploreError(
-                f"vLLM {self.version}'s worker (the environment at {self.env}) imports another "
-                f"kvexplore ({hello.get('code')}; this one is {code_version()}); expected this "
-                f"copy first on its PYTHONPATH (`kvexplore envs {self.version} --repair`)")
+        self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=self._log, env=env)
+        self._check_hello(self._read(WORKER_START_S))
 
     def _alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
@@ -469,8 +475,8 @@ class ReleaseWorker:
         if not ready:
             self.close()
             raise KVExploreError(
-                f"vLLM {self.version} (the environment at {self.env}) did not answer within "
-                f"{timeout:.0f} s; expected an answer (its worker was stopped)")
+                f"{self.where} did not answer within {timeout:.0f} s; expected an answer "
+                "(its worker was stopped)")
         line = out.readline()
         if not line:
             raise _WorkerDied(self._tail())
@@ -481,8 +487,8 @@ class ReleaseWorker:
         if not isinstance(value, dict):
             self.close()
             raise KVExploreError(
-                f"vLLM {self.version} (the environment at {self.env}) could not answer: it "
-                f"printed {line[:200]!r}; expected one JSON object per line")
+                f"{self.where} could not answer: it printed {line[:200]!r}; expected one JSON "
+                "object per line")
         return value
 
     def close(self) -> None:
@@ -508,45 +514,88 @@ class ReleaseWorker:
         return self._proc.pid if self._alive() else None
 
     # -- a question ------------------------------------------------------------
-    def _ask_once(self, module: str, argument: str, timeout: float) -> dict:
-        from kvexplore.store import code_version
-
+    def _ask_once(self, question: dict, timeout: float) -> Any:
         if not self._alive():
             self.close()  # exited when idle: a new one
             self._start()
-        self._proc.stdin.write((json.dumps({"module": module, "argument": argument})
-                                + "\n").encode())
+        self._proc.stdin.write((json.dumps(question) + "\n").encode())
         self._proc.stdin.flush()
         reply = self._read(timeout)
         if not reply.get("ok"):
             raise KVExploreError(
-                f"vLLM {self.version} (the environment at {self.env}) could not answer: "
-                f"{str(reply.get('error'))[-600:]}")
-        if reply.get("vllm") != self.version:
-            self.close()
-            raise _unusable(self.env, self.version, [f"it answered as vLLM {reply.get('vllm')}"])
-        if reply.get("code") != code_version():
-            self.close()  # kvexplore changed since the worker started: ask a new one
-            return self._ask_once(module, argument, timeout)
-        return reply["answer"]
+                f"{self.where} could not answer: {str(reply.get('error'))[-600:]}")
+        return self._answer(reply, question, timeout)
 
-    def ask(self, module: str, argument: str, *, timeout: float = 1800) -> dict:
-        """``python -m module argument``'s answer (the JSON object it prints
-        last), from this release's worker, started on first use; a worker
-        that dies is restarted once, and one that dies again is refused with
-        its last lines."""
+    def request(self, question: dict, *, timeout: float = 1800) -> Any:
+        """The answer to ``question`` (a JSON object), from this worker,
+        started on first use; a worker that dies is restarted once, and one
+        that dies again is refused with its last lines."""
         with self._lock:
             for attempt in (1, 2):
                 try:
-                    return self._ask_once(module, argument, timeout)
+                    return self._ask_once(question, timeout)
                 except (_WorkerDied, BrokenPipeError) as exc:
                     tail = str(exc) or self._tail()
                     self.close()
                     if attempt == 2:
                         raise KVExploreError(
-                            f"vLLM {self.version} (the environment at {self.env}) could not "
-                            f"answer: its worker ended twice; {tail}") from None
+                            f"{self.where} could not answer: its worker ended twice; "
+                            f"{tail}") from None
         raise AssertionError("unreachable")
+
+
+class ReleaseWorker(LineWorker):
+    """One long-lived Python in vLLM ``version``'s environment that answers
+    many questions over a pipe, keeping vLLM imported and its builds and
+    plans cached between them (:func:`serve` is its loop; the process's life
+    is :class:`LineWorker`'s).
+
+    Protocol: the worker first says ``{"vllm": its release, "code": its
+    kvexplore code_version}``; each question ``{"module": M, "argument": A}``
+    is answered with ``{"ok": true, "answer": ..., "vllm": ..., "code": ...}``
+    (what ``python -m M A`` prints as its last line) or ``{"ok": false,
+    "error": ...}``.  A worker of another release is refused; one whose
+    kvexplore code changed since it started is replaced by a new one."""
+
+    def __init__(self, version: str) -> None:
+        self.version = canonical_release(version)
+        self.env = environment_path(self.version)
+        self.where = f"vLLM {self.version} (the environment at {self.env})"
+        super().__init__()
+
+    def _command(self) -> tuple[list[str], dict[str, str]]:
+        python = environment(self.version)
+        return ([str(python), "-m", "kvexplore.versions.environments", "serve"],
+                child_environment(self.version))
+
+    def _check_hello(self, hello: dict) -> None:
+        from kvexplore.store import code_version
+
+        if hello.get("vllm") != self.version:
+            self.close()
+            raise _unusable(self.env, self.version, [f"it answered as vLLM {hello.get('vllm')}"])
+        if hello.get("code") != code_version():
+            self.close()
+            raise KVExploreError(
+                f"vLLM {self.version}'s worker (the environment at {self.env}) imports another "
+                f"kvexplore ({hello.get('code')}; this one is {code_version()}); expected this "
+                f"copy first on its PYTHONPATH (`kvexplore envs {self.version} --repair`)")
+
+    def _answer(self, reply: dict, question: dict, timeout: float) -> Any:
+        from kvexplore.store import code_version
+
+        if reply.get("vllm") != self.version:
+            self.close()
+            raise _unusable(self.env, self.version, [f"it answered as vLLM {reply.get('vllm')}"])
+        if reply.get("code") != code_version():
+            self.close()  # kvexplore changed since the worker started: ask a new one
+            return self._ask_once(question, timeout)
+        return reply["answer"]
+
+    def ask(self, module: str, argument: str, *, timeout: float = 1800) -> dict:
+        """``python -m module argument``'s answer (the JSON object it prints
+        last), from this release's worker (:meth:`LineWorker.request`)."""
+        return self.request({"module": module, "argument": argument}, timeout=timeout)
 
 
 _WORKERS: dict[tuple[str, str], ReleaseWorker] = {}
@@ -567,10 +616,9 @@ def release_worker(version: str) -> ReleaseWorker:
 
 @atexit.register
 def close_workers() -> None:
-    """End every release worker of this process (also run at exit)."""
-    with _WORKERS_LOCK:
-        workers = list(_WORKERS.values())
-    for w in workers:
+    """End every worker of this process (:class:`LineWorker`: the release
+    workers and any other); also run at exit."""
+    for w in list(_LIVE):
         w.close()
 
 
@@ -598,7 +646,7 @@ def serve() -> None:
     """A release worker's loop (``python -m kvexplore.versions.environments
     serve``): say the release and code, then answer each question line
     (:class:`ReleaseWorker`) until the input ends or stays idle for
-    :func:`_idle_seconds`.  Whatever else writes to the standard output
+    :func:`idle_seconds`.  Whatever else writes to the standard output
     (vLLM's logs) goes to the standard error, so the pipe holds only
     answers."""
     import importlib
@@ -618,7 +666,7 @@ def serve() -> None:
         answers.flush()
 
     say({"vllm": release, "code": code})
-    idle = _idle_seconds()
+    idle = idle_seconds()
     while True:
         ready, _, _ = select.select([sys.stdin], [], [], idle)
         if not ready:
@@ -641,6 +689,7 @@ def serve() -> None:
 
 
 __all__ = [
+    "LineWorker",
     "ReleaseWorker",
     "close_workers",
     "release_worker",
@@ -655,6 +704,7 @@ __all__ = [
     "environment_problems",
     "environments_dir",
     "existing_environments",
+    "idle_seconds",
     "model_argument",
     "run_in",
 ]

@@ -332,41 +332,42 @@ def test_the_store_drops_the_least_recently_used(tmp_path):
 # ---------------------------------------------------------------------------
 
 
-def _cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "kvexplore", *args], capture_output=True,
-                          text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+def test_cli_plan_json_from_the_store_is_the_fresh_json_without_vllm(tmp_path, monkeypatch,
+                                                                     capsys):
+    from kvexplore.cli import main
 
-
-def test_cli_plan_json_from_the_store_is_the_fresh_json_without_vllm(tmp_path):
     args = ("plan", QWEN, "--gpu", "A100", "--num-blocks", "64", "--json")
     env = {"KVEXPLORE_STORE_DIR": str(tmp_path / "answers")}
-    fresh = _cli(*args, "--no-cache", env=env)
-    assert fresh.returncode == 0, fresh.stderr
+    monkeypatch.setenv("KVEXPLORE_STORE_DIR", env["KVEXPLORE_STORE_DIR"])
+    assert main([*args, "--no-cache"]) == 0  # answered here, with vLLM
+    fresh = capsys.readouterr().out
     assert not (tmp_path / "answers").exists()  # --no-cache writes nothing
-    first = _cli(*args, env=env)
-    assert first.stdout == fresh.stdout
+    assert main(list(args)) == 0
+    assert capsys.readouterr().out == fresh
+    assert (tmp_path / "answers").exists()  # ... and this one was stored
     probe = ("import sys; from kvexplore.cli import main; rc = main(sys.argv[1:]); "
              "print(rc, 'vllm' in sys.modules, 'torch' in sys.modules, file=sys.stderr)")
     hit = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True,
                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), **env})
-    assert hit.stdout == fresh.stdout  # byte for byte
+    assert hit.stdout == fresh  # byte for byte, from a process without vLLM
     assert hit.stderr.split()[-3:] == ["0", "False", "False"]
 
 
-def test_cli_sweep_out_writes_the_rows_of_the_python_sweep(tmp_path):
+def test_cli_sweep_out_writes_the_rows_of_the_python_sweep(tmp_path, capsys):
+    from kvexplore.cli import main
+
     out = tmp_path / "rows.csv"
     args = ["sweep", QWEN, "--gpu", "A100,H100", "--num-blocks", "64",
             "--block-size", "none,1024", "--dcp", "1,2", "--out", str(out), "--no-cache"]
-    r = _cli(*args)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == f"wrote 8 rows to {out}"
+    assert main(args) == 0
+    assert capsys.readouterr().out.strip() == f"wrote 8 rows to {out}"
     # the command line's axes, in its flags' order
     expected = sweep(QWEN, store=False, gpu=["A100", "H100"], decode_context_parallel_size=[1, 2],
                      block_size=[None, 1024], num_blocks=[64])
     rows = RowFile(out, [*expected.columns, KEY_COLUMN], [KEY_COLUMN]).existing.values()
     pd.testing.assert_frame_equal(pd.DataFrame(list(rows), columns=expected.columns), expected)
-    bad = _cli(*args[:-3], "--out", str(tmp_path / "no" / "x.parquet"))
-    assert bad.returncode == 2 and "does not exist" in bad.stderr and not (tmp_path / "no").exists()
+    assert main([*args[:-3], "--out", str(tmp_path / "no" / "x.parquet")]) == 2
+    assert "does not exist" in capsys.readouterr().err and not (tmp_path / "no").exists()
 
 
 def test_progress_bar_is_quiet_when_disabled(capsys):

@@ -157,7 +157,13 @@ def test_the_lmcache_probe_answers_from_one_process_and_is_restarted_once_killed
     import tempfile
 
     from kvexplore.connectors.lmcache_layout import (
-        PROBE, _candidates, _request, lmcache_layout, lmcache_package, probe_worker)
+        PROBE,
+        _candidates,
+        _request,
+        lmcache_layout,
+        lmcache_package,
+        probe_worker,
+    )
     from kvexplore.editing.lmcache import lmcache_release
 
     release = lmcache_release(None)

@@ -130,12 +130,11 @@ def test_an_environment_that_cannot_be_created_leaves_nothing(tmp_path):
     assert leftovers == []
 
 
-def test_cli_versions_lists_the_differences():
-    out = subprocess.run(
-        ["python3", "-m", "kvexplore", "versions", QWEN, "--gpu", "A100", "--num-blocks", "16",
-         "--vllm", f"0.33.0,{OTHER}", "--json"],
-        capture_output=True, text=True, timeout=1800, check=False)
-    assert out.returncode == 0, out.stderr[-2000:]
-    data = json.loads(out.stdout)
+def test_cli_versions_lists_the_differences(capsys):
+    from kvexplore.cli import main
+
+    assert main(["versions", QWEN, "--gpu", "A100", "--num-blocks", "16",
+                 "--vllm", f"0.33.0,{OTHER}", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
     assert data["releases"] == ["0.33.0", OTHER]
     assert [data["facts"][r]["plan"]["block_size"] for r in data["releases"]] == [544, 576]

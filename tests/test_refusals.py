@@ -239,6 +239,18 @@ def test_a_cache_no_tensor_can_describe_is_refused_with_the_bound():
     text = str(info.value)
     assert f"block_size={2**62}" in text and "num_blocks=2" in text
     assert f"expected at most {2**63 - 1:,} B" in text
+    assert "kv_cache_memory_bytes=" not in text  # the blocks were given
+
+
+def test_a_cache_memory_no_tensor_can_describe_names_the_memory():
+    """kv_cache_memory_bytes=2**62: the blocks it holds make tensors over the
+    int64 bound; the refusal names the memory the user gave, not only the
+    blocks derived from it."""
+    with pytest.raises(KVExploreError) as info:
+        kvexplore.plan(QWEN, gpu="A100", kv_cache_memory_bytes=2**62)
+    text = str(info.value)
+    assert f"kv_cache_memory_bytes={2**62}" in text
+    assert f"expected at most {2**63 - 1:,} B" in text
 
 
 def test_compatibility_spells_vllm_releases_once(monkeypatch):

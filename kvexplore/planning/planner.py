@@ -664,11 +664,14 @@ def check_cache_bytes(vc, cfg) -> None:
     if total <= MAX_CACHE_BYTES:
         return
     block_size = vc.cache_config.block_size
+    memory = vc.cache_config.kv_cache_memory_bytes
+    given = (f" (the blocks kv_cache_memory_bytes={memory} holds)"
+             if memory is not None and vc.cache_config.num_gpu_blocks_override is None else "")
     raise KVExploreError(
-        f"block_size={block_size} with num_blocks={blocks} gives a KV cache of {total:,} B "
+        f"block_size={block_size} with num_blocks={blocks}{given} gives a KV cache of {total:,} B "
         f"({total // max(blocks, 1):,} B per block); expected at most {MAX_CACHE_BYTES:,} B, "
-        "the largest tensor torch can describe (int64 sizes): a smaller block_size or "
-        "num_blocks"
+        "the largest tensor torch can describe (int64 sizes): a smaller block_size, "
+        "num_blocks or kv_cache_memory_bytes"
     )
 
 

@@ -85,14 +85,17 @@ def call(fn, names, *args, **kwargs):
     return out
 
 
-def snapshot(value):
+def snapshot(value, storages: dict | None = None):
     """The contents of containers (dicts, lists, sets, tuples), recursively,
     and the identity of everything else: equal before and after a call
-    exactly when the call changed none of its arguments."""
+    exactly when the call changed none of its arguments.  A tensor is its
+    identity, dtype, shape, stride and offset and the digest of its whole
+    storage, hashed once per storage (``storages``) however many views share it."""
+    storages = {} if storages is None else storages
     if isinstance(value, dict):
-        return ("dict", tuple((repr(k), snapshot(v)) for k, v in value.items()))
+        return ("dict", tuple((repr(k), snapshot(v, storages)) for k, v in value.items()))
     if isinstance(value, (list, tuple)):
-        return (type(value).__name__, tuple(snapshot(v) for v in value))
+        return (type(value).__name__, tuple(snapshot(v, storages) for v in value))
     if isinstance(value, (set, frozenset)):
         return ("set", tuple(sorted(repr(v) for v in value)))
     if isinstance(value, (str, bytes, int, float, bool)) or value is None:
@@ -100,10 +103,26 @@ def snapshot(value):
     if isinstance(value, np.ndarray):
         return ("array", id(value), value.dtype.str, value.shape, hashlib.sha256(value.tobytes()).hexdigest())
     if isinstance(value, torch.Tensor):
-        flat = value.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+        storage = value.detach().cpu().untyped_storage()
+        key = (storage.data_ptr(), storage.nbytes())
+        if key not in storages:
+            whole = torch.empty(0, dtype=torch.uint8).set_(storage)
+            storages[key] = hashlib.sha256(whole.numpy()).hexdigest()
         return ("tensor", id(value), str(value.dtype), tuple(value.shape), value.stride(),
-                hashlib.sha256(flat.numpy().tobytes()).hexdigest())
+                value.storage_offset(), storages[key])
     return ("object", id(value))
+
+
+def test_snapshot_sees_a_write_through_any_view():
+    """The probe's 'inputs unchanged' check can fail: a byte written through
+    a view, inside or outside another view's range, changes the snapshot."""
+    base = torch.zeros(64, dtype=torch.uint8)
+    head, tail = base[:32], base[32:].view(torch.int32)
+    before = snapshot({"head": head, "tail": tail})
+    assert snapshot({"head": head, "tail": tail}) == before
+    tail[0] = 1  # outside head's range, in its storage
+    assert snapshot({"head": head, "tail": tail}) != before
+    assert snapshot({"head": head}) != snapshot({"head": head[1:]})  # another view
 
 
 @st.composite

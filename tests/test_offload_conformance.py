@@ -455,6 +455,9 @@ def plan_level_dcp_case(model: str, tp: int, dcp: int) -> tuple[str, str | None]
 @pytest.fixture(scope="module")
 def outcomes():
     rng = random.Random(SEED)
+    # each drawn plan's GPU blocks, from a stream of their own: the offloading
+    # config reads the blocks, not how vLLM sized them (no memory profile runs)
+    blocks = random.Random(SEED + 1)
     synth = synthetic_plans()
     records = []  # (label, case description, outcome, failure, plan, kwargs)
     compared = 0
@@ -469,7 +472,8 @@ def outcomes():
             label = rng.choice(WEIGHTED)
             pkw = random_plan_kwargs(rng)
             try:
-                p = kvexplore.plan(label, **pkw, gpu="A100")
+                p = kvexplore.plan(label, **pkw, gpu="A100",
+                                   num_blocks=blocks.choice([1, 2, 17, 1000, 65_537, 400_000]))
             except KVExploreError:
                 continue
             except ZeroDivisionError:

@@ -37,18 +37,24 @@ trap 'rm -rf "$logs"' EXIT
 # Python) take in this order, each taking the next item no one has taken when
 # it finishes one, so both cores stay busy to the end whichever item runs
 # long (a release whose environment uv creates on first use, say):
-# - tests: pytest and the doctests on the default release, the newest of
-#   the window that installs from the package index;
+# - tests-1, tests-2: pytest on the default release (the newest of the window
+#   that installs from the package index) in two parts of about equal time
+#   (the test files before test_lmcache_oracle.py, then the rest and the
+#   doctests), so that no item is much longer than the others;
 # - release-R: the release tests (marker `release`) on every other release R
 #   of the window, each in its own environment (kvexplore envs);
 # - notebooks-1, notebooks-2: the notebooks under nbval on the default
 #   release, in two parts of about equal time (01-10, and 11 on, notebook 11
 #   starting the other releases' processes).
-items="tests"
+items="tests-1 tests-2"
 for release in $releases; do
   [ "$release" = "$default" ] || items="$items release-$release"
 done
 items="$items notebooks-1 notebooks-2"
+tests_1=() tests_2=()
+for file in tests/test_*.py; do
+  if [[ "$file" < tests/test_lmcache_oracle.py ]]; then tests_1+=("$file"); else tests_2+=("$file"); fi
+done
 nbval=(--nbval --nbval-sanitize-with notebooks/sanitize.cfg)
 notebooks_1=() notebooks_2=()
 for notebook in notebooks/*.ipynb; do
@@ -60,10 +66,12 @@ done
 
 run_item() {
   case "$1" in
-    tests)
+    tests-1)
       # the 15 slowest tests are listed: where the item's time goes
-      python3 -m pytest -q -p no:cacheprovider --durations=15 --doctest-modules tests kvexplore \
-        "${args[@]}" ;;
+      python3 -m pytest -q -p no:cacheprovider --durations=15 "${tests_1[@]}" "${args[@]}" ;;
+    tests-2)
+      python3 -m pytest -q -p no:cacheprovider --durations=15 --doctest-modules \
+        "${tests_2[@]}" kvexplore "${args[@]}" ;;
     notebooks-1)
       python3 -m pytest -q -p no:cacheprovider "${nbval[@]}" "${notebooks_1[@]}" "${args[@]}" ;;
     notebooks-2)

@@ -39,7 +39,7 @@ trap 'rm -rf "$logs"' EXIT
 # long (a release whose environment uv creates on first use, say):
 # - tests-1, tests-2: pytest on the default release (the newest of the window
 #   that installs from the package index) in two parts of about equal time
-#   (the test files before test_lmcache_oracle.py, then the rest and the
+#   (the test files before test_models.py, then the rest and the
 #   doctests), so that no item is much longer than the others;
 # - release-R: the release tests (marker `release`) on every other release R
 #   of the window, each in its own environment (kvexplore envs);
@@ -53,7 +53,7 @@ done
 items="$items notebooks-1 notebooks-2"
 tests_1=() tests_2=()
 for file in tests/test_*.py; do
-  if [[ "$file" < tests/test_lmcache_oracle.py ]]; then tests_1+=("$file"); else tests_2+=("$file"); fi
+  if [[ "$file" < tests/test_models.py ]]; then tests_1+=("$file"); else tests_2+=("$file"); fi
 done
 nbval=(--nbval --nbval-sanitize-with notebooks/sanitize.cfg)
 notebooks_1=() notebooks_2=()

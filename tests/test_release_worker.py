@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -153,7 +154,6 @@ def test_the_lmcache_probe_answers_from_one_process_and_is_restarted_once_killed
     """Two layouts from one probe process (torch and vLLM imported once);
     the probe killed between them is restarted and answers the same; its
     answers equal a fresh probe's (the file run as a one-shot command)."""
-    import pickle
     import tempfile
 
     from kvexplore.connectors.lmcache_layout import (
@@ -197,11 +197,15 @@ def test_the_lmcache_probe_answers_from_one_process_and_is_restarted_once_killed
     assert probe_worker().pid is None
 
 
-def test_the_lmcache_probe_ends_with_a_killed_parent():
-    _killed_parent_leaves_no_worker("""
+def test_the_lmcache_probe_ends_with_a_killed_parent(tmp_path):
+    """The parent asks the probe a question of no release (the probe starts,
+    imports torch and vLLM, answers) and is killed."""
+    request = tmp_path / "request.pkl"
+    request.write_bytes(pickle.dumps({}))
+    _killed_parent_leaves_no_worker(f"""
         import json
-        import kvexplore
-        from kvexplore.connectors.lmcache_layout import lmcache_layout, probe_worker
-        lmcache_layout(kvexplore.plan("Qwen/Qwen3.5-0.8B", gpu="A100", num_blocks=16))
-        print(json.dumps({"pid": probe_worker().pid}), flush=True)
+        from kvexplore.connectors.lmcache_layout import probe_worker
+        probe_worker().request({{"request": {str(request)!r}, "out": {str(tmp_path)!r},
+                                 "releases": []}})
+        print(json.dumps({{"pid": probe_worker().pid}}), flush=True)
         """)

@@ -491,12 +491,18 @@ class LineWorker:
                 "object per line")
         return value
 
+    def end_input(self) -> None:
+        """Close the worker's input: it exits once it reads the end
+        (:meth:`close` then waits for it)."""
+        if self._proc is not None:
+            with contextlib.suppress(OSError):
+                self._proc.stdin.close()
+
     def close(self) -> None:
         """End the worker (its input closed, then killed after 5 s)."""
+        self.end_input()
         proc, self._proc = self._proc, None
         if proc is not None:
-            with contextlib.suppress(OSError):
-                proc.stdin.close()
             try:
                 proc.wait(5)
             except subprocess.TimeoutExpired:
@@ -618,7 +624,10 @@ def release_worker(version: str) -> ReleaseWorker:
 def close_workers() -> None:
     """End every worker of this process (:class:`LineWorker`: the release
     workers and any other); also run at exit."""
-    for w in list(_LIVE):
+    workers = list(_LIVE)
+    for w in workers:  # all at once: each exits while the others do
+        w.end_input()
+    for w in workers:
         w.close()
 
 

@@ -243,14 +243,18 @@ def test_a_cache_no_tensor_can_describe_is_refused_with_the_bound():
 
 
 def test_a_cache_memory_no_tensor_can_describe_names_the_memory():
-    """kv_cache_memory_bytes=2**62: the blocks it holds make tensors over the
+    """kv_cache_memory_bytes=2**70: the blocks it holds make a tensor over the
     int64 bound; the refusal names the memory the user gave, not only the
-    blocks derived from it."""
+    blocks derived from it.  2**62 B plans: no tensor is larger than the
+    memory its blocks were sized from (where the release lays its tensors
+    over one allocation, each tensor's size is that allocation's)."""
     with pytest.raises(KVExploreError) as info:
-        kvexplore.plan(QWEN, gpu="A100", kv_cache_memory_bytes=2**62)
+        kvexplore.plan(QWEN, gpu="A100", kv_cache_memory_bytes=2**70)
     text = str(info.value)
-    assert f"kv_cache_memory_bytes={2**62}" in text
+    assert f"kv_cache_memory_bytes={2**70}" in text
     assert f"expected at most {2**63 - 1:,} B" in text
+    p = kvexplore.plan(QWEN, gpu="A100", kv_cache_memory_bytes=2**62)
+    assert 0 < max(t.size for t in p.kv_cache_config.kv_cache_tensors) <= 2**62
 
 
 def test_compatibility_spells_vllm_releases_once(monkeypatch):

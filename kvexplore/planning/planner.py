@@ -656,22 +656,27 @@ MAX_CACHE_BYTES = 2**63 - 1
 
 
 def check_cache_bytes(vc, cfg) -> None:
-    """Refuse a ``KVCacheConfig`` whose tensors hold more than
-    :data:`MAX_CACHE_BYTES` bytes (one block of them, where it has no block),
-    naming the block size, the blocks and the bound."""
+    """Refuse a ``KVCacheConfig`` with a tensor of more than
+    :data:`MAX_CACHE_BYTES` bytes (a tensor of one block, where it has no
+    block), naming the block size, the blocks (and the ``kv_cache_memory_bytes``
+    they were sized from) and the bound.  Each ``KVCacheTensor``'s ``size``
+    is checked on its own: where a release lays its tensors over one backing
+    allocation, every ``size`` is that allocation's (vLLM's offloading config
+    reads ``kv_cache_tensors[0].size`` as the total), so their sum is not a
+    size of anything."""
     blocks = int(cfg.num_blocks)
-    total = sum(int(t.size) for t in cfg.kv_cache_tensors)
-    if total <= MAX_CACHE_BYTES:
+    largest = max((int(t.size) for t in cfg.kv_cache_tensors), default=0)
+    if largest <= MAX_CACHE_BYTES:
         return
     block_size = vc.cache_config.block_size
     memory = vc.cache_config.kv_cache_memory_bytes
     given = (f" (the blocks kv_cache_memory_bytes={memory} holds)"
              if memory is not None and vc.cache_config.num_gpu_blocks_override is None else "")
     raise KVExploreError(
-        f"block_size={block_size} with num_blocks={blocks}{given} gives a KV cache of {total:,} B "
-        f"({total // max(blocks, 1):,} B per block); expected at most {MAX_CACHE_BYTES:,} B, "
-        "the largest tensor torch can describe (int64 sizes): a smaller block_size, "
-        "num_blocks or kv_cache_memory_bytes"
+        f"block_size={block_size} with num_blocks={blocks}{given} gives a KV cache tensor of "
+        f"{largest:,} B ({largest // max(blocks, 1):,} B per block); expected at most "
+        f"{MAX_CACHE_BYTES:,} B, the largest tensor torch can describe (int64 sizes): a smaller "
+        "block_size, num_blocks or kv_cache_memory_bytes"
     )
 
 

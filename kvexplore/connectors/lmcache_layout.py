@@ -12,8 +12,8 @@ server really uses, and how many tokens of a prompt are stored and hit.
 Every answer is the release's own code, run in a process of its own (a
 child that the long-lived probe process, :class:`ProbeWorker`, forks for
 the release: :mod:`kvexplore.connectors.lmcache_probe`, which imports
-neither kvexplore nor any other LMCache) on the plan's ``KVCacheConfig`` and vLLM's registered
-tensors for it (:func:`kvexplore.allocate`, a few blocks on the CPU): the
+neither kvexplore nor any other LMCache) on the plan's ``KVCacheConfig``
+and vLLM's registered tensors for it (:func:`kvexplore.allocate`, a few blocks on the CPU): the
 release's wheel is installed once, ``--no-deps``, into kvexplore's cache
 folder (:func:`lmcache_package`).  What is not a function of the release is
 stated where it is used: the tokens stored and hit follow the scheduler
@@ -254,7 +254,7 @@ def _run_probe(releases: list[LMCacheRelease], request: dict) -> dict[str, dict]
             if not os.path.exists(out):
                 raise KVExploreError(
                     f"{release}'s code could not be run on this plan: its child of the probe "
-                    f"ended without an answer: {probe_worker()._tail()}")
+                    f"ended without an answer: {probe_worker().last_lines()}")
             with open(out, "rb") as f:
                 result = pickle.load(f)
             if "error" in result:

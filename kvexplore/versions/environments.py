@@ -461,7 +461,8 @@ class LineWorker:
     def _alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def _tail(self) -> str:
+    def last_lines(self) -> str:
+        """The last lines the worker wrote to its stderr (up to 600 characters)."""
         if self._log is None:
             return ""
         self._log.seek(0)
@@ -479,7 +480,7 @@ class LineWorker:
                 "(its worker was stopped)")
         line = out.readline()
         if not line:
-            raise _WorkerDied(self._tail())
+            raise _WorkerDied(self.last_lines())
         try:
             value = json.loads(line)
         except ValueError:
@@ -541,7 +542,7 @@ class LineWorker:
                 try:
                     return self._ask_once(question, timeout)
                 except (_WorkerDied, BrokenPipeError) as exc:
-                    tail = str(exc) or self._tail()
+                    tail = str(exc) or self.last_lines()
                     self.close()
                     if attempt == 2:
                         raise KVExploreError(

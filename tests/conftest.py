@@ -25,6 +25,23 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    """Freeze the heap once the session's tests are done.
+
+    A session ends holding millions of live objects (every cached plan keeps
+    vLLM's model built on the meta device); pytest's closing garbage
+    collections and the interpreter's last one would scan them all to free
+    nothing the process's exit does not free anyway.  The young generations
+    are collected first, so what the last tests left behind is still
+    finalized (and an exception raised there still reported); what is frozen
+    is only never scanned again."""
+    import gc
+
+    gc.collect(1)
+    gc.freeze()
+
+
 @pytest.fixture(autouse=True)
 def answer_store_per_test(tmp_path_factory, monkeypatch):
     """Every test (and the command lines it runs) gets an empty answer store

@@ -20,6 +20,12 @@ import kvexplore
 
 pytestmark = pytest.mark.release
 
+#: The KV cache memory every plan here is given: the block size and the
+#: Mamba padding come from the model build and the attention backend, never
+#: from the cache's size, so no plan runs vLLM's memory profile (the sizing
+#: has tests of its own).
+CACHE_MEMORY = {"kv_cache_memory_bytes": 64 << 30}
+
 HYBRIDS = [
     "LiquidAI/LFM2-2.6B",
     "Qwen/Qwen3-Next-80B-A3B-Instruct",
@@ -60,7 +66,7 @@ def test_block_size_matches_vllm(gpu, name, tp, kv_dtype, mode):
     kwargs = dict(tensor_parallel_size=tp, kv_cache_dtype=kv_dtype,
                   enable_prefix_caching=prefix, mamba_cache_mode=mamba_mode)
     try:
-        p = kvexplore.plan(src, gpu=gpu, **kwargs)
+        p = kvexplore.plan(src, gpu=gpu, **kwargs, **CACHE_MEMORY)
     except kvexplore.KVExploreError as exc:
         if "is not divisible by" in str(exc):
             # a layer the reference never builds cannot be split over TP
@@ -88,7 +94,8 @@ def test_block_size_matches_vllm(gpu, name, tp, kv_dtype, mode):
 def test_backends_match_vllm(backend, block_size):
     src = kvexplore.load_model_config("Qwen/Qwen3.5-0.8B")
     ref = vllm_alignment(str(src.config_dir), backend_name=backend, block_size=block_size)
-    p = kvexplore.plan(src, gpu="A100", attention_backend=backend, block_size=block_size)
+    p = kvexplore.plan(src, gpu="A100", attention_backend=backend, block_size=block_size,
+                       **CACHE_MEMORY)
     assert (p.block_size, p.mamba_page_size_padded) == (ref.block_size, ref.mamba_page_size_padded)
 
 

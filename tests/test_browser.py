@@ -13,7 +13,7 @@ loaded a non-empty PNG), sets TP to 4 and checks that the block size goes
 544 -> 272 in the plan table, that the page map changed and that the figure's
 image was replaced by a new, non-empty one.  A second test opens every
 notebook under ``notebooks/`` (a glob, so new notebooks are included) in the
-same JupyterLab and checks that at least one image output renders (the stored
+same JupyterLab and the same Chromium (a page of its own each) and checks that at least one image output renders (the stored
 outputs, which nbval keeps current).  Screenshots (``explorer.png`` and one
 ``notebook-<name>.png`` per notebook) land in ``$KVX_ARTIFACTS``, default
 ``test-artifacts/`` at the repository root.
@@ -203,6 +203,33 @@ def jupyterlab(tmp_path_factory):
             log.close()
 
 
+@pytest.fixture(scope="module")
+def chromium():
+    """``get()`` launches Debian's Chromium through Playwright (once per
+    module; later calls return the same browser) and returns one browser
+    context, so the tests' pages share JupyterLab's cached scripts; teardown
+    closes it.  A factory, like :func:`jupyterlab`, so a missing tool fails
+    the test that asks for it rather than erroring."""
+    running: dict = {}
+
+    def get():
+        if not running:
+            sync_playwright = _require_browser_tools()
+            running["playwright"] = sync_playwright().start()
+            running["browser"] = running["playwright"].chromium.launch(
+                executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"])
+            running["context"] = running["browser"].new_context(
+                viewport={"width": 1400, "height": 1000})
+        return running["context"]
+
+    yield get
+    if running:
+        try:
+            running["browser"].close()
+        finally:
+            running["playwright"].stop()
+
+
 def _plan_table(summary) -> dict[str, str]:
     """The plan panel's "quantity | value" table, as the browser shows it."""
     rows = summary.locator("table.kvx-table tr").evaluate_all(
@@ -262,117 +289,114 @@ def _loaded_image(page, selector: str, timeout: float, not_src: str | None = Non
     return state
 
 
-def test_explorer_renders_and_reacts_in_jupyterlab(jupyterlab, tmp_path):
-    sync_playwright = _require_browser_tools()
+def test_explorer_renders_and_reacts_in_jupyterlab(jupyterlab, chromium, tmp_path):
+    context = chromium()
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     deadline = Deadline(TOTAL_BUDGET_S)  # the server's start (<= 90 s) counts too
     base, token, log_path = jupyterlab()
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                    args=["--no-sandbox", "--disable-gpu"])
+    page = context.new_page()
+    try:
+        page.goto(f"{base}/lab/tree/explorer.ipynb?token={token}",
+                  timeout=deadline.ms(60))
+        # Notebook fully loaded (both cells) and its kernel attached and
+        # idle: the status bar reads "Python 3 (ipykernel) | Idle".  (The
+        # toolbar's execution indicator says "idle" already while the
+        # status bar still reads "No Kernel | Initializing"; a Run All
+        # then finds no kernel and does nothing.)
+        page.wait_for_function(
+            "() => document.querySelectorAll('.jp-NotebookPanel .jp-CodeCell').length === 2",
+            timeout=deadline.ms(60))
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(f"{base}/lab/tree/explorer.ipynb?token={token}",
-                      timeout=deadline.ms(60))
-            # Notebook fully loaded (both cells) and its kernel attached and
-            # idle: the status bar reads "Python 3 (ipykernel) | Idle".  (The
-            # toolbar's execution indicator says "idle" already while the
-            # status bar still reads "No Kernel | Initializing"; a Run All
-            # then finds no kernel and does nothing.)
             page.wait_for_function(
-                "() => document.querySelectorAll('.jp-NotebookPanel .jp-CodeCell').length === 2",
-                timeout=deadline.ms(60))
-            try:
+                "() => Array.from(document.querySelectorAll('.jp-StatusBar-TextItem'), e => e.textContent)"
+                ".some(t => /\\| Idle$/.test(t) && !t.startsWith('No Kernel'))",
+                timeout=deadline.ms(90))
+        except PlaywrightTimeout:
+            _fail_with_page(page, tmp_path, log_path, "the notebook's kernel did not become idle")
+        # Run > Run All Cells, through the real menu bar.  Belt and braces
+        # for a Run All that still finds no kernel (prompts stay "[ ]:",
+        # nothing is sent): re-issue it while no cell has started, never
+        # once one has; a dialog (e.g. "Select Kernel") is a failure.
+        for _attempt in range(3):
+            if page.locator(".jp-Dialog").count():
+                _fail_with_page(page, tmp_path, log_path, "JupyterLab shows a dialog")
+            page.locator(".lm-MenuBar-item", has_text="Run").first.click(timeout=deadline.ms(30))
+            page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click(
+                timeout=deadline.ms(30))
+            try:  # the first cell is queued or ran: "[*]:" or "[1]:"
                 page.wait_for_function(
-                    "() => Array.from(document.querySelectorAll('.jp-StatusBar-TextItem'), e => e.textContent)"
-                    ".some(t => /\\| Idle$/.test(t) && !t.startsWith('No Kernel'))",
-                    timeout=deadline.ms(90))
+                    "() => /\\[(\\*|\\d+)\\]/.test("
+                    "document.querySelector('.jp-NotebookPanel .jp-InputPrompt').textContent)",
+                    timeout=deadline.ms(10))
+                break
             except PlaywrightTimeout:
-                _fail_with_page(page, tmp_path, log_path, "the notebook's kernel did not become idle")
-            # Run > Run All Cells, through the real menu bar.  Belt and braces
-            # for a Run All that still finds no kernel (prompts stay "[ ]:",
-            # nothing is sent): re-issue it while no cell has started, never
-            # once one has; a dialog (e.g. "Select Kernel") is a failure.
-            for _attempt in range(3):
-                if page.locator(".jp-Dialog").count():
-                    _fail_with_page(page, tmp_path, log_path, "JupyterLab shows a dialog")
-                page.locator(".lm-MenuBar-item", has_text="Run").first.click(timeout=deadline.ms(30))
-                page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click(
-                    timeout=deadline.ms(30))
-                try:  # the first cell is queued or ran: "[*]:" or "[1]:"
-                    page.wait_for_function(
-                        "() => /\\[(\\*|\\d+)\\]/.test("
-                        "document.querySelector('.jp-NotebookPanel .jp-InputPrompt').textContent)",
-                        timeout=deadline.ms(10))
-                    break
-                except PlaywrightTimeout:
-                    continue
-            else:
-                _fail_with_page(page, tmp_path, log_path, "Run All Cells did not start the cells (3 tries)")
+                continue
+        else:
+            _fail_with_page(page, tmp_path, log_path, "Run All Cells did not start the cells (3 tries)")
 
-            explorer = page.locator(".kvx-explorer")
-            try:  # first kvexplore import + first plan: 30-60 s here, often more
-                explorer.wait_for(state="visible", timeout=deadline.ms(240))
-            except PlaywrightTimeout:
-                _fail_with_page(page, tmp_path, log_path, "the Explorer did not render")
-            first_output = page.locator(".jp-NotebookPanel .jp-OutputArea").first.inner_text()
-            assert f"kvexplore from {REPO / 'kvexplore'}" in first_output, first_output
+        explorer = page.locator(".kvx-explorer")
+        try:  # first kvexplore import + first plan: 30-60 s here, often more
+            explorer.wait_for(state="visible", timeout=deadline.ms(240))
+        except PlaywrightTimeout:
+            _fail_with_page(page, tmp_path, log_path, "the Explorer did not render")
+        first_output = page.locator(".jp-NotebookPanel .jp-OutputArea").first.inner_text()
+        assert f"kvexplore from {REPO / 'kvexplore'}" in first_output, first_output
 
-            summary = page.locator(".kvx-panel-summary")
-            page_map = page.locator(".kvx-panel-page-map")
-            # The status panel is shown twice (above the tabs and in the
-            # "status" tab): two views of one widget.
-            status = page.locator(".kvx-panel-status")
-            # Tabs: show "plan", read it; the page map is read as DOM text
-            # (text_content works on the hidden tab too).
-            page.locator(".kvx-explorer .lm-TabBar-tab", has_text="plan").click(timeout=deadline.ms(30))
-            summary.locator("td", has_text="block_size").first.wait_for(timeout=deadline.ms(30))
-            before = _plan_table(summary)
-            before_map = page_map.text_content()
-            assert before.get("tensor_parallel_size") == "1", before
-            assert before.get("block_size") == "544", before
-            assert "block_size=544" in before_map and "tp=1" in before_map, before_map
-            assert "Traceback" not in " ".join(status.all_text_contents())
-            try:  # the page-map figure: drawn by default, a decoded PNG
-                before_img = _loaded_image(page, FIGURE, deadline.ms(60))
-            except PlaywrightTimeout:
-                _fail_with_page(page, tmp_path, log_path, "the page-map figure did not render")
-            assert before_img["bytes"]["head"] == [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A], before_img
-            assert before_img["bytes"]["size"] > 1000, before_img
+        summary = page.locator(".kvx-panel-summary")
+        page_map = page.locator(".kvx-panel-page-map")
+        # The status panel is shown twice (above the tabs and in the
+        # "status" tab): two views of one widget.
+        status = page.locator(".kvx-panel-status")
+        # Tabs: show "plan", read it; the page map is read as DOM text
+        # (text_content works on the hidden tab too).
+        page.locator(".kvx-explorer .lm-TabBar-tab", has_text="plan").click(timeout=deadline.ms(30))
+        summary.locator("td", has_text="block_size").first.wait_for(timeout=deadline.ms(30))
+        before = _plan_table(summary)
+        before_map = page_map.text_content()
+        assert before.get("tensor_parallel_size") == "1", before
+        assert before.get("block_size") == "544", before
+        assert "block_size=544" in before_map and "tp=1" in before_map, before_map
+        assert "Traceback" not in " ".join(status.all_text_contents())
+        try:  # the page-map figure: drawn by default, a decoded PNG
+            before_img = _loaded_image(page, FIGURE, deadline.ms(60))
+        except PlaywrightTimeout:
+            _fail_with_page(page, tmp_path, log_path, "the page-map figure did not render")
+        assert before_img["bytes"]["head"] == [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A], before_img
+        assert before_img["bytes"]["size"] > 1000, before_img
 
-            # TP 1 -> 4 in the IntText: typed, committed with Enter.
-            tp = page.locator(".kvx-control-tensor-parallel-size input")
-            tp.fill("4", timeout=deadline.ms(30))
-            tp.press("Enter")
-            # the panels re-render one after another: wait for both
-            page.wait_for_function(
-                "() => /block_size=272\\b/.test(document.querySelector('.kvx-panel-summary').textContent)"
-                " && /block_size=272\\b/.test(document.querySelector('.kvx-panel-page-map').textContent)",
-                timeout=deadline.ms(60),
-            )
-            after = _plan_table(summary)
-            after_map = page_map.text_content()
-            assert after.get("tensor_parallel_size") == "4", after
-            assert after.get("block_size") == "272", after
-            assert after.get("mamba_page_size_padded") != before.get("mamba_page_size_padded")
-            assert after_map != before_map
-            assert "block_size=272" in after_map and "tp=4" in after_map, after_map
-            assert "Traceback" not in " ".join(status.all_text_contents())
-            try:  # a new figure for the new plan: another src, other bytes
-                after_img = _loaded_image(page, FIGURE, deadline.ms(60), not_src=before_img["src"])
-            except PlaywrightTimeout:
-                _fail_with_page(page, tmp_path, log_path, "the page-map figure did not change after TP 1 -> 4")
-            assert after_img["bytes"]["head"] == before_img["bytes"]["head"], after_img
-            assert after_img["bytes"]["size"] > 1000, after_img
-            assert after_img["bytes"]["sum"] != before_img["bytes"]["sum"], (before_img, after_img)
+        # TP 1 -> 4 in the IntText: typed, committed with Enter.
+        tp = page.locator(".kvx-control-tensor-parallel-size input")
+        tp.fill("4", timeout=deadline.ms(30))
+        tp.press("Enter")
+        # the panels re-render one after another: wait for both
+        page.wait_for_function(
+            "() => /block_size=272\\b/.test(document.querySelector('.kvx-panel-summary').textContent)"
+            " && /block_size=272\\b/.test(document.querySelector('.kvx-panel-page-map').textContent)",
+            timeout=deadline.ms(60),
+        )
+        after = _plan_table(summary)
+        after_map = page_map.text_content()
+        assert after.get("tensor_parallel_size") == "4", after
+        assert after.get("block_size") == "272", after
+        assert after.get("mamba_page_size_padded") != before.get("mamba_page_size_padded")
+        assert after_map != before_map
+        assert "block_size=272" in after_map and "tp=4" in after_map, after_map
+        assert "Traceback" not in " ".join(status.all_text_contents())
+        try:  # a new figure for the new plan: another src, other bytes
+            after_img = _loaded_image(page, FIGURE, deadline.ms(60), not_src=before_img["src"])
+        except PlaywrightTimeout:
+            _fail_with_page(page, tmp_path, log_path, "the page-map figure did not change after TP 1 -> 4")
+        assert after_img["bytes"]["head"] == before_img["bytes"]["head"], after_img
+        assert after_img["bytes"]["size"] > 1000, after_img
+        assert after_img["bytes"]["sum"] != before_img["bytes"]["sum"], (before_img, after_img)
 
-            page.locator(".kvx-explorer .lm-TabBar-tab", has_text="page map").click(timeout=deadline.ms(30))
-            page_map.wait_for(state="visible", timeout=deadline.ms(30))
-            shot = _artifacts_dir() / "explorer.png"
-            explorer.screenshot(path=str(shot), timeout=deadline.ms(30))
-        finally:
-            browser.close()
+        page.locator(".kvx-explorer .lm-TabBar-tab", has_text="page map").click(timeout=deadline.ms(30))
+        page_map.wait_for(state="visible", timeout=deadline.ms(30))
+        shot = _artifacts_dir() / "explorer.png"
+        explorer.screenshot(path=str(shot), timeout=deadline.ms(30))
+    finally:
+        page.close()
     assert shot.is_file() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert shot.stat().st_size > 20_000, shot.stat().st_size
 
@@ -382,40 +406,37 @@ def test_notebooks_exist():
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[nb.stem for nb in NOTEBOOKS])
-def test_notebook_renders_an_image(jupyterlab, notebook: Path):
+def test_notebook_renders_an_image(jupyterlab, chromium, notebook: Path):
     """Open the notebook in JupyterLab: at least one image output is decoded."""
-    sync_playwright = _require_browser_tools()
+    context = chromium()
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     base, token, log_path = jupyterlab()
     deadline = Deadline(NOTEBOOK_BUDGET_S)
     shot = _artifacts_dir() / f"notebook-{notebook.stem}.png"
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                    args=["--no-sandbox", "--disable-gpu"])
+    page = context.new_page()
+    try:
+        # A workspace of its own: JupyterLab would otherwise restore the
+        # notebooks earlier tests opened, as background tabs.
+        page.goto(f"{base}/lab/workspaces/nb-{notebook.stem}/tree/{notebook.name}?token={token}",
+                  timeout=deadline.ms(60))
+        image = page.locator(f"{SHOWN_NOTEBOOK} .jp-OutputArea-output img").first
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            # A workspace of its own: JupyterLab would otherwise restore the
-            # notebooks earlier tests opened, as background tabs.
-            page.goto(f"{base}/lab/workspaces/nb-{notebook.stem}/tree/{notebook.name}?token={token}",
-                      timeout=deadline.ms(60))
-            image = page.locator(f"{SHOWN_NOTEBOOK} .jp-OutputArea-output img").first
-            try:
-                image.wait_for(state="attached", timeout=deadline.ms(60))
-                image.scroll_into_view_if_needed(timeout=deadline.ms(30))
-                page.wait_for_function(
-                    "sel => Array.from(document.querySelectorAll(sel))"
-                    ".some(i => i.complete && i.naturalWidth > 0 && i.naturalHeight > 0)",
-                    arg=f"{SHOWN_NOTEBOOK} .jp-OutputArea-output img", timeout=deadline.ms(30))
-            except PlaywrightTimeout:
-                _fail_with_page(page, shot.parent, log_path, f"{notebook.name}: no image output rendered",
-                                name=f"notebook-{notebook.stem}")
-            title = page.locator(".lm-DockPanel-tabBar .lm-mod-current .lm-TabBar-tabLabel").first.inner_text()
-            assert title == notebook.name, title
-            rendered = page.locator(f"{SHOWN_NOTEBOOK} .jp-OutputArea-output img").evaluate_all(
-                "imgs => imgs.filter(i => i.complete && i.naturalWidth > 0).map(i => i.naturalWidth)")
-            assert rendered and min(rendered) > 50, rendered
-            page.screenshot(path=str(shot), timeout=deadline.ms(30))
-        finally:
-            browser.close()
+            image.wait_for(state="attached", timeout=deadline.ms(60))
+            image.scroll_into_view_if_needed(timeout=deadline.ms(30))
+            page.wait_for_function(
+                "sel => Array.from(document.querySelectorAll(sel))"
+                ".some(i => i.complete && i.naturalWidth > 0 && i.naturalHeight > 0)",
+                arg=f"{SHOWN_NOTEBOOK} .jp-OutputArea-output img", timeout=deadline.ms(30))
+        except PlaywrightTimeout:
+            _fail_with_page(page, shot.parent, log_path, f"{notebook.name}: no image output rendered",
+                            name=f"notebook-{notebook.stem}")
+        title = page.locator(".lm-DockPanel-tabBar .lm-mod-current .lm-TabBar-tabLabel").first.inner_text()
+        assert title == notebook.name, title
+        rendered = page.locator(f"{SHOWN_NOTEBOOK} .jp-OutputArea-output img").evaluate_all(
+            "imgs => imgs.filter(i => i.complete && i.naturalWidth > 0).map(i => i.naturalWidth)")
+        assert rendered and min(rendered) > 50, rendered
+        page.screenshot(path=str(shot), timeout=deadline.ms(30))
+    finally:
+        page.close()
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,7 +1,5 @@
 """``python -m kvexplore`` is the ``kvexplore`` command."""
 
-import sys
+from kvexplore.cli import console
 
-from kvexplore.cli import main
-
-sys.exit(main())
+console()

@@ -29,6 +29,7 @@ import argparse
 import contextlib
 import dataclasses
 import functools
+import gc
 import json
 import logging
 import os
@@ -890,5 +891,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def console() -> None:
+    """The ``kvexplore`` command and ``python -m kvexplore``: :func:`main`,
+    then the process's exit with its status.  The heap is frozen first: the
+    interpreter's closing garbage collections would scan every object vLLM's
+    imports and the answer left, only to free what the exit frees anyway
+    (``atexit`` handlers still run)."""
+    status = main()
+    gc.freeze()
+    sys.exit(status)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    console()

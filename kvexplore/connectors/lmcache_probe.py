@@ -418,5 +418,10 @@ def serve(idle_seconds: str) -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["serve"]:
         serve(*sys.argv[2:])
+        # the worker's exit: its closing garbage collections would only scan
+        # what the exit frees anyway
+        import gc
+
+        gc.freeze()
     else:
         sys.exit(main(*sys.argv[1:]))

@@ -43,24 +43,26 @@ trap 'rm -rf "$logs"' EXIT
 #   doctests), so that no item is much longer than the others;
 # - release-R: the release tests (marker `release`) on every other release R
 #   of the window, each in its own environment (kvexplore envs);
-# - notebooks-1, notebooks-2: the notebooks under nbval on the default
-#   release, in two parts of about equal time (01-10, and 11 on, notebook 11
-#   starting the other releases' processes).
+# - notebooks-1, notebooks-2, notebooks-3: the notebooks under nbval on the
+#   default release, in three parts of about equal time (01-07, 08-11 and 12
+#   on; notebook 11 starts the other releases' processes, 15 the LMCache
+#   probe), so that the item a worker takes last is a short one.
 items="tests-1 tests-2"
 for release in $releases; do
   [ "$release" = "$default" ] || items="$items release-$release"
 done
-items="$items notebooks-1 notebooks-2"
+items="$items notebooks-1 notebooks-2 notebooks-3"
 tests_1=() tests_2=()
 for file in tests/test_*.py; do
   if [[ "$file" < tests/test_models.py ]]; then tests_1+=("$file"); else tests_2+=("$file"); fi
 done
 nbval=(--nbval --nbval-sanitize-with notebooks/sanitize.cfg)
-notebooks_1=() notebooks_2=()
+notebooks_1=() notebooks_2=() notebooks_3=()
 for notebook in notebooks/*.ipynb; do
   case "${notebook##*/}" in
-    0*|10-*) notebooks_1+=("$notebook") ;;
-    *) notebooks_2+=("$notebook") ;;
+    0[1-7]-*) notebooks_1+=("$notebook") ;;
+    0[89]-*|1[01]-*) notebooks_2+=("$notebook") ;;
+    *) notebooks_3+=("$notebook") ;;
   esac
 done
 
@@ -76,6 +78,8 @@ run_item() {
       python3 -m pytest -q -p no:cacheprovider "${nbval[@]}" "${notebooks_1[@]}" "${args[@]}" ;;
     notebooks-2)
       python3 -m pytest -q -p no:cacheprovider "${nbval[@]}" "${notebooks_2[@]}" "${args[@]}" ;;
+    notebooks-3)
+      python3 -m pytest -q -p no:cacheprovider "${nbval[@]}" "${notebooks_3[@]}" "${args[@]}" ;;
     release-*)
       local release=${1#release-} python
       python=$(python3 -m kvexplore envs "$release" --create --python) || return 1

@@ -13,8 +13,9 @@ loaded a non-empty PNG), sets TP to 4 and checks that the block size goes
 544 -> 272 in the plan table, that the page map changed and that the figure's
 image was replaced by a new, non-empty one.  A second test opens every
 notebook under ``notebooks/`` (a glob, so new notebooks are included) in the
-same JupyterLab and the same Chromium (a page of its own each) and checks that at least one image output renders (the stored
-outputs, which nbval keeps current).  Screenshots (``explorer.png`` and one
+same JupyterLab and the same Chromium (a page of its own each) and checks
+that at least one image output renders (the stored outputs, which nbval
+keeps current).  Screenshots (``explorer.png`` and one
 ``notebook-<name>.png`` per notebook) land in ``$KVX_ARTIFACTS``, default
 ``test-artifacts/`` at the repository root.
 

@@ -33,3 +33,21 @@ def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "bash scripts/test.sh" in readme
     assert ci.strip().splitlines()[-1] == "bash scripts/test.sh"
+
+
+def test_the_console_script_is_what_python_m_kvexplore_runs():
+    """The installed ``kvexplore`` command and ``python -m kvexplore`` are one
+    entry point (``kvexplore.cli.console``: ``main`` and the exit with its
+    status)."""
+    import ast
+    import importlib
+
+    target = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["kvexplore"]
+    module, name = target.split(":")
+    assert callable(getattr(importlib.import_module(module), name))
+    tree = ast.parse((ROOT / "kvexplore" / "__main__.py").read_text())
+    called = [n.func.id for n in ast.walk(tree)
+              if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                and n.module == module for a in n.names}
+    assert called == [name] and name in imported

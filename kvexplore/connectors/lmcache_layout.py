@@ -13,9 +13,9 @@ Every answer is the release's own code, run in a process of its own (a
 child that the long-lived probe process, :class:`ProbeWorker`, forks for
 the release: :mod:`kvexplore.connectors.lmcache_probe`, which imports
 neither kvexplore nor any other LMCache) on the plan's ``KVCacheConfig``
-and vLLM's registered tensors for it (:func:`kvexplore.allocate`, a few blocks on the CPU): the
-release's wheel is installed once, ``--no-deps``, into kvexplore's cache
-folder (:func:`lmcache_package`).  What is not a function of the release is
+and vLLM's registered tensors for it (:func:`kvexplore.allocate`, a few
+blocks on the CPU): the release's wheel is installed once, ``--no-deps``,
+into kvexplore's cache folder (:func:`lmcache_package`).  What is not a function of the release is
 stated where it is used: the tokens stored and hit follow the scheduler
 adapter's lookup (``vllm_multi_process_adapter.py:
 maybe_submit_lookup_request``: whole chunks of the prompt, the last token
